@@ -1,0 +1,31 @@
+"""Packaging for the AdaNet trainer.
+
+Vertex AI pip-installs this sdist on every replica of a prebuilt TensorFlow image, so TensorFlow
+stays out of `install_requires` (the image has it; a second distribution name would install a
+second copy). It lives in the `cpu` and `gpu` extras instead. `gcloud ai custom-jobs local-run`
+copies only this file before `pip install .`, so it reads no other file.
+"""
+
+import setuptools
+
+setuptools.setup(
+    name="trainer",
+    version="0.1.0",
+    description="AdaNet-style ensembles of neural networks, TensorFlow 2 native, for Vertex AI.",
+    python_requires=">=3.10",
+    packages=setuptools.find_packages(include=["trainer", "trainer.*"]),
+    package_data={"trainer": ["data/census/*.csv.gz"]},
+    include_package_data=True,
+    install_requires=[
+        "absl-py>=1.0",
+        "numpy>=1.23",
+        "tensorboard>=2.15",
+        "cloudml-hypertune>=0.1.0.dev6",
+    ],
+    extras_require={
+        "cpu": ["tensorflow-cpu>=2.17,<2.22"],
+        "gpu": ["tensorflow[and-cuda]>=2.17,<2.22"],
+        "bench": ["matplotlib>=3.7"],
+        "test": ["pytest>=7.4", "pytest-timeout>=2.2", "matplotlib>=3.7"],
+    },
+)

@@ -1,0 +1,80 @@
+"""The run configuration: a frozen dataclass tree, built once from flags by `task.py`."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from trainer import ensemble as ens
+from trainer.errors import InputError
+from trainer.iteration import TrainOptions
+from trainer.model import Generator
+from trainer.schema import ColumnChoices
+
+
+@dataclasses.dataclass(frozen=True)
+class DataConfig:
+    train_data: str
+    eval_data: str | None
+    columns: ColumnChoices
+    holdout_fraction: float = 0.1
+
+    def __post_init__(self):
+        if not 0.0 < self.holdout_fraction < 1.0:
+            raise InputError(f"--holdout_fraction ({self.holdout_fraction}) must be in (0, 1).")
+
+
+@dataclasses.dataclass(frozen=True)
+class SearchConfig:
+    """What AdaNet searches: candidates, how they combine, and how the best is chosen."""
+
+    generator: Generator
+    ensemblers: tuple[ens.Ensembler, ...]
+    strategies: tuple[ens.Strategy, ...]
+    selection: ens.Selection = ens.Selection.MOVING_AVERAGE
+    force_grow: bool = False
+    max_iterations: int = 3
+    max_iteration_steps: int = 1000
+
+    def __post_init__(self):
+        if self.max_iterations < 1:
+            raise InputError(f"--max_iterations ({self.max_iterations}) must be >= 1.")
+        if self.max_iteration_steps < 1:
+            raise InputError(f"--max_iteration_steps ({self.max_iteration_steps}) must be "
+                             ">= 1.")
+        if not self.ensemblers or not self.strategies:
+            raise InputError("--ensemblers and --ensemble_strategies each need at least one "
+                             "value.")
+
+    def fingerprint(self) -> dict:
+        """What must not change when a job dir is resumed (max_iterations may grow)."""
+        return {"generator": repr(self.generator),
+                "ensemblers": [repr(e) for e in self.ensemblers],
+                "strategies": [s.name for s in self.strategies],
+                "selection": self.selection.value, "force_grow": self.force_grow,
+                "max_iteration_steps": self.max_iteration_steps}
+
+
+@dataclasses.dataclass(frozen=True)
+class RunConfig:
+    data: DataConfig
+    search: SearchConfig
+    train: TrainOptions
+    job_dir: str
+    seed: int = 42
+    steps_per_loop: int = 100
+    checkpoint_every_secs: float = 30.0
+    hypertune_metric: str | None = None
+
+    def __post_init__(self):
+        if self.train.batch_size < 1:
+            raise InputError(f"--batch_size ({self.train.batch_size}) must be >= 1.")
+        if not self.train.learning_rate > 0:
+            raise InputError(f"--learning_rate ({self.train.learning_rate}) must be > 0.")
+        if self.steps_per_loop < 1:
+            raise InputError(f"--steps_per_loop ({self.steps_per_loop}) must be >= 1.")
+
+    def fingerprint(self) -> dict:
+        return {**self.search.fingerprint(), "seed": self.seed,
+                "batch_size": self.train.batch_size, "learning_rate": self.train.learning_rate,
+                "optimizer": self.train.optimizer,
+                "train_data": self.data.train_data, "eval_data": self.data.eval_data}

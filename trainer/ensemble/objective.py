@@ -1,0 +1,24 @@
+"""The AdaNet objective.
+
+F(w) = loss(ensemble) + sum_j (lambda * r(h_j) + beta) * |w_j|_1
+
+The complexity penalty is counted once: the same F trains the mixture weights and selects the
+best candidate (AdaNet 0.9 added it twice to the mixture-weight loss).
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import tensorflow as tf
+
+
+def complexity_penalty(weights: Sequence[tf.Tensor], complexities: Sequence[float], *,
+                       adanet_lambda: float, adanet_beta: float) -> tf.Tensor:
+    """sum_j (lambda * r_j + beta) * |w_j|_1 over the members' mixture weights."""
+    penalty = tf.constant(0.0)
+    if adanet_lambda == 0.0 and adanet_beta == 0.0:
+        return penalty
+    for w, r in zip(weights, complexities):
+        penalty += (adanet_lambda * r + adanet_beta) * tf.reduce_sum(tf.abs(w))
+    return penalty

@@ -1,0 +1,25 @@
+"""The one place that reads the process environment (Vertex AI's variables)."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import Mapping
+
+
+@dataclasses.dataclass(frozen=True)
+class Environment:
+    """What Vertex AI tells this replica through environment variables."""
+
+    trial_id: str | None = None
+    hp_metric_file: str | None = None
+
+    @property
+    def is_tuning(self) -> bool:
+        """A hyperparameter tuning trial (or a metric file to report to) is present."""
+        return bool(self.trial_id or self.hp_metric_file)
+
+    @classmethod
+    def from_environ(cls, environ: Mapping[str, str] = os.environ) -> "Environment":
+        return cls(trial_id=environ.get("CLOUD_ML_TRIAL_ID") or None,
+                   hp_metric_file=environ.get("CLOUD_ML_HP_METRIC_FILE") or None)

@@ -1,0 +1,47 @@
+"""Exporting the chosen ensemble as a SavedModel that Vertex AI's prebuilt TensorFlow
+prediction containers serve: `saved_model.pb` at the root, tag `serve`, signature
+`serving_default` taking raw feature columns by name.
+
+Only the chosen ensemble is inside (AdaNet 0.9 exported every candidate and picked one at run
+time, so serving paid for the losers).
+"""
+
+from __future__ import annotations
+
+import tensorflow as tf
+
+from trainer import job_dir as job_dir_lib
+from trainer.features import Preprocessor
+from trainer.heads import Head
+from trainer.iteration import FrozenEnsemble
+
+
+class ServingModel(tf.Module):
+    """Raw columns -> preprocessing -> the frozen ensemble -> head outputs (+ logits)."""
+
+    def __init__(self, preprocessor: Preprocessor, ensemble: FrozenEnsemble, head: Head):
+        super().__init__(name="adanet_ensemble")
+        self.preprocessor = preprocessor
+        self.members = [m.subnetwork for m in ensemble.members]
+        self.weights = ensemble.weights
+        self._head = head
+        self.serve = tf.function(self._serve,
+                                 input_signature=[preprocessor.input_signature()])
+
+    def _serve(self, features):
+        encoded = self.preprocessor(features)
+        logits = self.weights([m(encoded, training=False) for m in self.members])
+        return {**self._head.predictions(logits), "logits": logits}
+
+
+def export(model: ServingModel, job: job_dir_lib.JobDir) -> str:
+    """Saves to a temporary dir, then publishes it as `job.model` in one rename."""
+    temp = job.model_temp()
+    tf.saved_model.save(model, temp, signatures={"serving_default": model.serve})
+    tf.io.gfile.rename(temp, job.model)
+    return job.model
+
+
+def load_serving_fn(path: str):
+    """The `serving_default` function of an exported model."""
+    return tf.saved_model.load(path).signatures["serving_default"]

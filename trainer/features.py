@@ -1,0 +1,53 @@
+"""The preprocessing layer: raw feature columns in, one dense float32 matrix out.
+
+The same module encodes the training data once and sits at the front of the exported model,
+so training and serving cannot disagree about the encoding.
+"""
+
+from __future__ import annotations
+
+import tensorflow as tf
+
+from trainer import schema as schema_lib
+
+
+class Preprocessor(tf.Module):
+    """Encodes raw columns: numerics standardised (+ quantile-bucket one-hot), missing values
+    at the mean; categoricals one-hot over the vocabulary with one out-of-vocabulary slot."""
+
+    def __init__(self, schema: schema_lib.Schema):
+        super().__init__(name="preprocessor")
+        self._schema = schema
+        self._tables = {}
+        for column in schema.columns:
+            if column.kind is schema_lib.Kind.CATEGORICAL:
+                init = tf.lookup.KeyValueTensorInitializer(
+                    tf.constant(column.vocabulary or ("",), tf.string),
+                    tf.range(max(1, len(column.vocabulary)), dtype=tf.int64))
+                self._tables[column.name] = tf.lookup.StaticHashTable(
+                    init, default_value=len(column.vocabulary))
+
+    def input_signature(self) -> dict[str, tf.TensorSpec]:
+        """One rank-1 tensor per raw column: float32 for numeric, string for categorical."""
+        return {
+            c.name: tf.TensorSpec([None], tf.float32 if c.kind is schema_lib.Kind.NUMERIC
+                                  else tf.string, name=c.name)
+            for c in self._schema.columns
+        }
+
+    def __call__(self, features: dict[str, tf.Tensor]) -> tf.Tensor:
+        parts = []
+        for column in self._schema.columns:
+            value = features[column.name]
+            if column.kind is schema_lib.Kind.NUMERIC:
+                value = tf.cast(value, tf.float32)
+                value = tf.where(tf.math.is_finite(value), value, column.mean)
+                parts.append(tf.expand_dims((value - column.mean) / column.std, -1))
+                if column.boundaries:
+                    bucket = tf.raw_ops.Bucketize(input=value,
+                                                  boundaries=list(column.boundaries))
+                    parts.append(tf.one_hot(bucket, len(column.boundaries) + 1))
+            else:
+                ids = self._tables[column.name].lookup(tf.strings.strip(value))
+                parts.append(tf.one_hot(ids, column.width))
+        return tf.concat(parts, axis=-1)

@@ -1,0 +1,303 @@
+"""One AdaNet iteration: the candidates, their variables, and the compiled train loop.
+
+All new subnetworks and all candidate ensembles train together on the same batches: each
+subnetwork on its own loss, each ensemble's mixture weights on its AdaNet objective, with the
+members' outputs behind a stop-gradient. The sum of these losses has one backward pass whose
+gradient, per variable, is the gradient of that variable's own loss. The previous best
+ensemble (candidate 0 at t > 0) is frozen: its objective is measured on the same batches.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable, Sequence
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from trainer import ensemble as ens
+from trainer.heads import Head
+from trainer.model import Builder, Subnetwork
+
+PREVIOUS = "previous_ensemble"
+
+
+def member_key(iteration: int, builder: Builder) -> str:
+    return f"t{iteration}_{builder.name}"
+
+
+@dataclasses.dataclass(frozen=True)
+class FrozenMember:
+    iteration: int
+    builder: Builder
+    subnetwork: Subnetwork
+
+    @property
+    def key(self) -> str:
+        return member_key(self.iteration, self.builder)
+
+    def as_member(self) -> ens.Member:
+        return ens.Member(self.key, self.subnetwork.last_layer_dim, self.builder.complexity)
+
+
+@dataclasses.dataclass(frozen=True)
+class FrozenEnsemble:
+    """The best ensemble of a finished iteration: frozen members and their mixture weights."""
+
+    members: tuple[FrozenMember, ...]
+    weights: ens.MixtureWeights
+    ensembler: ens.Ensembler
+
+    def checkpoint(self) -> tf.train.Checkpoint:
+        return tf.train.Checkpoint(members={m.key: m.subnetwork for m in self.members},
+                                   weights=self.weights)
+
+    def logits(self, features: tf.Tensor) -> tf.Tensor:
+        return self.weights([m.subnetwork(features, training=False) for m in self.members])
+
+
+@dataclasses.dataclass(frozen=True)
+class Candidate:
+    """A candidate ensemble: previous members (if kept) + new subnetworks, one ensembler."""
+
+    name: str
+    new_subnetworks: tuple[int, ...]  # indices into the iteration's new subnetworks
+    keep_previous: bool
+    weights: ens.MixtureWeights
+    ensembler: ens.Ensembler | None  # None for the frozen previous ensemble
+
+    @property
+    def is_previous(self) -> bool:
+        return self.ensembler is None
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainOptions:
+    batch_size: int
+    learning_rate: float
+    optimizer: str = "adam"
+    mixture_learning_rate: float | None = None
+
+
+def make_optimizer(name: str, learning_rate: float) -> keras.optimizers.Optimizer:
+    optimizers = {"adam": keras.optimizers.Adam, "sgd": keras.optimizers.SGD,
+                  "rmsprop": keras.optimizers.RMSprop, "adagrad": keras.optimizers.Adagrad}
+    return optimizers[name](learning_rate=learning_rate)
+
+
+class Iteration:
+    """The candidates of iteration `number` and the loop that trains them."""
+
+    def __init__(self, *, number: int, head: Head, input_dim: int, seed: int,
+                 builders: Sequence[Builder], specs: Sequence[ens.CandidateSpec],
+                 ensemblers: Sequence[ens.Ensembler], previous: FrozenEnsemble | None,
+                 options: TrainOptions, strategy: tf.distribute.Strategy):
+        self.number = number
+        self.head = head
+        self.previous = previous
+        self.options = options
+        self.strategy = strategy
+        self.builders = tuple(builders)
+        with strategy.scope():
+            self.subnetworks = tuple(
+                Subnetwork(b, input_dim=input_dim, logits_dimension=head.logits_dimension,
+                           seed=seed + 1000 * number + 10 * i, name=member_key(number, b))
+                for i, b in enumerate(builders))
+            self.candidates = self._make_candidates(specs, ensemblers)
+            self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="step")
+            count = len(self.candidates)
+            self.objective_ema = tf.Variable(tf.zeros([count]), trainable=False)
+            self.subnetwork_loss_ema = tf.Variable(tf.zeros([len(builders)]), trainable=False)
+            self.candidate_diverged = tf.Variable(tf.zeros([count], tf.bool), trainable=False)
+            self.subnetwork_diverged = tf.Variable(tf.zeros([len(builders)], tf.bool),
+                                                   trainable=False)
+            self.subnetwork_optimizer = make_optimizer(options.optimizer,
+                                                       options.learning_rate)
+            self.subnetwork_optimizer.build(self._subnetwork_variables(range(len(builders))))
+            self.mixture_optimizer = make_optimizer(
+                options.optimizer, options.mixture_learning_rate or options.learning_rate)
+            self.mixture_optimizer.build(self._mixture_variables(range(count)))
+        self.stopped: frozenset[str] = frozenset()
+        self._loop = self._compile_loop()
+
+    # -- construction ---------------------------------------------------------------------
+    def _make_candidates(self, specs, ensemblers) -> tuple[Candidate, ...]:
+        index = {b.name: i for i, b in enumerate(self.builders)}
+        previous_members = [m.as_member() for m in self.previous.members] if self.previous else []
+        candidates = []
+        if self.previous is not None:
+            candidates.append(Candidate(PREVIOUS, (), True, self.previous.weights, None))
+        for spec in specs:
+            keep = spec.keep_previous and self.previous is not None
+            new = tuple(index[n] for n in spec.new_subnetworks)
+            members = (previous_members if keep else []) + [
+                ens.Member(self.subnetworks[i].name, self.subnetworks[i].last_layer_dim,
+                           self.builders[i].complexity) for i in new]
+            for ensembler in ensemblers:
+                weights = ensembler.build(
+                    members=members, logits_dimension=self.head.logits_dimension,
+                    previous=self.previous.weights if keep else None)
+                candidates.append(Candidate(f"{spec.name}_{ensembler.name}", new, keep,
+                                            weights, ensembler))
+        return tuple(candidates)
+
+    def _subnetwork_variables(self, indices) -> list[tf.Variable]:
+        return [v for i in indices for v in self.subnetworks[i].trainable_variables]
+
+    def _mixture_variables(self, indices) -> list[tf.Variable]:
+        return [v for i in indices if not self.candidates[i].is_previous
+                for v in self.candidates[i].weights.trainable_variables]
+
+    def checkpoint(self) -> tf.train.Checkpoint:
+        """Everything a resumed iteration needs (data order aside)."""
+        return tf.train.Checkpoint(
+            step=self.step, objective_ema=self.objective_ema,
+            subnetwork_loss_ema=self.subnetwork_loss_ema,
+            candidate_diverged=self.candidate_diverged,
+            subnetwork_diverged=self.subnetwork_diverged,
+            subnetworks={s.name: s for s in self.subnetworks},
+            mixture_weights={c.name: c.weights for c in self.candidates if not c.is_previous},
+            subnetwork_optimizer=self.subnetwork_optimizer,
+            mixture_optimizer=self.mixture_optimizer)
+
+    # -- forward --------------------------------------------------------------------------
+    def _forward(self, features, *, training: bool, active_subnetworks, active_candidates):
+        """Returns ({subnetwork index: (last, logits)}, {candidate index: logits})."""
+        previous = ([m.subnetwork(features, training=False) for m in self.previous.members]
+                    if self.previous else [])
+        new = {i: self.subnetworks[i](features, training=training) for i in active_subnetworks}
+        detached = {i: tuple(tf.stop_gradient(t) for t in out) for i, out in new.items()}
+        logits = {}
+        for c in active_candidates:
+            candidate = self.candidates[c]
+            outputs = (previous if candidate.keep_previous else []) + [
+                detached[i] for i in candidate.new_subnetworks]
+            logits[c] = candidate.weights(outputs)
+        return new, logits
+
+    # -- training -------------------------------------------------------------------------
+    def active(self) -> tuple[list[int], list[int]]:
+        subnetworks = [i for i, s in enumerate(self.subnetworks) if s.name not in self.stopped]
+        alive = set(subnetworks)
+        candidates = [c for c, cand in enumerate(self.candidates)
+                      if cand.name not in self.stopped
+                      and all(i in alive for i in cand.new_subnetworks)]
+        return subnetworks, candidates
+
+    def _compile_loop(self) -> Callable:
+        active_subnetworks, active_candidates = self.active()
+        subnetwork_vars = self._subnetwork_variables(active_subnetworks)
+        mixture_vars = self._mixture_variables(active_candidates)
+        global_batch = self.options.batch_size
+        head = self.head
+        replicas = self.strategy.num_replicas_in_sync
+
+        def replica_step(features, labels):
+            with tf.GradientTape() as tape:
+                new, logits = self._forward(features, training=True,
+                                            active_subnetworks=active_subnetworks,
+                                            active_candidates=active_candidates)
+                sub_losses = [tf.nn.compute_average_loss(head.loss(labels, new[i][1]),
+                                                         global_batch_size=global_batch)
+                              for i in active_subnetworks]
+                objectives = [
+                    tf.nn.compute_average_loss(head.loss(labels, logits[c]),
+                                               global_batch_size=global_batch)
+                    + self.candidates[c].weights.penalty() / replicas
+                    for c in active_candidates]
+                total = tf.add_n(sub_losses + [o for c, o in zip(active_candidates, objectives)
+                                               if not self.candidates[c].is_previous])
+            grads = tape.gradient(total, subnetwork_vars + mixture_vars)
+            if subnetwork_vars:
+                self.subnetwork_optimizer.apply_gradients(
+                    zip(grads[:len(subnetwork_vars)], subnetwork_vars))
+            if mixture_vars:
+                self.mixture_optimizer.apply_gradients(
+                    zip(grads[len(subnetwork_vars):], mixture_vars))
+            return tf.stack(sub_losses), tf.stack(objectives)
+
+        decay = ens.MOVING_AVERAGE_DECAY
+        sub_index = tf.constant(active_subnetworks, tf.int32)[:, None]
+        cand_index = tf.constant(active_candidates, tf.int32)[:, None]
+
+        def update(variable, index, values, diverged):
+            old = tf.gather_nd(variable, index)
+            variable.scatter_nd_update(index, decay * old + (1.0 - decay) * values)
+            diverged.scatter_nd_update(
+                index, tf.logical_or(tf.gather_nd(diverged, index),
+                                     tf.logical_not(tf.math.is_finite(values))))
+
+        @tf.function
+        def loop(iterator, steps):
+            for _ in tf.range(steps):
+                features, labels = next(iterator)
+                sub_losses, objectives = self.strategy.run(replica_step, args=(features, labels))
+                sub_losses = self.strategy.reduce("SUM", sub_losses, axis=None)
+                objectives = self.strategy.reduce("SUM", objectives, axis=None)
+                update(self.subnetwork_loss_ema, sub_index, sub_losses,
+                       self.subnetwork_diverged)
+                update(self.objective_ema, cand_index, objectives, self.candidate_diverged)
+                self.step.assign_add(1)
+
+        return loop
+
+    def train(self, iterator, steps: int) -> list[str]:
+        """Runs `steps` train steps; returns the names of candidates that diverged in them
+        (they stop training and are never selected)."""
+        self._loop(iterator, tf.constant(steps, tf.int64))
+        newly = self._newly_diverged()
+        if newly:
+            self.stopped = self.stopped | frozenset(newly)
+            if not self.is_exhausted:
+                self._loop = self._compile_loop()
+        return newly
+
+    def _newly_diverged(self) -> list[str]:
+        names = [s.name for s, d in zip(self.subnetworks, self.subnetwork_diverged.numpy()) if d]
+        names += [c.name for c, d in zip(self.candidates, self.candidate_diverged.numpy()) if d]
+        return [n for n in names if n not in self.stopped]
+
+    @property
+    def is_exhausted(self) -> bool:
+        """True when every new candidate has stopped: nothing is left to train."""
+        return not any(not self.candidates[c].is_previous for c in self.active()[1])
+
+    def moving_average_objectives(self) -> np.ndarray:
+        """Zero-debiased EMA of each candidate's training objective."""
+        step = int(self.step.numpy())
+        correction = 1.0 - ens.MOVING_AVERAGE_DECAY ** max(step, 1)
+        return self.objective_ema.numpy() / correction
+
+    def subnetwork_train_losses(self) -> np.ndarray:
+        step = int(self.step.numpy())
+        return self.subnetwork_loss_ema.numpy() / (1.0 - ens.MOVING_AVERAGE_DECAY ** max(step, 1))
+
+    # -- evaluation -----------------------------------------------------------------------
+    def predict_logits(self, features: np.ndarray, *, batch_size: int = 8192
+                       ) -> tuple[np.ndarray, np.ndarray]:
+        """Logits of every candidate [C, N, L] and every new subnetwork [S, N, L]."""
+        all_subnetworks = list(range(len(self.subnetworks)))
+        all_candidates = list(range(len(self.candidates)))
+
+        @tf.function
+        def predict(x):
+            new, logits = self._forward(x, training=False, active_subnetworks=all_subnetworks,
+                                        active_candidates=all_candidates)
+            return (tf.stack([logits[c] for c in all_candidates]),
+                    tf.stack([new[i][1] for i in all_subnetworks]))
+
+        parts = [predict(tf.constant(features[i:i + batch_size]))
+                 for i in range(0, len(features), batch_size)]
+        return (np.concatenate([p[0].numpy() for p in parts], axis=1),
+                np.concatenate([p[1].numpy() for p in parts], axis=1))
+
+    def freeze(self, candidate_index: int) -> FrozenEnsemble:
+        """The chosen candidate as the next iteration's frozen previous ensemble."""
+        candidate = self.candidates[candidate_index]
+        if candidate.is_previous:
+            return self.previous
+        members = list(self.previous.members) if candidate.keep_previous else []
+        members += [FrozenMember(self.number, self.builders[i], self.subnetworks[i])
+                    for i in candidate.new_subnetworks]
+        return FrozenEnsemble(tuple(members), candidate.weights, candidate.ensembler)

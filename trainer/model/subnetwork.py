@@ -1,0 +1,136 @@
+"""The subnetwork interface.
+
+A `Builder` makes one subnetwork from Keras layers; a `Generator` proposes the builders to try
+in an iteration. Both are small frozen values: a generator is a pure function of the iteration
+context, so the trainer can ask it again, after a restart, for the builder that made a member.
+
+Example, a user's own search space::
+
+    @dataclasses.dataclass(frozen=True)
+    class WideBuilder(Builder):
+        units: int
+
+        @property
+        def name(self):
+            return f"wide_{self.units}"
+
+        @property
+        def complexity(self):
+            return math.sqrt(self.units / 64)
+
+        def build_body(self, *, input_dim, seed):
+            return keras.layers.Dense(self.units, "relu", kernel_initializer=
+                                      keras.initializers.GlorotUniform(seed))
+
+    class WideGenerator(Generator):
+        def generate_candidates(self, context):
+            return [WideBuilder(64), WideBuilder(256)]
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+from typing import Sequence
+
+import keras
+import tensorflow as tf
+
+
+class Builder(abc.ABC):
+    """Makes one subnetwork: a Keras body whose output is the subnetwork's last layer."""
+
+    @property
+    @abc.abstractmethod
+    def name(self) -> str:
+        """Unique among the builders a generator proposes in one iteration."""
+
+    @property
+    @abc.abstractmethod
+    def complexity(self) -> float:
+        """r(h) in the AdaNet objective, e.g. sqrt(depth) for a DNN."""
+
+    @abc.abstractmethod
+    def build_body(self, *, input_dim: int, seed: int) -> keras.layers.Layer:
+        """Returns Keras layers mapping features [batch, input_dim] to a last layer
+        [batch, units]. The trainer adds the logits layer on top."""
+
+
+@dataclasses.dataclass(frozen=True)
+class IterationContext:
+    """What a generator may look at: the iteration number and the previous best ensemble's
+    members (their builders, oldest first)."""
+
+    iteration: int
+    previous_ensemble: tuple[Builder, ...] = ()
+
+
+class Generator(abc.ABC):
+    """Proposes candidate subnetworks for an iteration."""
+
+    @abc.abstractmethod
+    def generate_candidates(self, context: IterationContext) -> Sequence[Builder]:
+        """Returns the builders to train in `context.iteration`; names must be unique."""
+
+
+@dataclasses.dataclass(frozen=True)
+class UnionGenerator(Generator):
+    """Proposes the candidates of every generator it holds, in order."""
+
+    generators: tuple[Generator, ...]
+
+    def generate_candidates(self, context: IterationContext) -> Sequence[Builder]:
+        return [b for g in self.generators for b in g.generate_candidates(context)]
+
+
+def propose(generator: Generator, context: IterationContext) -> list[Builder]:
+    """Asks the generator for candidates and checks its answer."""
+    builders = list(generator.generate_candidates(context))
+    if not builders:
+        raise ValueError(f"{type(generator).__name__} proposed no subnetwork in iteration "
+                         f"{context.iteration}; a generator must propose at least one.")
+    names = [b.name for b in builders]
+    repeated = sorted({n for n in names if names.count(n) > 1})
+    if repeated:
+        raise ValueError(f"{type(generator).__name__} proposed builders with the same name "
+                         f"{repeated} in iteration {context.iteration}; names must be unique.")
+    return builders
+
+
+def find_builder(generator: Generator, context: IterationContext, name: str) -> Builder:
+    """The builder named `name` that the generator proposes in `context` (used on resume)."""
+    builders = propose(generator, context)
+    for builder in builders:
+        if builder.name == name:
+            return builder
+    raise ValueError(
+        f"the job dir records subnetwork '{name}' from iteration {context.iteration}, but the "
+        f"generator now proposes {[b.name for b in builders]} there. The generator changed "
+        "since the job dir was written: use the flags of the first run or a new --job_dir.")
+
+
+class Subnetwork(keras.Model):
+    """A builder's body plus a linear logits layer: returns (last_layer, logits)."""
+
+    def __init__(self, builder: Builder, *, input_dim: int, logits_dimension: int, seed: int,
+                 name: str):
+        super().__init__(name=name)
+        self.builder = builder
+        self.body = builder.build_body(input_dim=input_dim, seed=seed)
+        self.logits_layer = keras.layers.Dense(
+            logits_dimension, kernel_initializer=keras.initializers.GlorotUniform(seed + 1),
+            name="logits")
+        self.build((None, input_dim))
+
+    def build(self, input_shape):
+        features = tf.zeros([1, input_shape[-1]])
+        self.logits_layer(self.body(features))
+        super().build(input_shape)
+
+    def call(self, features, training=False):
+        last_layer = self.body(features, training=training)
+        return last_layer, self.logits_layer(last_layer)
+
+    @property
+    def last_layer_dim(self) -> int:
+        return int(self.logits_layer.kernel.shape[0])

@@ -1,0 +1,1 @@
+"""Placement: which worker trains what, and where variables live."""

@@ -1,0 +1,204 @@
+"""Entry point: `python -m trainer.task [flags]`.
+
+Parses flags, builds the frozen `RunConfig`, and calls `training.run(config)`. With no flags
+it trains on the census data shipped in the package.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from absl import app, flags, logging
+
+from trainer import config as config_lib
+from trainer import data as data_lib
+from trainer import ensemble as ens
+from trainer import model
+from trainer.environment import Environment
+from trainer.errors import InputError, TrainingError
+from trainer.iteration import TrainOptions
+from trainer.schema import ColumnChoices, HeadType
+
+FLAGS = flags.FLAGS
+
+# -- data -------------------------------------------------------------------------------------
+flags.DEFINE_string("train_data", None, "CSV (with header, optionally .gz) or TFRecord "
+                    "(tf.Example) files: a path, a glob or a comma-separated list. Default: the "
+                    "census training data shipped in the package.")
+flags.DEFINE_string("eval_data", None, "Eval data in the same format. Default: the census test "
+                    "data with the default --train_data, else --holdout_fraction of it.")
+flags.DEFINE_float("holdout_fraction", 0.1, "Share of --train_data held out for evaluation "
+                   "when --eval_data is not given.")
+flags.DEFINE_string("label_column", None, "The column to predict (required with --train_data).")
+flags.DEFINE_list("numeric_columns", [], "Columns to treat as numeric (default: inferred).")
+flags.DEFINE_list("categorical_columns", [], "Columns to treat as categorical (default: "
+                  "inferred).")
+flags.DEFINE_list("ignore_columns", [], "Columns not to use as features.")
+flags.DEFINE_enum("head", "auto", ["auto"] + [h.value for h in HeadType],
+                  "The kind of label (default: inferred from the label values).")
+flags.DEFINE_integer("num_buckets", 10, "Quantile buckets per numeric column (0: none).")
+flags.DEFINE_integer("max_vocabulary_size", 1000, "Most frequent categories kept per column.")
+# -- the search -------------------------------------------------------------------------------
+flags.DEFINE_list("generator", ["dnn"], "Search spaces: any of dnn, cross, linear; several "
+                  "propose the union of their candidates.")
+flags.DEFINE_integer("layer_size", 64, "Units per hidden layer of dnn and cross subnetworks.")
+flags.DEFINE_integer("initial_num_layers", 0, "Depth of the shallower DNN at iteration 0.")
+flags.DEFINE_float("dropout", 0.0, "Dropout rate of dnn subnetworks.")
+flags.DEFINE_list("ensemblers", ["complexity_regularized"], "complexity_regularized and/or "
+                  "mean; every ensemble strategy x ensembler pair is a candidate.")
+flags.DEFINE_enum("mixture_weight_type", "scalar", [t.value for t in ens.MixtureWeightType],
+                  "Mixture weights of complexity_regularized ensembles.")
+flags.DEFINE_float("adanet_lambda", 0.0, "Complexity penalty per unit of complexity.")
+flags.DEFINE_float("adanet_beta", 0.0, "Complexity penalty per mixture weight.")
+flags.DEFINE_boolean("learn_mixture_weights", False, "Train the mixture weights on the AdaNet "
+                     "objective (default: fixed at 1/N, AdaNet's default).")
+flags.DEFINE_boolean("use_bias", False, "Add a bias to complexity_regularized ensembles.")
+flags.DEFINE_boolean("warm_start_mixture_weights", False, "Start kept members at their "
+                     "previous mixture weights.")
+flags.DEFINE_list("ensemble_strategies", ["grow"], "Any of grow, all, solo.")
+flags.DEFINE_enum("selection", ens.Selection.MOVING_AVERAGE.value,
+                  [s.value for s in ens.Selection],
+                  "How the best candidate is chosen: moving_average of the training objective, "
+                  "or an evaluator pass over the train data or the held-out eval data.")
+flags.DEFINE_boolean("force_grow", False, "Never keep the previous ensemble unchanged.")
+flags.DEFINE_integer("max_iterations", 3, "AdaNet iterations.")
+flags.DEFINE_integer("max_iteration_steps", 1000, "Train steps per iteration.")
+# -- training ---------------------------------------------------------------------------------
+flags.DEFINE_integer("batch_size", 64, "Examples per train step.")
+flags.DEFINE_float("learning_rate", 0.001, "Learning rate of the subnetworks.")
+flags.DEFINE_float("mixture_learning_rate", None, "Learning rate of the mixture weights "
+                   "(default: --learning_rate).")
+flags.DEFINE_enum("optimizer", "adam", ["adam", "sgd", "rmsprop", "adagrad"], "Optimizer.")
+flags.DEFINE_integer("seed", 42, "Seed of initialisation, data order and hold-out split.")
+flags.DEFINE_string("job_dir", "runs/adanet", "Where checkpoints, logs, the model and the "
+                    "report go. Re-running with the same job dir resumes.")
+flags.DEFINE_integer("steps_per_loop", 100, "Train steps per compiled loop call.")
+flags.DEFINE_float("checkpoint_every_secs", 30.0, "Seconds between periodic checkpoints.")
+flags.DEFINE_string("hypertune_metric", None, "Metric reported to Vertex AI hyperparameter "
+                    "tuning (default: accuracy, or mse for regression).")
+
+_GENERATORS = {"dnn", "cross", "linear"}
+
+
+def _choice(flag: str, values: list[str], allowed) -> list[str]:
+    unknown = [v for v in values if v not in allowed]
+    if unknown or not values:
+        raise InputError(f"--{flag}={','.join(values)}: unknown or missing value(s) {unknown}; "
+                         f"choose from {', '.join(sorted(allowed))}.")
+    if len(set(values)) != len(values):
+        raise InputError(f"--{flag}={','.join(values)} names a value twice.")
+    return values
+
+
+def build_config(f=FLAGS, environment: Environment | None = None) -> config_lib.RunConfig:
+    """Turns flags into the frozen run configuration, checking combinations."""
+    environment = environment or Environment()
+    train_data, eval_data, label = f.train_data, f.eval_data, f.label_column
+    if train_data is None:
+        train_data = data_lib.CENSUS_TRAIN
+        eval_data = eval_data or data_lib.CENSUS_TEST
+        label = label or data_lib.CENSUS_LABEL
+    elif not label:
+        raise InputError("--label_column is required with --train_data: name the column to "
+                         "predict.")
+    generators = []
+    for name in _choice("generator", f.generator, _GENERATORS):
+        if name == "dnn":
+            generators.append(model.DNNGenerator(layer_size=f.layer_size,
+                                                 initial_num_layers=f.initial_num_layers,
+                                                 dropout=f.dropout))
+        elif name == "cross":
+            generators.append(model.CrossGenerator(layer_size=f.layer_size))
+        else:
+            generators.append(model.LinearGenerator())
+    generator = generators[0] if len(generators) == 1 else model.UnionGenerator(
+        tuple(generators))
+
+    ensembler_names = _choice("ensemblers", f.ensemblers, {"complexity_regularized", "mean"})
+    regularized_flags = {"adanet_lambda": f.adanet_lambda != 0.0,
+                         "adanet_beta": f.adanet_beta != 0.0,
+                         "learn_mixture_weights": f.learn_mixture_weights,
+                         "use_bias": f.use_bias,
+                         "mixture_weight_type": f.mixture_weight_type != "scalar",
+                         "warm_start_mixture_weights": f.warm_start_mixture_weights}
+    if "complexity_regularized" not in ensembler_names:
+        set_flags = [k for k, v in regularized_flags.items() if v]
+        if set_flags:
+            raise InputError(f"--{', --'.join(set_flags)} only apply to "
+                             "--ensemblers=complexity_regularized, not to mean. Add "
+                             "complexity_regularized to --ensemblers or drop those flags.")
+    if f.mixture_learning_rate is not None and not f.learn_mixture_weights:
+        raise InputError("--mixture_learning_rate needs --learn_mixture_weights.")
+    ensemblers = []
+    for name in ensembler_names:
+        if name == "mean":
+            ensemblers.append(ens.MeanEnsembler())
+        else:
+            try:
+                ensemblers.append(ens.ComplexityRegularizedEnsembler(
+                    mixture_weight_type=ens.MixtureWeightType(f.mixture_weight_type),
+                    adanet_lambda=f.adanet_lambda, adanet_beta=f.adanet_beta,
+                    use_bias=f.use_bias, learn_mixture_weights=f.learn_mixture_weights,
+                    warm_start_mixture_weights=f.warm_start_mixture_weights))
+            except ValueError as e:
+                raise InputError(f"--adanet_lambda/--adanet_beta: {e}") from None
+    strategies = tuple(ens.STRATEGIES[n] for n in _choice(
+        "ensemble_strategies", f.ensemble_strategies, ens.STRATEGIES))
+
+    overlapping = set(f.numeric_columns) & set(f.categorical_columns)
+    if overlapping:
+        raise InputError(f"column(s) {sorted(overlapping)} are in both --numeric_columns and "
+                         "--categorical_columns; name each column once.")
+    columns = ColumnChoices(
+        label=label, numeric=tuple(f.numeric_columns), categorical=tuple(f.categorical_columns),
+        ignore=tuple(f.ignore_columns), head=None if f.head == "auto" else HeadType(f.head),
+        num_buckets=f.num_buckets, max_vocabulary_size=f.max_vocabulary_size)
+    if f.num_buckets < 0 or f.max_vocabulary_size < 1:
+        raise InputError(f"--num_buckets ({f.num_buckets}) must be >= 0 and "
+                         f"--max_vocabulary_size ({f.max_vocabulary_size}) >= 1.")
+    if f.layer_size < 1 or f.initial_num_layers < 0 or not 0 <= f.dropout < 1:
+        raise InputError(f"--layer_size ({f.layer_size}) must be >= 1, --initial_num_layers "
+                         f"({f.initial_num_layers}) >= 0 and --dropout ({f.dropout}) in [0, 1).")
+    return config_lib.RunConfig(
+        data=config_lib.DataConfig(train_data=train_data, eval_data=eval_data,
+                                   columns=columns, holdout_fraction=f.holdout_fraction),
+        search=config_lib.SearchConfig(
+            generator=generator, ensemblers=tuple(ensemblers), strategies=strategies,
+            selection=ens.Selection(f.selection), force_grow=f.force_grow,
+            max_iterations=f.max_iterations, max_iteration_steps=f.max_iteration_steps),
+        train=TrainOptions(batch_size=f.batch_size, learning_rate=f.learning_rate,
+                           optimizer=f.optimizer,
+                           mixture_learning_rate=f.mixture_learning_rate),
+        job_dir=f.job_dir, seed=f.seed, steps_per_loop=f.steps_per_loop,
+        checkpoint_every_secs=f.checkpoint_every_secs,
+        hypertune_metric=(f.hypertune_metric or "") if environment.is_tuning else None)
+
+
+def main(argv):
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments {argv[1:]}; all options are --flags.")
+    from trainer import report as report_lib  # noqa: imports TensorFlow
+    from trainer import training
+    environment = Environment.from_environ()
+    try:
+        config = build_config(FLAGS, environment)
+        report = training.run(config)
+    except InputError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except TrainingError as e:
+        print(f"training stopped: {e}", file=sys.stderr)
+        return 1
+    print(report_lib.table(report))
+    if config.hypertune_metric is not None:
+        training.report_to_hypertune(report, config.hypertune_metric)
+    return 0
+
+
+def run():
+    logging.set_verbosity(logging.INFO)
+    app.run(main)
+
+
+if __name__ == "__main__":
+    run()

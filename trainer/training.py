@@ -1,0 +1,327 @@
+"""The outer loop: data once, then iterations, checkpoints, selection, export and the report.
+
+`run(config)` is the whole job. Everything that can be wrong with the user's input is checked
+before the job dir is touched; after that, every step is resumable: finished iterations are
+recorded (see `job_dir.py`), the running one is checkpointed periodically.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Sequence
+
+import numpy as np
+import tensorflow as tf
+from absl import logging
+
+from trainer import data as data_lib
+from trainer import ensemble as ens
+from trainer import export as export_lib
+from trainer import job_dir as job_dir_lib
+from trainer import report as report_lib
+from trainer.config import RunConfig
+from trainer.errors import InputError
+from trainer.features import Preprocessor
+from trainer.heads import Head
+from trainer.iteration import FrozenEnsemble, FrozenMember, Iteration, member_key
+from trainer.model import Builder, IterationContext, Subnetwork, find_builder
+from trainer.model.subnetwork import propose
+from trainer.schema import Schema
+
+_PROGRESS_EVERY_SECS = 5.0
+_ENCODE_CHUNK = 65536
+
+
+@dataclasses.dataclass(frozen=True)
+class Inputs:
+    """Validated input, ready to train on: the schema and encoded train and eval data."""
+
+    schema: Schema
+    train: data_lib.Examples
+    eval: data_lib.Examples
+    eval_source: str
+
+
+def load_inputs(config: RunConfig, job: job_dir_lib.JobDir) -> Inputs:
+    """Reads and checks all input; raises InputError before anything is written."""
+    data = config.data
+    train_table = data_lib.read(data.train_data, flag="--train_data")
+    if job.exists():
+        schema = Schema.from_json(_read_text(job.schema))
+    else:
+        schema = data_lib.schema_from(train_table, data.columns, source=data.train_data)
+    train = data_lib.examples_from(train_table, schema, flag="--train_data")
+    if data.eval_data:
+        eval_examples = data_lib.examples_from(
+            data_lib.read(data.eval_data, flag="--eval_data"), schema, flag="--eval_data")
+        source = data.eval_data
+    else:
+        train, eval_examples = data_lib.split_holdout(train, data.holdout_fraction, config.seed)
+        source = f"{data.holdout_fraction:.0%} of --train_data held out"
+    return Inputs(schema, train, eval_examples, source)
+
+
+def _read_text(path: str) -> str:
+    with tf.io.gfile.GFile(path) as f:
+        return f.read()
+
+
+def check_resumable(config: RunConfig, job: job_dir_lib.JobDir) -> None:
+    """Fails when the job dir was written by a run with a different search."""
+    if not job.exists():
+        return
+    recorded = job_dir_lib.read_json(job.run)["fingerprint"]
+    current = config.fingerprint()
+    changed = {k: (recorded.get(k), v) for k, v in current.items() if recorded.get(k) != v}
+    if changed:
+        lines = "; ".join(f"{k}: was {old!r}, now {new!r}" for k, (old, new) in changed.items())
+        raise InputError(f"--job_dir {job.root} holds a run with other settings ({lines}). "
+                         "Re-run with the same flags to resume it, or pick a new --job_dir.")
+
+
+def encode(preprocessor: Preprocessor, examples: data_lib.Examples) -> np.ndarray:
+    """Encodes raw columns to the dense float32 matrix the subnetworks take."""
+    parts = []
+    for start in range(0, len(examples), _ENCODE_CHUNK):
+        chunk = {k: tf.constant(v[start:start + _ENCODE_CHUNK])
+                 for k, v in examples.features.items()}
+        parts.append(preprocessor(chunk).numpy())
+    return np.concatenate(parts, axis=0)
+
+
+def train_dataset(features: np.ndarray, labels: np.ndarray, *, batch_size: int,
+                  seed: int) -> tf.data.Dataset:
+    """Endless shuffled batches from memory: shuffles row indices, gathers whole batches."""
+    x, y = tf.constant(features), tf.constant(labels)
+    n = len(features)
+    return (tf.data.Dataset.range(n)
+            .shuffle(n, seed=seed, reshuffle_each_iteration=True)
+            .repeat()
+            .batch(batch_size, drop_remainder=True)
+            .map(lambda i: (tf.gather(x, i), tf.gather(y, i)),
+                 num_parallel_calls=tf.data.AUTOTUNE)
+            .prefetch(tf.data.AUTOTUNE))
+
+
+class Trainer:
+    """Runs the iterations of one job and owns its checkpoints, summaries and report."""
+
+    def __init__(self, config: RunConfig, inputs: Inputs, job: job_dir_lib.JobDir, *,
+                 strategy: tf.distribute.Strategy | None = None):
+        self.config = config
+        self.inputs = inputs
+        self.job = job
+        self.strategy = strategy or tf.distribute.get_strategy()
+        self.head = Head(inputs.schema.label)
+        self.preprocessor = Preprocessor(inputs.schema)
+        self.x_train = encode(self.preprocessor, inputs.train)
+        self.x_eval = encode(self.preprocessor, inputs.eval)
+        self.input_dim = self.x_train.shape[1]
+
+    # -- the job --------------------------------------------------------------------------
+    def run(self) -> dict:
+        records = self.job.records()
+        previous = self.restore(records) if records else None
+        if records:
+            logging.info("Resuming %s: iterations 0..%d are finished.", self.job.root,
+                         len(records) - 1)
+        for t in range(len(records), self.config.search.max_iterations):
+            record, previous = self.run_iteration(t, previous)
+            records.append(record)
+            self.write_report(records, final=None)
+        if not self.job.has_model():
+            export_lib.export(export_lib.ServingModel(self.preprocessor, previous, self.head),
+                              self.job)
+            logging.info("Exported the chosen ensemble to %s", self.job.model)
+        final = self.evaluate_export()
+        return self.write_report(records, final=final)
+
+    def run_iteration(self, t: int, previous: FrozenEnsemble | None
+                      ) -> tuple[dict, FrozenEnsemble]:
+        search = self.config.search
+        started = time.monotonic()
+        context = IterationContext(t, tuple(m.builder for m in previous.members)
+                                   if previous else ())
+        builders = propose(search.generator, context)
+        specs = ens.candidate_specs(search.strategies, [b.name for b in builders],
+                                    has_previous=previous is not None)
+        iteration = Iteration(number=t, head=self.head, input_dim=self.input_dim,
+                              seed=self.config.seed, builders=builders, specs=specs,
+                              ensemblers=search.ensemblers, previous=previous,
+                              options=self.config.train, strategy=self.strategy)
+        checkpoint = iteration.checkpoint()
+        manager = tf.train.CheckpointManager(checkpoint, self.job.iteration_checkpoints(t),
+                                             max_to_keep=1)
+        if manager.latest_checkpoint:
+            checkpoint.restore(manager.latest_checkpoint).assert_existing_objects_matched()
+            logging.info("Iteration %d: resumed from %s at step %d.", t,
+                         manager.latest_checkpoint, int(iteration.step.numpy()))
+        logging.info("Iteration %d: training %d subnetworks %s and %d candidate ensembles for "
+                     "%d steps.", t, len(builders), [b.name for b in builders],
+                     len(iteration.candidates), search.max_iteration_steps)
+        writers = report_lib.SummaryWriters(self.job.logs, iteration)
+        seconds = self.train_iteration(iteration, manager, writers)
+        pause_started = time.monotonic()
+        record = self.select(iteration, seconds)
+        writers.write_eval(record)
+        writers.close()
+        chosen = next(i for i, c in enumerate(iteration.candidates)
+                      if c.name == record["chosen"])
+        frozen = iteration.freeze(chosen)
+        frozen.checkpoint().write(self.job.frozen_prefix(t))
+        record["architecture"] = report_lib.architecture(frozen)
+        record["seconds"] = {"total": time.monotonic() - started, "training": seconds,
+                             "selection_and_freeze": time.monotonic() - pause_started}
+        job_dir_lib.write_json(self.job.record_path(t), record)  # the iteration is finished
+        self.job.drop_iteration_checkpoints(t)
+        logging.info("Iteration %d: chose %s (objective %.5f).", t, record["chosen"],
+                     report_lib.chosen_candidate(record)["objective"])
+        return record, frozen
+
+    def train_iteration(self, iteration: Iteration, manager: tf.train.CheckpointManager,
+                        writers: report_lib.SummaryWriters) -> float:
+        """Trains until `max_iteration_steps`; returns the seconds spent training."""
+        total = self.config.search.max_iteration_steps
+        step = int(iteration.step.numpy())
+        # A new order per iteration, and per resume point: a resumed run does not replay the
+        # batches it already trained on.
+        seed = (self.config.seed * 1_000_003 + iteration.number * 10_007 + step) % 2 ** 31
+        iterator = iter(self.strategy.experimental_distribute_dataset(
+            train_dataset(self.x_train, self.inputs.train.labels,
+                          batch_size=self.config.train.batch_size, seed=seed)))
+        started = last_progress = last_checkpoint = time.monotonic()
+        first_step = step
+        while step < total and not iteration.is_exhausted:
+            steps = min(self.config.steps_per_loop, total - step)
+            for name in iteration.train(iterator, steps):
+                logging.warning("Iteration %d: %s diverged (non-finite loss) by step %d; it "
+                                "stops training and will not be selected.", iteration.number,
+                                name, step + steps)
+            step += steps
+            now = time.monotonic()
+            if now - last_progress >= _PROGRESS_EVERY_SECS or step >= total:
+                rate = (step - first_step) / max(now - started, 1e-9)
+                logging.info(report_lib.progress_line(iteration, step, total, rate,
+                                                      self.config.train.batch_size))
+                writers.write_training(iteration, step)
+                last_progress = now
+            if now - last_checkpoint >= self.config.checkpoint_every_secs:
+                manager.save(checkpoint_number=step)
+                last_checkpoint = now
+        if iteration.is_exhausted and step < total:
+            logging.warning("Iteration %d: every new candidate diverged at step %d.",
+                            iteration.number, step)
+        manager.save(checkpoint_number=step)
+        return time.monotonic() - started
+
+    # -- selection ------------------------------------------------------------------------
+    def select(self, iteration: Iteration, seconds: float) -> dict:
+        """Scores every candidate, chooses the best, and returns the iteration's record."""
+        search = self.config.search
+        eval_logits, eval_sub_logits = iteration.predict_logits(self.x_eval)
+        labels = self.inputs.eval.labels
+        if search.selection is ens.Selection.MOVING_AVERAGE:
+            objectives = iteration.moving_average_objectives()
+        else:
+            if search.selection is ens.Selection.TRAIN:
+                logits, _ = iteration.predict_logits(self.x_train)
+                data_labels = self.inputs.train.labels
+            else:
+                logits, data_labels = eval_logits, labels
+            objectives = np.array([
+                self.head.losses(data_labels, logits[c]).mean()
+                + float(cand.weights.penalty().numpy())
+                for c, cand in enumerate(iteration.candidates)])
+        diverged = iteration.candidate_diverged.numpy()
+        scores = [ens.Score(c.name, float(objectives[i]), c.is_previous, bool(diverged[i]))
+                  for i, c in enumerate(iteration.candidates)]
+        chosen = ens.choose(scores, force_grow=search.force_grow)
+        return report_lib.iteration_record(
+            iteration, scores, chosen, selection=search.selection,
+            candidate_metrics=[self.head.metrics(labels, lg) for lg in eval_logits],
+            subnetwork_metrics=[self.head.metrics(labels, lg) for lg in eval_sub_logits],
+            steps=int(iteration.step.numpy()), training_seconds=seconds,
+            batch_size=self.config.train.batch_size)
+
+    # -- resume ---------------------------------------------------------------------------
+    def restore(self, records: Sequence[dict]) -> FrozenEnsemble:
+        """Rebuilds the last chosen ensemble: replays the generator for each member's builder
+        (it is a pure function of the iteration context), then restores frozen weights."""
+        search = self.config.search
+        chain: dict[str, Builder] = {}
+        previous: tuple[Builder, ...] = ()
+        for record in records:
+            context = IterationContext(record["iteration"], previous)
+            members = []
+            for m in record["architecture"]["members"]:
+                if m["key"] not in chain:
+                    chain[m["key"]] = find_builder(search.generator, context, m["builder"])
+                members.append(chain[m["key"]])
+            previous = tuple(members)
+        last = records[-1]
+        by_name = {e.name: e for e in search.ensemblers}
+        ensembler = by_name[last["architecture"]["ensembler"]]
+        frozen_members = []
+        with self.strategy.scope():
+            for m, builder in zip(last["architecture"]["members"], previous):
+                subnetwork = Subnetwork(builder, input_dim=self.input_dim,
+                                        logits_dimension=self.head.logits_dimension,
+                                        seed=self.config.seed, name=m["key"])
+                frozen_members.append(FrozenMember(m["iteration"], builder, subnetwork))
+            weights = ensembler.build(members=[f.as_member() for f in frozen_members],
+                                      logits_dimension=self.head.logits_dimension)
+        frozen = FrozenEnsemble(tuple(frozen_members), weights, ensembler)
+        frozen.checkpoint().read(
+            self.job.frozen_prefix(last["iteration"])).assert_existing_objects_matched()
+        return frozen
+
+    # -- the exported model ---------------------------------------------------------------
+    def evaluate_export(self) -> dict:
+        """Metrics of the exported model itself (loaded back) on the eval data."""
+        serve = export_lib.load_serving_fn(self.job.model)
+        features = self.inputs.eval.features
+        logits = []
+        for start in range(0, len(self.inputs.eval), 8192):
+            batch = {k: tf.constant(v[start:start + 8192]) for k, v in features.items()}
+            logits.append(serve(**batch)["logits"].numpy())
+        metrics = self.head.metrics(self.inputs.eval.labels, np.concatenate(logits))
+        return {"eval_data": self.inputs.eval_source, "examples": len(self.inputs.eval),
+                "metrics": metrics}
+
+    def write_report(self, records: Sequence[dict], *, final: dict | None) -> dict:
+        report = report_lib.build_report(self.config, self.inputs.schema, records, final,
+                                         self.job)
+        job_dir_lib.write_json(self.job.report, report)
+        return report
+
+
+def run(config: RunConfig) -> dict:
+    """Trains (or resumes) the job described by `config`; returns the report."""
+    job = job_dir_lib.JobDir(config.job_dir)
+    check_resumable(config, job)
+    inputs = load_inputs(config, job)
+    # From here on the job dir is written.
+    job.create()
+    if not job.exists():
+        job_dir_lib.write_atomically(job.schema, inputs.schema.to_json())
+        job_dir_lib.write_json(job.run, {"fingerprint": config.fingerprint()})
+    trainer = Trainer(config, inputs, job)
+    report = trainer.run()
+    return report
+
+
+
+def report_to_hypertune(report: dict, metric: str) -> None:
+    """Reports the exported model's eval metric to Vertex AI hyperparameter tuning."""
+    import hypertune  # cloudml-hypertune; writes CLOUD_ML_HP_METRIC_FILE
+
+    metrics = report["final"]["metrics"]
+    name = metric or ("mse" if report["head"] == "regression" else "accuracy")
+    if name not in metrics:
+        raise InputError(f"--hypertune_metric={name} is not an eval metric of this head; "
+                         f"choose from {', '.join(metrics)}.")
+    steps = sum(r["steps"] for r in report["iterations"])
+    hypertune.HyperTune().report_hyperparameter_tuning_metric(
+        hyperparameter_metric_tag=name, metric_value=metrics[name], global_step=steps)
+    logging.info("Reported %s=%s to hyperparameter tuning.", name, metrics[name])
