@@ -17,8 +17,11 @@ demo: $(VENV)/.installed-bench
 	rm -rf $(JOB_DIR)
 	$(VENV)/bin/python -m trainer.task --job_dir=$(JOB_DIR)
 
+# Locally the slow tests are skipped; CI (which sets CI=true) runs the full suite.
+PYTEST_MARKS := $(if $(CI),,-m "not slow")
+
 test: $(VENV)/.installed-test
-	$(VENV)/bin/python -m pytest -m "not slow" tests
+	$(VENV)/bin/python -m pytest $(PYTEST_MARKS) tests
 
 test-all: $(VENV)/.installed-test
 	$(VENV)/bin/python -m pytest tests

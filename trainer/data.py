@@ -87,12 +87,16 @@ def read(pattern_list: str, *, flag: str) -> RawTable:
 
 
 def _open_text(path: str, *, flag: str) -> io.TextIOBase:
+    """The whole file as text (the table is held in memory anyway); .gz is decompressed."""
     try:
-        raw = tf.io.gfile.GFile(path, "rb")
-        stream = gzip.GzipFile(fileobj=raw) if path.endswith(".gz") else raw
-        return io.TextIOWrapper(stream, encoding="utf-8", newline="")
+        with tf.io.gfile.GFile(path, "rb") as f:
+            raw = f.read()
     except tf.errors.OpError as e:
         raise InputError(f"{flag}: cannot read {path}: {e.message}") from None
+    stream = io.BytesIO(raw)
+    if path.endswith(".gz"):
+        stream = gzip.GzipFile(fileobj=stream)
+    return io.TextIOWrapper(stream, encoding="utf-8", newline="")
 
 
 def _read_csv(path: str, *, flag: str) -> tuple[list[str], np.ndarray, np.ndarray]:

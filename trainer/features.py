@@ -12,8 +12,9 @@ from trainer import schema as schema_lib
 
 
 class Preprocessor(tf.Module):
-    """Encodes raw columns: numerics standardised (+ quantile-bucket one-hot), missing values
-    at the mean; categoricals one-hot over the vocabulary with one out-of-vocabulary slot."""
+    """Encodes raw columns: numerics standardised plus a piecewise-linear encoding over
+    quantile bins, missing values at the mean; categoricals one-hot over the vocabulary with
+    one out-of-vocabulary slot."""
 
     def __init__(self, schema: schema_lib.Schema):
         super().__init__(name="preprocessor")
@@ -43,11 +44,18 @@ class Preprocessor(tf.Module):
                 value = tf.cast(value, tf.float32)
                 value = tf.where(tf.math.is_finite(value), value, column.mean)
                 parts.append(tf.expand_dims((value - column.mean) / column.std, -1))
-                if column.boundaries:
-                    bucket = tf.raw_ops.Bucketize(input=value,
-                                                  boundaries=list(column.boundaries))
-                    parts.append(tf.one_hot(bucket, len(column.boundaries) + 1))
+                if column.num_bins:
+                    parts.append(_piecewise_linear(value, column.edges))
             else:
                 ids = self._tables[column.name].lookup(tf.strings.strip(value))
                 parts.append(tf.one_hot(ids, column.width))
         return tf.concat(parts, axis=-1)
+
+
+def _piecewise_linear(value: tf.Tensor, edges: tuple[float, ...]) -> tf.Tensor:
+    """Piecewise-linear encoding (Gorishniy et al., 2022): component t is 0 below bin t, 1
+    above it, and the position within it in between. A thermometer code that keeps the
+    position inside the bin, so a linear layer on top fits any piecewise-linear function."""
+    low = tf.constant(edges[:-1], tf.float32)
+    width = tf.constant([b - a for a, b in zip(edges[:-1], edges[1:])], tf.float32)
+    return tf.clip_by_value((value[:, None] - low) / width, 0.0, 1.0)

@@ -105,21 +105,24 @@ class Iteration:
                            seed=seed + 1000 * number + 10 * i, name=member_key(number, b))
                 for i, b in enumerate(builders))
             self.candidates = self._make_candidates(specs, ensemblers)
-            self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="step")
             count = len(self.candidates)
-            self.objective_ema = tf.Variable(tf.zeros([count]), trainable=False)
-            self.subnetwork_loss_ema = tf.Variable(tf.zeros([len(builders)]), trainable=False)
-            self.candidate_diverged = tf.Variable(tf.zeros([count], tf.bool), trainable=False)
-            self.subnetwork_diverged = tf.Variable(tf.zeros([len(builders)], tf.bool),
-                                                   trainable=False)
             self.subnetwork_optimizer = make_optimizer(options.optimizer,
                                                        options.learning_rate)
             self.subnetwork_optimizer.build(self._subnetwork_variables(range(len(builders))))
             self.mixture_optimizer = make_optimizer(
                 options.optimizer, options.mixture_learning_rate or options.learning_rate)
             self.mixture_optimizer.build(self._mixture_variables(range(count)))
+        # Bookkeeping, updated once per step in cross-replica context: ordinary variables on
+        # the coordinating host, outside the strategy's scope.
+        self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="step")
+        self.objective_ema = tf.Variable(tf.zeros([count]), trainable=False)
+        self.subnetwork_loss_ema = tf.Variable(tf.zeros([len(builders)]), trainable=False)
+        self.candidate_diverged = tf.Variable(tf.zeros([count], tf.bool), trainable=False)
+        self.subnetwork_diverged = tf.Variable(tf.zeros([len(builders)], tf.bool),
+                                               trainable=False)
         self.stopped: frozenset[str] = frozenset()
         self._loop = self._compile_loop()
+        self._predict = None
 
     # -- construction ---------------------------------------------------------------------
     def _make_candidates(self, specs, ensemblers) -> tuple[Candidate, ...]:
@@ -228,17 +231,22 @@ class Iteration:
                 index, tf.logical_or(tf.gather_nd(diverged, index),
                                      tf.logical_not(tf.math.is_finite(values))))
 
-        @tf.function
+        def body(i, iterator):
+            features, labels = next(iterator)
+            sub_losses, objectives = self.strategy.run(replica_step, args=(features, labels))
+            sub_losses = self.strategy.reduce("SUM", sub_losses, axis=None)
+            objectives = self.strategy.reduce("SUM", objectives, axis=None)
+            update(self.subnetwork_loss_ema, sub_index, sub_losses, self.subnetwork_diverged)
+            update(self.objective_ema, cand_index, objectives, self.candidate_diverged)
+            self.step.assign_add(1)
+            return i + 1, iterator
+
+        # Written without autograph: converting this code costs more tracing time than the
+        # explicit while_loop takes to write, and tracing is most of the pause between
+        # iterations.
+        @tf.function(autograph=False)
         def loop(iterator, steps):
-            for _ in tf.range(steps):
-                features, labels = next(iterator)
-                sub_losses, objectives = self.strategy.run(replica_step, args=(features, labels))
-                sub_losses = self.strategy.reduce("SUM", sub_losses, axis=None)
-                objectives = self.strategy.reduce("SUM", objectives, axis=None)
-                update(self.subnetwork_loss_ema, sub_index, sub_losses,
-                       self.subnetwork_diverged)
-                update(self.objective_ema, cand_index, objectives, self.candidate_diverged)
-                self.step.assign_add(1)
+            tf.while_loop(lambda i, _: i < steps, body, (tf.constant(0, tf.int64), iterator))
 
         return loop
 
@@ -277,17 +285,20 @@ class Iteration:
     def predict_logits(self, features: np.ndarray, *, batch_size: int = 8192
                        ) -> tuple[np.ndarray, np.ndarray]:
         """Logits of every candidate [C, N, L] and every new subnetwork [S, N, L]."""
-        all_subnetworks = list(range(len(self.subnetworks)))
-        all_candidates = list(range(len(self.candidates)))
+        if self._predict is None:
+            every_subnetwork = list(range(len(self.subnetworks)))
+            every_candidate = list(range(len(self.candidates)))
 
-        @tf.function
-        def predict(x):
-            new, logits = self._forward(x, training=False, active_subnetworks=all_subnetworks,
-                                        active_candidates=all_candidates)
-            return (tf.stack([logits[c] for c in all_candidates]),
-                    tf.stack([new[i][1] for i in all_subnetworks]))
+            def predict(x):
+                new, logits = self._forward(x, training=False,
+                                            active_subnetworks=every_subnetwork,
+                                            active_candidates=every_candidate)
+                return (tf.stack([logits[c] for c in every_candidate]),
+                        tf.stack([new[i][1] for i in every_subnetwork]))
 
-        parts = [predict(tf.constant(features[i:i + batch_size]))
+            self._predict = tf.function(predict, input_signature=[
+                tf.TensorSpec([None, features.shape[1]], tf.float32)])
+        parts = [self._predict(features[i:i + batch_size])
                  for i in range(0, len(features), batch_size)]
         return (np.concatenate([p[0].numpy() for p in parts], axis=1),
                 np.concatenate([p[1].numpy() for p in parts], axis=1))

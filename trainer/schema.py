@@ -39,18 +39,23 @@ class HeadType(str, enum.Enum):
 
 @dataclasses.dataclass(frozen=True)
 class NumericColumn:
-    """A numeric feature: standardised value plus a one-hot of its quantile bucket."""
+    """A numeric feature: its standardised value, plus a piecewise-linear encoding over
+    quantile bins whose edges are `edges` (first edge the minimum, last the maximum)."""
 
     name: str
     mean: float
     std: float
-    boundaries: tuple[float, ...] = ()
+    edges: tuple[float, ...] = ()
 
     kind = Kind.NUMERIC
 
     @property
+    def num_bins(self) -> int:
+        return max(0, len(self.edges) - 1)
+
+    @property
     def width(self) -> int:
-        return 1 + (len(self.boundaries) + 1 if self.boundaries else 0)
+        return 1 + self.num_bins
 
 
 @dataclasses.dataclass(frozen=True)
@@ -137,7 +142,7 @@ class Schema:
             kind = Kind(c.pop("kind"))
             if kind is Kind.NUMERIC:
                 columns.append(NumericColumn(c["name"], c["mean"], c["std"],
-                                             tuple(c["boundaries"])))
+                                             tuple(c["edges"])))
             else:
                 columns.append(CategoricalColumn(c["name"], tuple(c["vocabulary"])))
         label = dict(data["label"])
@@ -155,7 +160,7 @@ class ColumnChoices:
     categorical: tuple[str, ...] = ()
     ignore: tuple[str, ...] = ()
     head: HeadType | None = None
-    num_buckets: int = 10
+    num_bins: int = 16
     max_vocabulary_size: int = 1000
 
 
@@ -292,7 +297,7 @@ def infer_columns(raw: dict[str, np.ndarray], choices: ColumnChoices,
                 raise InputError(f"column '{name}' is numeric but holds {values[row]!r} at "
                                  f"{where(row)}. Fix the value, or drop '{name}' from "
                                  "--numeric_columns.")
-            columns.append(_numeric(name, numbers, choices.num_buckets))
+            columns.append(_numeric(name, numbers, choices.num_bins))
             continue
         present = ~np.isin(np.char.strip(values), list(MISSING_TOKENS))
         share = 1.0 - bad.sum() / max(1, present.sum())
@@ -306,17 +311,31 @@ def infer_columns(raw: dict[str, np.ndarray], choices: ColumnChoices,
     return tuple(columns)
 
 
-def _numeric(name: str, numbers: np.ndarray, num_buckets: int) -> NumericColumn:
+def _numeric(name: str, numbers: np.ndarray, num_bins: int) -> NumericColumn:
     present = numbers[np.isfinite(numbers)]
     if present.size == 0:
         raise InputError(f"numeric column '{name}' has no values in the training data; drop it "
                          f"with --ignore_columns={name}.")
     std = float(present.std()) or 1.0
-    boundaries: tuple[float, ...] = ()
-    if num_buckets > 1:
-        quantiles = np.quantile(present, np.linspace(0, 1, num_buckets + 1)[1:-1])
-        boundaries = tuple(float(b) for b in np.unique(quantiles))
-    return NumericColumn(name, float(present.mean()), std, boundaries)
+    return NumericColumn(name, float(present.mean()), std, quantile_edges(present, num_bins))
+
+
+def quantile_edges(values: np.ndarray, num_bins: int) -> tuple[float, ...]:
+    """Bin edges at the quantiles of `values`, from the minimum to the maximum.
+
+    A column dominated by one value (capital gains: 92% zeros) has few distinct quantiles;
+    the quantiles of the other values are added, so that the rest of the range is binned too.
+    """
+    if num_bins < 1:
+        return ()
+    levels = np.linspace(0, 1, num_bins + 1)
+    edges = [np.quantile(values, levels)]
+    distinct, counts = np.unique(values, return_counts=True)
+    rest = values[values != distinct[np.argmax(counts)]]
+    if len(np.unique(edges[0])) < num_bins + 1 and rest.size:
+        edges.append(np.quantile(rest, levels))
+    edges = np.unique(np.concatenate(edges))
+    return tuple(float(e) for e in edges) if len(edges) > 1 else ()
 
 
 def _categorical(name: str, values: np.ndarray, max_size: int) -> CategoricalColumn:

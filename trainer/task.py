@@ -36,7 +36,8 @@ flags.DEFINE_list("categorical_columns", [], "Columns to treat as categorical (d
 flags.DEFINE_list("ignore_columns", [], "Columns not to use as features.")
 flags.DEFINE_enum("head", "auto", ["auto"] + [h.value for h in HeadType],
                   "The kind of label (default: inferred from the label values).")
-flags.DEFINE_integer("num_buckets", 10, "Quantile buckets per numeric column (0: none).")
+flags.DEFINE_integer("num_bins", 16, "Quantile bins of the piecewise-linear encoding of "
+                     "each numeric column (0: standardised value only).")
 flags.DEFINE_integer("max_vocabulary_size", 1000, "Most frequent categories kept per column.")
 # -- the search -------------------------------------------------------------------------------
 flags.DEFINE_list("generator", ["dnn"], "Search spaces: any of dnn, cross, linear; several "
@@ -152,9 +153,9 @@ def build_config(f=FLAGS, environment: Environment | None = None) -> config_lib.
     columns = ColumnChoices(
         label=label, numeric=tuple(f.numeric_columns), categorical=tuple(f.categorical_columns),
         ignore=tuple(f.ignore_columns), head=None if f.head == "auto" else HeadType(f.head),
-        num_buckets=f.num_buckets, max_vocabulary_size=f.max_vocabulary_size)
-    if f.num_buckets < 0 or f.max_vocabulary_size < 1:
-        raise InputError(f"--num_buckets ({f.num_buckets}) must be >= 0 and "
+        num_bins=f.num_bins, max_vocabulary_size=f.max_vocabulary_size)
+    if f.num_bins < 0 or f.max_vocabulary_size < 1:
+        raise InputError(f"--num_bins ({f.num_bins}) must be >= 0 and "
                          f"--max_vocabulary_size ({f.max_vocabulary_size}) >= 1.")
     if f.layer_size < 1 or f.initial_num_layers < 0 or not 0 <= f.dropout < 1:
         raise InputError(f"--layer_size ({f.layer_size}) must be >= 1, --initial_num_layers "

@@ -118,6 +118,9 @@ class Trainer:
         self.x_train = encode(self.preprocessor, inputs.train)
         self.x_eval = encode(self.preprocessor, inputs.eval)
         self.input_dim = self.x_train.shape[1]
+        # Seconds from the end of training of iteration t-1 to the first step of t.
+        self.pauses: dict[int, float] = {}
+        self._previous_training_end: float | None = None
 
     # -- the job --------------------------------------------------------------------------
     def run(self) -> dict:
@@ -172,7 +175,8 @@ class Trainer:
         frozen.checkpoint().write(self.job.frozen_prefix(t))
         record["architecture"] = report_lib.architecture(frozen)
         record["seconds"] = {"total": time.monotonic() - started, "training": seconds,
-                             "selection_and_freeze": time.monotonic() - pause_started}
+                             "selection_and_freeze": time.monotonic() - pause_started,
+                             "pause_before": self.pauses.get(t)}
         job_dir_lib.write_json(self.job.record_path(t), record)  # the iteration is finished
         self.job.drop_iteration_checkpoints(t)
         logging.info("Iteration %d: chose %s (objective %.5f).", t, record["chosen"],
@@ -193,13 +197,17 @@ class Trainer:
         started = last_progress = last_checkpoint = time.monotonic()
         first_step = step
         while step < total and not iteration.is_exhausted:
-            steps = min(self.config.steps_per_loop, total - step)
+            # The first call runs one step, so that the pause between iterations (select,
+            # freeze, build and compile the next) is measured up to the first step done.
+            steps = 1 if step == first_step else min(self.config.steps_per_loop, total - step)
             for name in iteration.train(iterator, steps):
                 logging.warning("Iteration %d: %s diverged (non-finite loss) by step %d; it "
                                 "stops training and will not be selected.", iteration.number,
                                 name, step + steps)
             step += steps
             now = time.monotonic()
+            if steps == 1 and self._previous_training_end is not None:
+                self.pauses[iteration.number] = now - self._previous_training_end
             if now - last_progress >= _PROGRESS_EVERY_SECS or step >= total:
                 rate = (step - first_step) / max(now - started, 1e-9)
                 logging.info(report_lib.progress_line(iteration, step, total, rate,
@@ -213,7 +221,8 @@ class Trainer:
             logging.warning("Iteration %d: every new candidate diverged at step %d.",
                             iteration.number, step)
         manager.save(checkpoint_number=step)
-        return time.monotonic() - started
+        self._previous_training_end = time.monotonic()
+        return self._previous_training_end - started
 
     # -- selection ------------------------------------------------------------------------
     def select(self, iteration: Iteration, seconds: float) -> dict:

@@ -1,0 +1,28 @@
+"""Shared fixtures."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.support import DataFiles, make_data
+
+
+@pytest.fixture(params=["binary", "multiclass", "regression"])
+def any_head(request, tmp_path) -> tuple[str, DataFiles]:
+    return request.param, make_data(tmp_path, request.param)
+
+
+@pytest.fixture
+def binary_data(tmp_path) -> DataFiles:
+    return make_data(tmp_path, "binary")
+
+
+def pytest_configure(config):
+    # Two logical CPU devices, so that distribution strategies run several replicas in one
+    # process (the runtime must not have started yet).
+    import tensorflow as tf
+    cpu = tf.config.list_physical_devices("CPU")[0]
+    tf.config.set_logical_device_configuration(
+        cpu, [tf.config.LogicalDeviceConfiguration(), tf.config.LogicalDeviceConfiguration()])
+    config.addinivalue_line("markers", "slow: long end-to-end runs; `make test` skips them "
+                            "locally, CI (CI=true) runs them")

@@ -1,0 +1,143 @@
+"""The iteration loop in process: divergence handling, export equality, the strategy scope."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+from absl import flags
+
+from trainer import ensemble as ens
+from trainer import job_dir as job_dir_lib
+from trainer import task, training
+from trainer.heads import Head
+from trainer.iteration import Iteration, TrainOptions
+from trainer.model import Builder, DNNBuilder
+from trainer.schema import HeadType, Label
+
+
+def _config(args):
+    flags.FLAGS.unparse_flags()
+    flags.FLAGS(["trainer.task", *args])
+    try:
+        return task.build_config(flags.FLAGS)
+    finally:
+        flags.FLAGS.unparse_flags()
+
+
+def test_exported_model_predicts_exactly_what_the_trainer_computes(binary_data, tmp_path):
+    config = _config([f"--train_data={binary_data.train}", f"--eval_data={binary_data.eval}",
+                      "--label_column=target", f"--job_dir={tmp_path / 'job'}",
+                      "--max_iterations=2", "--max_iteration_steps=150", "--batch_size=32",
+                      "--learn_mixture_weights", "--mixture_weight_type=vector",
+                      "--use_bias"])
+    report = training.run(config)
+    job = job_dir_lib.JobDir(config.job_dir)
+    trainer = training.Trainer(config, training.load_inputs(config, job), job)
+    ensemble = trainer.restore(job.records())
+    assert [m.key for m in ensemble.members] == [
+        m["key"] for m in report["architecture"]["members"]]
+    own_logits = ensemble.logits(tf.constant(trainer.x_eval)).numpy()
+    own = trainer.head.predictions(tf.constant(own_logits))
+
+    serve = tf.saved_model.load(str(tmp_path / "job" / "model")).signatures["serving_default"]
+    features = {k: tf.constant(v) for k, v in trainer.inputs.eval.features.items()}
+    served = serve(**features)
+    np.testing.assert_allclose(served["logits"].numpy(), own_logits, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(served["probabilities"].numpy(), own["probabilities"].numpy(),
+                               rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(served["classes"].numpy(), own["classes"].numpy())
+    assert set(served) == {"logits", "probabilities", "class_ids", "classes"}
+    accuracy = float(np.mean(served["class_ids"].numpy() == trainer.inputs.eval.labels))
+    assert accuracy == pytest.approx(report["final"]["metrics"]["accuracy"])
+
+
+@dataclasses.dataclass(frozen=True)
+class ExplodingBuilder(Builder):
+    """A subnetwork whose logits overflow to infinity: its loss is never finite."""
+
+    @property
+    def name(self):
+        return "exploding"
+
+    @property
+    def complexity(self):
+        return 1.0
+
+    def build_body(self, *, input_dim, seed):
+        return keras.layers.Lambda(lambda x: x * 1e30 + 1e38)
+
+
+def _iteration(builders, *, strategy=None, specs=None):
+    head = Head(Label("y", HeadType.BINARY, classes=("a", "b")))
+    names = [b.name for b in builders]
+    return Iteration(number=0, head=head, input_dim=4, seed=1, builders=builders,
+                     specs=specs or ens.candidate_specs([ens.GrowStrategy()], names,
+                                                        has_previous=False),
+                     ensemblers=[ens.ComplexityRegularizedEnsembler(learn_mixture_weights=True)],
+                     previous=None, options=TrainOptions(batch_size=8, learning_rate=0.01),
+                     strategy=strategy or tf.distribute.get_strategy())
+
+
+def _batches(n_features=4, batch=8, seed=0):
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(256, n_features)).astype(np.float32)
+    y = (x[:, 0] > 0).astype(np.int64)
+    return iter(tf.data.Dataset.from_tensor_slices((x, y)).repeat().batch(batch))
+
+
+def test_a_diverged_candidate_stops_and_is_never_selected():
+    iteration = _iteration([DNNBuilder(1, 8), ExplodingBuilder()])
+    diverged = iteration.train(_batches(), 20)
+    assert "t0_exploding" in diverged
+    assert "grow_exploding_complexity_regularized" in diverged
+    assert "t0_exploding" in iteration.stopped
+    scores = [ens.Score(c.name, float(o), c.is_previous, bool(d)) for c, o, d in zip(
+        iteration.candidates, iteration.moving_average_objectives(),
+        iteration.candidate_diverged.numpy())]
+    chosen = iteration.candidates[ens.choose(scores, force_grow=False)]
+    assert chosen.name == "grow_dnn_1x8_complexity_regularized"
+    # Training goes on for the healthy candidate only, with finite weights.
+    before = int(iteration.step.numpy())
+    assert iteration.train(_batches(seed=1), 10) == []
+    assert int(iteration.step.numpy()) == before + 10
+    for variable in iteration.subnetworks[0].trainable_variables:
+        assert np.isfinite(variable.numpy()).all()
+    assert not iteration.is_exhausted
+
+
+def test_every_candidate_diverged_stops_training_with_a_clear_error():
+    iteration = _iteration([ExplodingBuilder()])
+    iteration.train(_batches(), 5)
+    assert iteration.is_exhausted
+    scores = [ens.Score(c.name, float(o), c.is_previous, bool(d)) for c, o, d in zip(
+        iteration.candidates, iteration.moving_average_objectives(),
+        iteration.candidate_diverged.numpy())]
+    with pytest.raises(ens.selection.TrainingError, match="diverged"):
+        ens.choose(scores, force_grow=False)
+
+
+def test_train_steps_run_under_a_distribution_strategy():
+    """The same loop under MirroredStrategy on two logical CPU devices: both replicas train
+    and their copies of every variable stay identical (gradients are all-reduced)."""
+    cpus = tf.config.list_logical_devices("CPU")
+    if len(cpus) < 2:
+        pytest.skip("needs two logical CPUs, configured before TensorFlow starts")
+    strategy = tf.distribute.MirroredStrategy([d.name for d in cpus[:2]])
+    iteration = _iteration([DNNBuilder(1, 8)], strategy=strategy)
+    batches = iter(strategy.experimental_distribute_dataset(
+        tf.data.Dataset.from_tensor_slices((
+            np.random.default_rng(0).normal(size=(256, 4)).astype(np.float32),
+            np.ones(256, np.int64))).repeat().batch(8)))
+    initial = [v.numpy() for v in iteration.subnetworks[0].trainable_variables]
+    iteration.train(batches, 30)
+    assert int(iteration.step.numpy()) == 30
+    assert np.isfinite(iteration.moving_average_objectives()).all()
+    for variable, before in zip(iteration.subnetworks[0].trainable_variables, initial):
+        replicas = [v.numpy() for v in variable.value.values]  # Keras wraps the tf variable
+        assert len(replicas) == 2
+        np.testing.assert_array_equal(replicas[0], replicas[1])
+        assert not np.allclose(replicas[0], before)

@@ -1,0 +1,138 @@
+"""End to end: `python -m trainer.task` as a real process on real files."""
+
+from __future__ import annotations
+
+import csv
+import json
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tests.support import FAST_FLAGS, load_report, make_data, run_task, task_env
+
+
+def _predict(model_dir, csv_path):
+    """Serves the exported model on the raw columns of a CSV file."""
+    serve = tf.saved_model.load(str(model_dir)).signatures["serving_default"]
+    with open(csv_path) as f:
+        rows = list(csv.DictReader(f))
+    features = {"x1": tf.constant([float(r["x1"]) for r in rows]),
+                "x2": tf.constant([float(r["x2"]) for r in rows]),
+                "color": tf.constant([r["color"] for r in rows])}
+    return serve(**features), [r["target"] for r in rows]
+
+
+def test_every_head_trains_exports_and_reports(any_head, tmp_path):
+    kind, data = any_head
+    job = tmp_path / "job"
+    result = run_task([f"--train_data={data.train}", f"--eval_data={data.eval}",
+                       "--label_column=target", f"--job_dir={job}", *FAST_FLAGS])
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = load_report(job)
+    assert report["status"] == "complete"
+    assert report["head"] == kind
+    assert [r["iteration"] for r in report["iterations"]] == [0, 1]
+    for record in report["iterations"]:
+        names = [c["name"] for c in record["candidates"]]
+        assert record["chosen"] in names
+        for candidate in record["candidates"]:
+            assert candidate["objective"] is not None and candidate["eval"]["loss"] > 0
+    members = report["architecture"]["members"]
+    assert members and all({"iteration", "builder", "key"} <= set(m) for m in members)
+    assert (job / "model" / "saved_model.pb").exists()
+    assert list((job / "logs").glob("iteration-0/*/events.out.tfevents.*"))
+    assert "final ensemble" in result.stdout and "exported model" in result.stdout
+    assert "steps/s" in result.stderr and "left" in result.stderr
+
+    outputs, targets = _predict(job / "model", data.eval)
+    metrics = report["final"]["metrics"]
+    if kind == "regression":
+        predicted = outputs["predictions"].numpy()
+        mse = float(np.mean((predicted - np.array(targets, float)) ** 2))
+        assert mse == pytest.approx(metrics["mse"], rel=1e-4)
+        assert mse < 0.1 * np.var(np.array(targets, float))
+    else:
+        probabilities = outputs["probabilities"].numpy()
+        np.testing.assert_allclose(probabilities.sum(axis=1), 1.0, atol=1e-5)
+        classes = [c.decode() for c in outputs["classes"].numpy()]
+        accuracy = float(np.mean(np.array(classes) == np.array(targets)))
+        assert accuracy == pytest.approx(metrics["accuracy"], abs=1e-6)
+        assert accuracy > (0.9 if kind == "binary" else 0.8)
+
+
+def test_rerun_of_a_finished_job_changes_nothing(binary_data, tmp_path):
+    job = tmp_path / "job"
+    args = [f"--train_data={binary_data.train}", f"--eval_data={binary_data.eval}",
+            "--label_column=target", f"--job_dir={job}", *FAST_FLAGS]
+    assert run_task(args).returncode == 0
+    record = (job / "checkpoints" / "iteration-1.json").read_text()
+    pb = (job / "model" / "saved_model.pb").stat().st_mtime_ns
+    again = run_task(args)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert "Resuming" in again.stderr
+    assert "Iteration 0: training" not in again.stderr
+    assert (job / "checkpoints" / "iteration-1.json").read_text() == record
+    assert (job / "model" / "saved_model.pb").stat().st_mtime_ns == pb
+
+
+def test_more_iterations_extend_a_finished_job(binary_data, tmp_path):
+    job = tmp_path / "job"
+    args = [f"--train_data={binary_data.train}", f"--eval_data={binary_data.eval}",
+            "--label_column=target", f"--job_dir={job}", "--max_iteration_steps=100",
+            "--batch_size=32"]
+    assert run_task(args + ["--max_iterations=1"]).returncode == 0
+    first = (job / "checkpoints" / "iteration-0.json").read_text()
+    result = run_task(args + ["--max_iterations=2"])
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert (job / "checkpoints" / "iteration-0.json").read_text() == first
+    assert len(load_report(job)["iterations"]) == 2
+
+
+def test_changed_search_flags_are_refused_on_resume(binary_data, tmp_path):
+    job = tmp_path / "job"
+    args = [f"--train_data={binary_data.train}", "--label_column=target", f"--job_dir={job}",
+            "--max_iterations=1", "--max_iteration_steps=50"]
+    assert run_task(args).returncode == 0
+    result = run_task(args + ["--generator=cross"])
+    assert result.returncode == 2
+    assert "--job_dir" in result.stderr and "generator" in result.stderr
+
+
+def test_hypertune_metric_is_reported(binary_data, tmp_path):
+    metric_file = tmp_path / "hypertune" / "output.metrics"
+    env = task_env()
+    env["CLOUD_ML_HP_METRIC_FILE"] = str(metric_file)
+    result = run_task([f"--train_data={binary_data.train}", "--label_column=target",
+                       f"--job_dir={tmp_path / 'job'}", "--max_iterations=1",
+                       "--max_iteration_steps=50"], env=env)
+    assert result.returncode == 0, result.stderr[-2000:]
+    lines = metric_file.read_text().strip().splitlines()
+    reported = json.loads(lines[-1])
+    accuracy = load_report(tmp_path / "job")["final"]["metrics"]["accuracy"]
+    assert float(reported["accuracy"]) == pytest.approx(accuracy)
+
+
+def test_tfrecord_input(tmp_path):
+    data = make_data(tmp_path, "binary", n_train=600, n_eval=200)
+    paths = []
+    for split, source in (("train", data.train), ("eval", data.eval)):
+        path = tmp_path / f"{split}.tfrecord"
+        with open(source) as f, tf.io.TFRecordWriter(str(path)) as writer:
+            for row in csv.DictReader(f):
+                feature = {
+                    "x1": tf.train.Feature(float_list=tf.train.FloatList(value=[float(row["x1"])])),
+                    "x2": tf.train.Feature(float_list=tf.train.FloatList(value=[float(row["x2"])])),
+                    "color": tf.train.Feature(bytes_list=tf.train.BytesList(
+                        value=[row["color"].encode()])),
+                    "target": tf.train.Feature(bytes_list=tf.train.BytesList(
+                        value=[row["target"].encode()])),
+                }
+                writer.write(tf.train.Example(features=tf.train.Features(
+                    feature=feature)).SerializeToString())
+        paths.append(path)
+    job = tmp_path / "job"
+    result = run_task([f"--train_data={paths[0]}", f"--eval_data={paths[1]}",
+                       "--label_column=target", f"--job_dir={job}", *FAST_FLAGS])
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert load_report(job)["final"]["metrics"]["accuracy"] > 0.85
