@@ -33,7 +33,7 @@ class SearchConfig:
     selection: ens.Selection = ens.Selection.MOVING_AVERAGE
     force_grow: bool = False
     max_iterations: int = 3
-    max_iteration_steps: int = 1000
+    max_iteration_steps: int = 3000
 
     def __post_init__(self):
         if self.max_iterations < 1:

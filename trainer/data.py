@@ -96,7 +96,9 @@ def _open_text(path: str, *, flag: str) -> io.TextIOBase:
     stream = io.BytesIO(raw)
     if path.endswith(".gz"):
         stream = gzip.GzipFile(fileobj=stream)
-    return io.TextIOWrapper(stream, encoding="utf-8", newline="")
+    # utf-8-sig: spreadsheet exports start with a byte-order mark that is not part of the
+    # first column name.
+    return io.TextIOWrapper(stream, encoding="utf-8-sig", newline="")
 
 
 def _read_csv(path: str, *, flag: str) -> tuple[list[str], np.ndarray, np.ndarray]:

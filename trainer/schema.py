@@ -237,7 +237,8 @@ def infer_label(name: str, values: np.ndarray, head: HeadType | None,
         regression_targets(name, values, where)  # raises, naming the row
     if head is None:
         if bad.any():
-            head = HeadType.BINARY if len(np.unique(values)) == 2 else HeadType.MULTICLASS
+            head = (HeadType.BINARY if len(np.unique(class_names(values))) == 2
+                    else HeadType.MULTICLASS)
         else:
             distinct = np.unique(numbers)
             integral = np.all(distinct == np.round(distinct))

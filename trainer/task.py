@@ -40,7 +40,7 @@ flags.DEFINE_integer("num_bins", 16, "Quantile bins of the piecewise-linear enco
                      "each numeric column (0: standardised value only).")
 flags.DEFINE_integer("max_vocabulary_size", 1000, "Most frequent categories kept per column.")
 # -- the search -------------------------------------------------------------------------------
-flags.DEFINE_list("generator", ["dnn"], "Search spaces: any of dnn, cross, linear; several "
+flags.DEFINE_list("generator", ["dnn", "cross"], "Search spaces: any of dnn, cross, linear; several "
                   "propose the union of their candidates.")
 flags.DEFINE_integer("layer_size", 64, "Units per hidden layer of dnn and cross subnetworks.")
 flags.DEFINE_integer("initial_num_layers", 0, "Depth of the shallower DNN at iteration 0.")
@@ -63,7 +63,7 @@ flags.DEFINE_enum("selection", ens.Selection.MOVING_AVERAGE.value,
                   "or an evaluator pass over the train data or the held-out eval data.")
 flags.DEFINE_boolean("force_grow", False, "Never keep the previous ensemble unchanged.")
 flags.DEFINE_integer("max_iterations", 3, "AdaNet iterations.")
-flags.DEFINE_integer("max_iteration_steps", 1000, "Train steps per iteration.")
+flags.DEFINE_integer("max_iteration_steps", 3000, "Train steps per iteration.")
 # -- training ---------------------------------------------------------------------------------
 flags.DEFINE_integer("batch_size", 64, "Examples per train step.")
 flags.DEFINE_float("learning_rate", 0.001, "Learning rate of the subnetworks.")

@@ -1,0 +1,158 @@
+"""Heads: TF loss == numpy loss, serving outputs, metrics and ROC AUC."""
+
+import itertools
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from trainer.heads import Head, roc_auc
+from trainer.schema import HeadType, Label
+
+BINARY = Label("y", HeadType.BINARY, ("no", "yes"))
+MULTICLASS = Label("y", HeadType.MULTICLASS, ("a", "b", "c"))
+REGRESSION = Label("y", HeadType.REGRESSION, mean=2.0, std=4.0)
+
+
+def sample(label, n=16, seed=0):
+    rng = np.random.default_rng(seed)
+    logits = (rng.normal(size=(n, label.logits_dimension)) * 3).astype(np.float32)
+    if label.head is HeadType.REGRESSION:
+        labels = rng.normal(2.0, 4.0, size=n).astype(np.float32)
+    else:
+        labels = rng.integers(0, len(label.classes), size=n).astype(np.int64)
+    return labels, logits
+
+
+@pytest.mark.parametrize("label", [BINARY, MULTICLASS, REGRESSION])
+def test_tf_loss_equals_numpy_loss(label):
+    head = Head(label)
+    labels, logits = sample(label)
+    tf_loss = head.loss(tf.constant(labels), tf.constant(logits)).numpy()
+    np_loss = head.losses(labels, logits)
+    assert tf_loss.shape == np_loss.shape == (16,)
+    np.testing.assert_allclose(tf_loss, np_loss, rtol=1e-5, atol=1e-6)
+
+
+def test_losses_by_hand():
+    np.testing.assert_allclose(
+        Head(BINARY).losses(np.array([1, 0]), np.array([[0.0], [2.0]])),
+        [np.log(2.0), np.log1p(np.exp(2.0))])
+    np.testing.assert_allclose(
+        Head(MULTICLASS).losses(np.array([2]), np.array([[1.0, 1.0, 1.0]])), [np.log(3.0)])
+    # regression trains on standardised targets: (logit - (label - mean) / std)^2
+    np.testing.assert_allclose(
+        Head(REGRESSION).losses(np.array([10.0]), np.array([[1.0]])), [1.0])
+
+
+def test_binary_loss_is_stable_for_large_logits():
+    losses = Head(BINARY).losses(np.array([0, 1]), np.array([[1000.0], [-1000.0]]))
+    np.testing.assert_allclose(losses, [1000.0, 1000.0])
+
+
+@pytest.mark.parametrize("label, dim", [(BINARY, 1), (MULTICLASS, 3), (REGRESSION, 1)])
+def test_logits_dimension(label, dim):
+    assert Head(label).logits_dimension == dim
+
+
+def test_binary_predictions():
+    logits = tf.constant([[0.0], [2.0], [-1.0]])
+    out = Head(BINARY).predictions(logits)
+    assert set(out) == {"probabilities", "class_ids", "classes"}
+    p = 1 / (1 + np.exp(-np.array([0.0, 2.0, -1.0])))
+    np.testing.assert_allclose(out["probabilities"].numpy(), np.stack([1 - p, p], -1),
+                               rtol=1e-6)
+    assert out["class_ids"].numpy().tolist() == [0, 1, 0]
+    assert [c.decode() for c in out["classes"].numpy()] == ["no", "yes", "no"]
+
+
+def test_multiclass_predictions():
+    logits = np.array([[1.0, 2.0, 0.0], [0.0, -1.0, 3.0]], np.float32)
+    out = Head(MULTICLASS).predictions(tf.constant(logits))
+    e = np.exp(logits)
+    np.testing.assert_allclose(out["probabilities"].numpy(), e / e.sum(1, keepdims=True),
+                               rtol=1e-6)
+    assert out["probabilities"].shape == (2, 3)
+    assert out["class_ids"].numpy().tolist() == [1, 2]
+    assert [c.decode() for c in out["classes"].numpy()] == ["b", "c"]
+
+
+def test_regression_predictions_undo_standardisation():
+    out = Head(REGRESSION).predictions(tf.constant([[0.0], [1.5]]))
+    assert set(out) == {"predictions"}
+    assert out["predictions"].shape == (2,)
+    np.testing.assert_allclose(out["predictions"].numpy(), [2.0, 8.0])
+
+
+@pytest.mark.parametrize("label, keys", [
+    (BINARY, {"loss", "accuracy", "auc"}),
+    (MULTICLASS, {"loss", "accuracy"}),
+    (REGRESSION, {"loss", "mse", "mae"}),
+])
+def test_metric_keys(label, keys):
+    labels, logits = sample(label)
+    metrics = Head(label).metrics(labels, logits)
+    assert set(metrics) == keys
+    assert all(isinstance(v, float) for v in metrics.values())
+    np.testing.assert_allclose(metrics["loss"], Head(label).losses(labels, logits).mean())
+
+
+def test_metric_values():
+    binary = Head(BINARY).metrics(np.array([1, 0, 1, 0]),
+                                  np.array([[2.0], [-1.0], [-0.5], [0.5]]))
+    assert binary["accuracy"] == 0.5
+    assert binary["auc"] == 0.75
+    multi = Head(MULTICLASS).metrics(np.array([0, 2]), np.array([[3.0, 0, 0], [3.0, 0, 0]]))
+    assert multi["accuracy"] == 0.5
+    regression = Head(REGRESSION).metrics(np.array([2.0, 0.0]), np.array([[0.5], [0.0]]))
+    # predictions 4 and 2: errors 2 and 2
+    assert regression["mse"] == pytest.approx(4.0)
+    assert regression["mae"] == pytest.approx(2.0)
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf])
+def test_metrics_of_non_finite_logits(bad):
+    labels, logits = sample(BINARY)
+    logits[3, 0] = bad
+    metrics = Head(BINARY).metrics(labels, logits)
+    assert list(metrics) == ["loss"] and np.isnan(metrics["loss"])
+
+
+@pytest.mark.parametrize("label, metric", [
+    (BINARY, ("accuracy", True)), (MULTICLASS, ("accuracy", True)), (REGRESSION, ("mse", False))])
+def test_objective_metric(label, metric):
+    assert Head(label).objective_metric == metric
+
+
+def brute_force_auc(labels, scores):
+    pos = [s for s, l in zip(scores, labels) if l == 1]
+    neg = [s for s, l in zip(scores, labels) if l != 1]
+    wins = sum(1.0 if p > n else 0.5 if p == n else 0.0 for p, n in itertools.product(pos, neg))
+    return wins / (len(pos) * len(neg))
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_roc_auc_matches_pairwise_count_with_ties(seed):
+    rng = np.random.default_rng(seed)
+    n = 40
+    labels = rng.integers(0, 2, size=n)
+    scores = rng.integers(0, 5, size=n).astype(float)  # many ties
+    assert roc_auc(labels, scores) == pytest.approx(brute_force_auc(labels, scores), abs=1e-12)
+
+
+@pytest.mark.parametrize("labels, scores, expected", [
+    ([0, 0, 1, 1], [0.1, 0.2, 0.3, 0.4], 1.0),
+    ([1, 1, 0, 0], [0.1, 0.2, 0.3, 0.4], 0.0),
+    ([0, 1, 0, 1], [0.5, 0.5, 0.5, 0.5], 0.5),
+    ([0, 1, 1], [0.2, 0.2, 0.9], 0.75),
+    ([1, 0, 1, 0], [3.0, -1.0, 0.0, 1.0], 0.75),
+])
+def test_roc_auc_small_cases(labels, scores, expected):
+    got = roc_auc(np.array(labels), np.array(scores))
+    assert got == pytest.approx(expected, abs=1e-12)
+    assert got == pytest.approx(brute_force_auc(labels, scores), abs=1e-12)
+
+
+@pytest.mark.parametrize("labels", [[0, 0, 0], [1, 1]])
+def test_roc_auc_one_class_is_nan(labels):
+    assert np.isnan(roc_auc(np.array(labels), np.arange(len(labels), dtype=float)))
