@@ -50,8 +50,9 @@ class FrozenEnsemble:
     ensembler: ens.Ensembler
 
     def checkpoint(self) -> tf.train.Checkpoint:
-        return tf.train.Checkpoint(members={m.key: m.subnetwork for m in self.members},
-                                   weights=self.weights)
+        return tf.train.Checkpoint(
+            members={m.key: m.subnetwork.checkpoint_variables() for m in self.members},
+            weights=self.weights)
 
     def logits(self, features: tf.Tensor) -> tf.Tensor:
         return self.weights([m.subnetwork(features, training=False) for m in self.members])
@@ -159,7 +160,7 @@ class Iteration:
             subnetwork_loss_ema=self.subnetwork_loss_ema,
             candidate_diverged=self.candidate_diverged,
             subnetwork_diverged=self.subnetwork_diverged,
-            subnetworks={s.name: s for s in self.subnetworks},
+            subnetworks={s.name: s.checkpoint_variables() for s in self.subnetworks},
             mixture_weights={c.name: c.weights for c in self.candidates if not c.is_previous},
             subnetwork_optimizer=self.subnetwork_optimizer,
             mixture_optimizer=self.mixture_optimizer)

@@ -131,6 +131,16 @@ class Subnetwork(keras.Model):
         last_layer = self.body(features, training=training)
         return last_layer, self.logits_layer(last_layer)
 
+    def checkpoint_variables(self) -> dict[str, tf.Variable]:
+        """Every variable, keyed by creation order, for `tf.train.Checkpoint`.
+
+        Keras 3 layers do not expose layers kept in Python lists (a `Sequential`'s layers, a
+        list of sublayers) as checkpoint dependencies, so checkpointing the model object
+        silently drops their weights. A builder makes the same variables in the same order
+        every time, so the position is a stable key.
+        """
+        return {str(i): getattr(v, "value", v) for i, v in enumerate(self.variables)}
+
     @property
     def last_layer_dim(self) -> int:
         return int(self.logits_layer.kernel.shape[0])
