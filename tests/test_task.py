@@ -136,3 +136,37 @@ def test_tfrecord_input(tmp_path):
                        "--label_column=target", f"--job_dir={job}", *FAST_FLAGS])
     assert result.returncode == 0, result.stderr[-2000:]
     assert load_report(job)["final"]["metrics"]["accuracy"] > 0.85
+
+
+@pytest.mark.parametrize("selection", ["train", "holdout"])
+def test_evaluator_selection_with_every_strategy_and_ensembler(binary_data, tmp_path,
+                                                               selection):
+    job = tmp_path / "job"
+    result = run_task([f"--train_data={binary_data.train}", f"--eval_data={binary_data.eval}",
+                       "--label_column=target", f"--job_dir={job}", "--max_iterations=2",
+                       "--max_iteration_steps=150", "--batch_size=32", "--generator=dnn",
+                       "--ensemble_strategies=grow,all,solo",
+                       "--ensemblers=complexity_regularized,mean",
+                       "--mixture_weight_type=matrix", "--learn_mixture_weights",
+                       "--adanet_lambda=0.01", "--adanet_beta=0.001", "--use_bias",
+                       "--warm_start_mixture_weights", f"--selection={selection}",
+                       "--force_grow"])
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = load_report(job)
+    last = report["iterations"][1]
+    names = [c["name"] for c in last["candidates"]]
+    assert names[0] == "previous_ensemble"
+    assert {"grow_dnn_1x64_mean", "all_complexity_regularized",
+            "solo_dnn_2x64_complexity_regularized"} <= set(names)
+    assert last["selection"] == selection
+    eligible = [c for c in last["candidates"] if c["name"] != "previous_ensemble"]
+    best = min(eligible, key=lambda c: c["objective"])
+    assert last["chosen"] == best["name"]  # force_grow: never the previous ensemble
+    if selection == "holdout":  # the objective is the eval loss plus the penalty
+        for candidate in eligible:
+            if candidate["name"].endswith("_mean"):
+                assert candidate["objective"] == pytest.approx(candidate["eval"]["loss"],
+                                                               rel=1e-4)
+    weights = report["architecture"]["mixture_weights"]
+    if report["architecture"]["ensembler"] == "complexity_regularized":
+        assert weights["type"] == "matrix" and "bias" in weights
