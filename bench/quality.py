@@ -52,7 +52,7 @@ def convert(raw_path: str, out_path: str) -> int:
 
 
 def keras_baseline(x_train, y_train, x_test, y_test, *, steps: int, batch_size: int,
-                   learning_rate: float, seed: int) -> float:
+                   learning_rate: float, seed: int) -> tuple[float, int]:
     import keras
     keras.utils.set_random_seed(seed)
     model = keras.Sequential([keras.Input((x_train.shape[1],)),
