@@ -81,10 +81,12 @@ class TrainOptions:
     mixture_learning_rate: float | None = None
 
 
+OPTIMIZERS = {"adam": keras.optimizers.Adam, "sgd": keras.optimizers.SGD,
+              "rmsprop": keras.optimizers.RMSprop, "adagrad": keras.optimizers.Adagrad}
+
+
 def make_optimizer(name: str, learning_rate: float) -> keras.optimizers.Optimizer:
-    optimizers = {"adam": keras.optimizers.Adam, "sgd": keras.optimizers.SGD,
-                  "rmsprop": keras.optimizers.RMSprop, "adagrad": keras.optimizers.Adagrad}
-    return optimizers[name](learning_rate=learning_rate)
+    return OPTIMIZERS[name](learning_rate=learning_rate)
 
 
 class Iteration:
@@ -222,23 +224,34 @@ class Iteration:
             return tf.stack(sub_losses), tf.stack(objectives)
 
         decay = ens.MOVING_AVERAGE_DECAY
-        sub_index = tf.constant(active_subnetworks, tf.int32)[:, None]
-        cand_index = tf.constant(active_candidates, tf.int32)[:, None]
 
-        def update(variable, index, values, diverged):
-            old = tf.gather_nd(variable, index)
-            variable.scatter_nd_update(index, decay * old + (1.0 - decay) * values)
-            diverged.scatter_nd_update(
-                index, tf.logical_or(tf.gather_nd(diverged, index),
-                                     tf.logical_not(tf.math.is_finite(values))))
+        def updater(active: list[int], size: int):
+            """EMA and divergence update for the active entries of a stats vector: whole-
+            vector ops while all are active (the usual case), gather/scatter otherwise."""
+            if len(active) == size:
+                def update(ema, diverged, values):
+                    ema.assign(decay * ema + (1.0 - decay) * values)
+                    diverged.assign(diverged | ~tf.math.is_finite(values))
+                return update
+            index = tf.constant(active, tf.int32)[:, None]
+
+            def update(ema, diverged, values):
+                ema.scatter_nd_update(
+                    index, decay * tf.gather_nd(ema, index) + (1.0 - decay) * values)
+                diverged.scatter_nd_update(
+                    index, tf.gather_nd(diverged, index) | ~tf.math.is_finite(values))
+            return update
+
+        update_subnetworks = updater(active_subnetworks, len(self.subnetworks))
+        update_candidates = updater(active_candidates, len(self.candidates))
 
         def body(i, iterator):
             features, labels = next(iterator)
             sub_losses, objectives = self.strategy.run(replica_step, args=(features, labels))
             sub_losses = self.strategy.reduce("SUM", sub_losses, axis=None)
             objectives = self.strategy.reduce("SUM", objectives, axis=None)
-            update(self.subnetwork_loss_ema, sub_index, sub_losses, self.subnetwork_diverged)
-            update(self.objective_ema, cand_index, objectives, self.candidate_diverged)
+            update_subnetworks(self.subnetwork_loss_ema, self.subnetwork_diverged, sub_losses)
+            update_candidates(self.objective_ema, self.candidate_diverged, objectives)
             self.step.assign_add(1)
             return i + 1, iterator
 

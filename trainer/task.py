@@ -16,7 +16,7 @@ from trainer import ensemble as ens
 from trainer import model
 from trainer.environment import Environment
 from trainer.errors import InputError, TrainingError
-from trainer.iteration import TrainOptions
+from trainer.iteration import OPTIMIZERS, TrainOptions
 from trainer.schema import ColumnChoices, HeadType
 
 FLAGS = flags.FLAGS
@@ -69,7 +69,7 @@ flags.DEFINE_integer("batch_size", 64, "Examples per train step.")
 flags.DEFINE_float("learning_rate", 0.001, "Learning rate of the subnetworks.")
 flags.DEFINE_float("mixture_learning_rate", None, "Learning rate of the mixture weights "
                    "(default: --learning_rate).")
-flags.DEFINE_enum("optimizer", "adam", ["adam", "sgd", "rmsprop", "adagrad"], "Optimizer.")
+flags.DEFINE_enum("optimizer", "adam", list(OPTIMIZERS), "Optimizer.")
 flags.DEFINE_integer("seed", 42, "Seed of initialisation, data order and hold-out split.")
 flags.DEFINE_string("job_dir", "runs/adanet", "Where checkpoints, logs, the model and the "
                     "report go. Re-running with the same job dir resumes.")
