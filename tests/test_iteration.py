@@ -141,3 +141,15 @@ def test_train_steps_run_under_a_distribution_strategy():
         assert len(replicas) == 2
         np.testing.assert_array_equal(replicas[0], replicas[1])
         assert not np.allclose(replicas[0], before)
+
+
+def test_divergence_survives_a_restart(tmp_path):
+    original = _iteration([DNNBuilder(1, 8), ExplodingBuilder()])
+    original.train(_batches(), 5)
+    prefix = original.checkpoint().write(str(tmp_path / "ckpt"))
+    restored = _iteration([DNNBuilder(1, 8), ExplodingBuilder()])
+    restored.checkpoint().read(prefix).assert_existing_objects_matched()
+    assert set(restored.stop_diverged()) == {"t0_exploding",
+                                             "grow_exploding_complexity_regularized"}
+    assert restored.stop_diverged() == []
+    assert restored.active() == ([0], [0])

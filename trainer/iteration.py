@@ -268,17 +268,19 @@ class Iteration:
         """Runs `steps` train steps; returns the names of candidates that diverged in them
         (they stop training and are never selected)."""
         self._loop(iterator, tf.constant(steps, tf.int64))
-        newly = self._newly_diverged()
+        return self.stop_diverged()
+
+    def stop_diverged(self) -> list[str]:
+        """Stops training whatever is flagged diverged (by training, or in a restored
+        checkpoint) and not yet stopped; returns those names."""
+        names = [s.name for s, d in zip(self.subnetworks, self.subnetwork_diverged.numpy()) if d]
+        names += [c.name for c, d in zip(self.candidates, self.candidate_diverged.numpy()) if d]
+        newly = [n for n in names if n not in self.stopped]
         if newly:
             self.stopped = self.stopped | frozenset(newly)
             if not self.is_exhausted:
                 self._loop = self._compile_loop()
         return newly
-
-    def _newly_diverged(self) -> list[str]:
-        names = [s.name for s, d in zip(self.subnetworks, self.subnetwork_diverged.numpy()) if d]
-        names += [c.name for c, d in zip(self.candidates, self.candidate_diverged.numpy()) if d]
-        return [n for n in names if n not in self.stopped]
 
     @property
     def is_exhausted(self) -> bool:
@@ -310,7 +312,7 @@ class Iteration:
                 return (tf.stack([logits[c] for c in every_candidate]),
                         tf.stack([new[i][1] for i in every_subnetwork]))
 
-            self._predict = tf.function(predict, input_signature=[
+            self._predict = tf.function(predict, autograph=False, input_signature=[
                 tf.TensorSpec([None, features.shape[1]], tf.float32)])
         parts = [self._predict(features[i:i + batch_size])
                  for i in range(0, len(features), batch_size)]

@@ -160,6 +160,9 @@ class Trainer:
             checkpoint.restore(manager.latest_checkpoint).assert_existing_objects_matched()
             logging.info("Iteration %d: resumed from %s at step %d.", t,
                          manager.latest_checkpoint, int(iteration.step.numpy()))
+            for name in iteration.stop_diverged():
+                logging.warning("Iteration %d: %s diverged before the restart; it stays "
+                                "stopped and will not be selected.", t, name)
         logging.info("Iteration %d: training %d subnetworks %s and %d candidate ensembles for "
                      "%d steps.", t, len(builders), [b.name for b in builders],
                      len(iteration.candidates), search.max_iteration_steps)
