@@ -119,7 +119,7 @@ def test_metrics_of_non_finite_logits(bad):
 
 
 @pytest.mark.parametrize("label, metric", [
-    (BINARY, ("accuracy", True)), (MULTICLASS, ("accuracy", True)), (REGRESSION, ("mse", False))])
+    (BINARY, "accuracy"), (MULTICLASS, "accuracy"), (REGRESSION, "mse")])
 def test_objective_metric(label, metric):
     assert Head(label).objective_metric == metric
 
@@ -156,3 +156,9 @@ def test_roc_auc_small_cases(labels, scores, expected):
 @pytest.mark.parametrize("labels", [[0, 0, 0], [1, 1]])
 def test_roc_auc_one_class_is_nan(labels):
     assert np.isnan(roc_auc(np.array(labels), np.arange(len(labels), dtype=float)))
+
+
+@pytest.mark.parametrize("label", [BINARY, MULTICLASS, REGRESSION])
+def test_metric_names_are_the_keys_of_metrics(label):
+    labels, logits = sample(label)
+    assert tuple(Head(label).metrics(labels, logits)) == Head(label).metric_names

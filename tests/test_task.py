@@ -170,3 +170,13 @@ def test_evaluator_selection_with_every_strategy_and_ensembler(binary_data, tmp_
     weights = report["architecture"]["mixture_weights"]
     if report["architecture"]["ensembler"] == "complexity_regularized":
         assert weights["type"] == "matrix" and "bias" in weights
+
+
+def test_unknown_hypertune_metric_fails_before_training(binary_data, tmp_path):
+    env = task_env()
+    env["CLOUD_ML_TRIAL_ID"] = "3"
+    result = run_task([f"--train_data={binary_data.train}", "--label_column=target",
+                       f"--job_dir={tmp_path / 'job'}", "--hypertune_metric=mse"], env=env)
+    assert result.returncode == 2
+    assert "--hypertune_metric=mse is not an eval metric of a binary head" in result.stderr
+    assert not (tmp_path / "job").exists()

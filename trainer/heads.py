@@ -75,11 +75,16 @@ class Head:
         return out
 
     @property
-    def objective_metric(self) -> tuple[str, bool]:
-        """The metric reported to hyperparameter tuning, and whether higher is better."""
-        if self.type is HeadType.REGRESSION:
-            return "mse", False
-        return "accuracy", True
+    def metric_names(self) -> tuple[str, ...]:
+        """The keys of `metrics` for finite logits."""
+        return {HeadType.BINARY: ("loss", "accuracy", "auc"),
+                HeadType.MULTICLASS: ("loss", "accuracy"),
+                HeadType.REGRESSION: ("loss", "mse", "mae")}[self.type]
+
+    @property
+    def objective_metric(self) -> str:
+        """The metric reported to hyperparameter tuning unless the user picks another."""
+        return "mse" if self.type is HeadType.REGRESSION else "accuracy"
 
 
 def roc_auc(labels: np.ndarray, scores: np.ndarray) -> float:

@@ -21,7 +21,6 @@ are written, so a crash at any moment leaves either the old state or the new one
 from __future__ import annotations
 
 import json
-import os
 import re
 import uuid
 
@@ -116,10 +115,3 @@ class JobDir:
         if tf.io.gfile.exists(path):
             tf.io.gfile.rmtree(path)
 
-
-def is_local(path: str) -> bool:
-    return "://" not in path or path.startswith("file://")
-
-
-def absolute(path: str) -> str:
-    return os.path.abspath(path) if is_local(path) else path

@@ -191,8 +191,6 @@ def main(argv):
         print(f"training stopped: {e}", file=sys.stderr)
         return 1
     print(report_lib.table(report))
-    if config.hypertune_metric is not None:
-        training.report_to_hypertune(report, config.hypertune_metric)
     return 0
 
 

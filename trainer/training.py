@@ -138,7 +138,19 @@ class Trainer:
                               self.job)
             logging.info("Exported the chosen ensemble to %s", self.job.model)
         final = self.evaluate_export()
-        return self.write_report(records, final=final)
+        report = self.write_report(records, final=final)
+        if self.config.hypertune_metric is not None:
+            self.report_to_hypertune(final["metrics"], sum(r["steps"] for r in records))
+        return report
+
+    def report_to_hypertune(self, metrics: dict, steps: int) -> None:
+        """Reports the exported model's eval metric to Vertex AI hyperparameter tuning."""
+        import hypertune  # cloudml-hypertune: writes CLOUD_ML_HP_METRIC_FILE
+
+        name = self.config.hypertune_metric or self.head.objective_metric
+        hypertune.HyperTune().report_hyperparameter_tuning_metric(
+            hyperparameter_metric_tag=name, metric_value=metrics[name], global_step=steps)
+        logging.info("Reported %s=%s to hyperparameter tuning.", name, metrics[name])
 
     def run_iteration(self, t: int, previous: FrozenEnsemble | None
                       ) -> tuple[dict, FrozenEnsemble]:
@@ -313,6 +325,11 @@ def run(config: RunConfig) -> dict:
     job = job_dir_lib.JobDir(config.job_dir)
     check_resumable(config, job)
     inputs = load_inputs(config, job)
+    metrics = Head(inputs.schema.label).metric_names
+    if config.hypertune_metric and config.hypertune_metric not in metrics:
+        raise InputError(f"--hypertune_metric={config.hypertune_metric} is not an eval metric "
+                         f"of a {inputs.schema.label.head.value} head; choose from "
+                         f"{', '.join(metrics)}.")
     # From here on the job dir is written.
     job.create()
     if not job.exists():
@@ -323,17 +340,3 @@ def run(config: RunConfig) -> dict:
     return report
 
 
-
-def report_to_hypertune(report: dict, metric: str) -> None:
-    """Reports the exported model's eval metric to Vertex AI hyperparameter tuning."""
-    import hypertune  # cloudml-hypertune; writes CLOUD_ML_HP_METRIC_FILE
-
-    metrics = report["final"]["metrics"]
-    name = metric or ("mse" if report["head"] == "regression" else "accuracy")
-    if name not in metrics:
-        raise InputError(f"--hypertune_metric={name} is not an eval metric of this head; "
-                         f"choose from {', '.join(metrics)}.")
-    steps = sum(r["steps"] for r in report["iterations"])
-    hypertune.HyperTune().report_hyperparameter_tuning_metric(
-        hyperparameter_metric_tag=name, metric_value=metrics[name], global_step=steps)
-    logging.info("Reported %s=%s to hyperparameter tuning.", name, metrics[name])
