@@ -43,7 +43,16 @@ def test_exported_model_predicts_exactly_what_the_trainer_computes(binary_data, 
     own_logits = ensemble.logits(tf.constant(trainer.x_eval)).numpy()
     own = trainer.head.predictions(tf.constant(own_logits))
 
-    serve = tf.saved_model.load(str(tmp_path / "job" / "model")).signatures["serving_default"]
+    loaded = tf.saved_model.load(str(tmp_path / "job" / "model"))
+    # Only the chosen ensemble is inside: its members' and mixture weights' variables, no
+    # other candidate's (AdaNet 0.9 exported every candidate of the last iteration).
+    chosen = sum(len(m.subnetwork.variables) for m in ensemble.members) + len(
+        ensemble.weights.variables)
+    saved = [name for name, _ in tf.train.list_variables(
+        str(tmp_path / "job" / "model" / "variables" / "variables"))
+        if name != "_CHECKPOINTABLE_OBJECT_GRAPH"]
+    assert len(saved) == chosen
+    serve = loaded.signatures["serving_default"]
     features = {k: tf.constant(v) for k, v in trainer.inputs.eval.features.items()}
     served = serve(**features)
     np.testing.assert_allclose(served["logits"].numpy(), own_logits, rtol=1e-5, atol=1e-5)
