@@ -25,8 +25,9 @@ def _finite_metrics(metrics: dict) -> dict:
     return {k: _finite(v) for k, v in metrics.items()}
 
 
-def progress_line(iteration: Iteration, step: int, total: int, steps_per_sec: float,
+def progress_line(iteration: Iteration, step: int, total: int, steps_per_sec: float | None,
                   batch_size: int) -> str:
+    steps_per_sec = steps_per_sec or 0.0
     left = (total - step) / steps_per_sec if steps_per_sec > 0 else float("inf")
     objectives = iteration.moving_average_objectives()
     alive = iteration.active()[1]
@@ -78,16 +79,15 @@ class SummaryWriters:
 def iteration_record(iteration: Iteration, scores: Sequence[ens.Score], chosen: int, *,
                      selection: ens.Selection, candidate_metrics: Sequence[dict],
                      subnetwork_metrics: Sequence[dict], steps: int,
-                     training_seconds: float, batch_size: int) -> dict:
+                     steps_per_sec: float | None, batch_size: int) -> dict:
     """The record of a finished iteration (its architecture is added once frozen)."""
     train_losses = iteration.subnetwork_train_losses()
     sub_diverged = iteration.subnetwork_diverged.numpy()
     return {
         "iteration": iteration.number,
         "steps": steps,
-        "steps_per_sec": steps / training_seconds if training_seconds > 0 else None,
-        "examples_per_sec": (steps * batch_size / training_seconds
-                             if training_seconds > 0 else None),
+        "steps_per_sec": steps_per_sec,
+        "examples_per_sec": steps_per_sec * batch_size if steps_per_sec else None,
         "selection": selection.value,
         "chosen": scores[chosen].name,
         "candidates": [{

@@ -104,6 +104,19 @@ def train_dataset(features: np.ndarray, labels: np.ndarray, *, batch_size: int,
             .prefetch(tf.data.AUTOTUNE))
 
 
+@dataclasses.dataclass(frozen=True)
+class TrainingTime:
+    """How an iteration's training went, in seconds."""
+
+    seconds: float  # the whole training phase
+    first_step_seconds: float  # building and compiling the train loop, and the first step
+    steps_per_sec: float | None  # after the first step (None if there was no other)
+
+
+def _rate(steps: int, seconds: float) -> float | None:
+    return steps / seconds if steps > 0 and seconds > 0 else None
+
+
 class Trainer:
     """Runs the iterations of one job and owns its checkpoints, summaries and report."""
 
@@ -179,9 +192,9 @@ class Trainer:
                      "%d steps.", t, len(builders), [b.name for b in builders],
                      len(iteration.candidates), search.max_iteration_steps)
         writers = report_lib.SummaryWriters(self.job.logs, iteration)
-        seconds = self.train_iteration(iteration, manager, writers)
+        timing = self.train_iteration(iteration, manager, writers)
         pause_started = time.monotonic()
-        record = self.select(iteration, seconds)
+        record = self.select(iteration, timing)
         writers.write_eval(record)
         writers.close()
         chosen = next(i for i, c in enumerate(iteration.candidates)
@@ -189,7 +202,8 @@ class Trainer:
         frozen = iteration.freeze(chosen)
         frozen.checkpoint().write(self.job.frozen_prefix(t))
         record["architecture"] = report_lib.architecture(frozen)
-        record["seconds"] = {"total": time.monotonic() - started, "training": seconds,
+        record["seconds"] = {"total": time.monotonic() - started, "training": timing.seconds,
+                             "first_step": timing.first_step_seconds,
                              "selection_and_freeze": time.monotonic() - pause_started,
                              "pause_before": self.pauses.get(t)}
         job_dir_lib.write_json(self.job.record_path(t), record)  # the iteration is finished
@@ -199,8 +213,8 @@ class Trainer:
         return record, frozen
 
     def train_iteration(self, iteration: Iteration, manager: tf.train.CheckpointManager,
-                        writers: report_lib.SummaryWriters) -> float:
-        """Trains until `max_iteration_steps`; returns the seconds spent training."""
+                        writers: report_lib.SummaryWriters) -> TrainingTime:
+        """Trains until `max_iteration_steps`."""
         total = self.config.search.max_iteration_steps
         step = int(iteration.step.numpy())
         # A new order per iteration, and per resume point: a resumed run does not replay the
@@ -210,23 +224,25 @@ class Trainer:
             train_dataset(self.x_train, self.inputs.train.labels,
                           batch_size=self.config.train.batch_size, seed=seed)))
         started = last_progress = last_checkpoint = time.monotonic()
-        first_step = step
+        compiled_at, compiled_step = None, step
         while step < total and not iteration.is_exhausted:
-            # The first call runs one step, so that the pause between iterations (select,
-            # freeze, build and compile the next) is measured up to the first step done.
-            steps = 1 if step == first_step else min(self.config.steps_per_loop, total - step)
+            # The first call runs one step: it builds the graph, and the pause between
+            # iterations (select, freeze, build and compile the next) ends with it.
+            steps = 1 if compiled_at is None else min(self.config.steps_per_loop, total - step)
             for name in iteration.train(iterator, steps):
                 logging.warning("Iteration %d: %s diverged (non-finite loss) by step %d; it "
                                 "stops training and will not be selected.", iteration.number,
                                 name, step + steps)
             step += steps
             now = time.monotonic()
-            if steps == 1 and self._previous_training_end is not None:
-                self.pauses[iteration.number] = now - self._previous_training_end
+            if compiled_at is None:
+                compiled_at, compiled_step = now, step
+                if self._previous_training_end is not None:
+                    self.pauses[iteration.number] = now - self._previous_training_end
             if now - last_progress >= _PROGRESS_EVERY_SECS or step >= total:
-                rate = (step - first_step) / max(now - started, 1e-9)
-                logging.info(report_lib.progress_line(iteration, step, total, rate,
-                                                      self.config.train.batch_size))
+                logging.info(report_lib.progress_line(
+                    iteration, step, total, _rate(step - compiled_step, now - compiled_at),
+                    self.config.train.batch_size))
                 writers.write_training(iteration, step)
                 last_progress = now
             if now - last_checkpoint >= self.config.checkpoint_every_secs:
@@ -235,12 +251,16 @@ class Trainer:
         if iteration.is_exhausted and step < total:
             logging.warning("Iteration %d: every new candidate diverged at step %d.",
                             iteration.number, step)
+        ended = time.monotonic()
         manager.save(checkpoint_number=step)
         self._previous_training_end = time.monotonic()
-        return self._previous_training_end - started
+        return TrainingTime(
+            seconds=self._previous_training_end - started,
+            first_step_seconds=(compiled_at or ended) - started,
+            steps_per_sec=_rate(step - compiled_step, ended - (compiled_at or ended)))
 
     # -- selection ------------------------------------------------------------------------
-    def select(self, iteration: Iteration, seconds: float) -> dict:
+    def select(self, iteration: Iteration, timing: TrainingTime) -> dict:
         """Scores every candidate, chooses the best, and returns the iteration's record."""
         search = self.config.search
         eval_logits, eval_sub_logits = iteration.predict_logits(self.x_eval)
@@ -265,7 +285,7 @@ class Trainer:
             iteration, scores, chosen, selection=search.selection,
             candidate_metrics=[self.head.metrics(labels, lg) for lg in eval_logits],
             subnetwork_metrics=[self.head.metrics(labels, lg) for lg in eval_sub_logits],
-            steps=int(iteration.step.numpy()), training_seconds=seconds,
+            steps=int(iteration.step.numpy()), steps_per_sec=timing.steps_per_sec,
             batch_size=self.config.train.batch_size)
 
     # -- resume ---------------------------------------------------------------------------
