@@ -93,6 +93,6 @@ def test_bad_input_in_a_real_process_exits_2_without_traceback(tmp_path, case):
     job = tmp_path / "job"
     result = run_task(args + [f"--job_dir={job}"])
     assert result.returncode == 2, (result.returncode, result.stderr[-2000:])
-    assert f"error: " in result.stderr and message in result.stderr
+    assert "error: " in result.stderr and message in result.stderr
     assert "Traceback" not in result.stderr
     assert not job.exists()

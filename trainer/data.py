@@ -12,7 +12,6 @@ import dataclasses
 import gzip
 import io
 import os
-from typing import Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -137,9 +136,9 @@ def _read_tfrecord(path: str, *, flag: str) -> tuple[list[str], np.ndarray, np.n
         for record in tf.data.TFRecordDataset(path, compression_type=compression):
             example = tf.train.Example.FromString(record.numpy())
             records.append({k: _feature_text(v) for k, v in example.features.feature.items()})
-    except (tf.errors.OpError, Exception) as e:  # a corrupt record raises DecodeError or OpError
-        if isinstance(e, InputError):
-            raise
+    except InputError:
+        raise
+    except Exception as e:  # a corrupt file raises OpError, a corrupt record DecodeError
         raise InputError(f"{flag}: cannot read {path} as TFRecord files of tf.Example "
                          f"({type(e).__name__}: {e}).") from None
     header = sorted({k for r in records for k in r})

@@ -24,7 +24,7 @@ from trainer.config import RunConfig
 from trainer.errors import InputError
 from trainer.features import Preprocessor
 from trainer.heads import Head
-from trainer.iteration import FrozenEnsemble, FrozenMember, Iteration, member_key
+from trainer.iteration import FrozenEnsemble, FrozenMember, Iteration
 from trainer.model import Builder, IterationContext, Subnetwork, find_builder
 from trainer.model.subnetwork import propose
 from trainer.schema import Schema
@@ -35,7 +35,7 @@ _ENCODE_CHUNK = 65536
 
 @dataclasses.dataclass(frozen=True)
 class Inputs:
-    """Validated input, ready to train on: the schema and encoded train and eval data."""
+    """Validated input, ready to train on: the schema and the train and eval examples."""
 
     schema: Schema
     train: data_lib.Examples
