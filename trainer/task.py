@@ -14,6 +14,8 @@ from trainer import config as config_lib
 from trainer import data as data_lib
 from trainer import ensemble as ens
 from trainer import model
+from trainer import report as report_lib
+from trainer import training
 from trainer.environment import Environment
 from trainer.errors import InputError, TrainingError
 from trainer.iteration import OPTIMIZERS, TrainOptions
@@ -40,8 +42,8 @@ flags.DEFINE_integer("num_bins", 16, "Quantile bins of the piecewise-linear enco
                      "each numeric column (0: standardised value only).")
 flags.DEFINE_integer("max_vocabulary_size", 1000, "Most frequent categories kept per column.")
 # -- the search -------------------------------------------------------------------------------
-flags.DEFINE_list("generator", ["dnn", "cross"], "Search spaces: any of dnn, cross, linear; several "
-                  "propose the union of their candidates.")
+flags.DEFINE_list("generator", ["dnn", "cross"], "Search spaces: any of dnn, cross, linear; "
+                  "several propose the union of their candidates.")
 flags.DEFINE_integer("layer_size", 64, "Units per hidden layer of dnn and cross subnetworks.")
 flags.DEFINE_integer("initial_num_layers", 0, "Depth of the shallower DNN at iteration 0.")
 flags.DEFINE_float("dropout", 0.0, "Dropout rate of dnn subnetworks.")
@@ -178,8 +180,6 @@ def build_config(f=FLAGS, environment: Environment | None = None) -> config_lib.
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments {argv[1:]}; all options are --flags.")
-    from trainer import report as report_lib  # noqa: imports TensorFlow
-    from trainer import training
     environment = Environment.from_environ()
     try:
         config = build_config(FLAGS, environment)
