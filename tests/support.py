@@ -3,8 +3,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import dataclasses
+import io
 import json
 import os
 import subprocess
@@ -81,20 +83,25 @@ def load_report(job_dir: Path) -> dict:
     return json.loads((job_dir / "report.json").read_text())
 
 
-def run_in_process(args: list[str]) -> tuple[int, str]:
-    """Runs trainer.task's main in this process (fast: TensorFlow is already imported);
-    returns (exit code, stderr)."""
-    import contextlib
-    import io
-
+@contextlib.contextmanager
+def parsed_flags(args: list[str]):
+    """trainer.task's flags parsed from `args` for the duration of the block."""
     from absl import flags
-
-    from trainer import task
 
     flags.FLAGS.unparse_flags()
     flags.FLAGS(["trainer.task", *args])
+    try:
+        yield flags.FLAGS
+    finally:
+        flags.FLAGS.unparse_flags()
+
+
+def run_in_process(args: list[str]) -> tuple[int, str]:
+    """Runs trainer.task's main in this process (fast: TensorFlow is already imported);
+    returns (exit code, stderr)."""
+    from trainer import task
+
     stderr = io.StringIO()
-    with contextlib.redirect_stderr(stderr):
+    with parsed_flags(args), contextlib.redirect_stderr(stderr):
         code = task.main(["trainer.task"])
-    flags.FLAGS.unparse_flags()
     return code, stderr.getvalue()

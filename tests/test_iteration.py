@@ -10,6 +10,7 @@ import pytest
 import tensorflow as tf
 from absl import flags
 
+from tests.support import parsed_flags
 from trainer import ensemble as ens
 from trainer import job_dir as job_dir_lib
 from trainer import task, training
@@ -20,12 +21,8 @@ from trainer.schema import HeadType, Label
 
 
 def _config(args):
-    flags.FLAGS.unparse_flags()
-    flags.FLAGS(["trainer.task", *args])
-    try:
+    with parsed_flags(args):
         return task.build_config(flags.FLAGS)
-    finally:
-        flags.FLAGS.unparse_flags()
 
 
 def test_exported_model_predicts_exactly_what_the_trainer_computes(binary_data, tmp_path):
@@ -104,9 +101,7 @@ def test_a_diverged_candidate_stops_and_is_never_selected():
     assert "t0_exploding" in diverged
     assert "grow_exploding_complexity_regularized" in diverged
     assert "t0_exploding" in iteration.stopped
-    scores = [ens.Score(c.name, float(o), c.is_previous, bool(d)) for c, o, d in zip(
-        iteration.candidates, iteration.moving_average_objectives(),
-        iteration.candidate_diverged.numpy())]
+    scores = iteration.scores(iteration.moving_average_objectives())
     chosen = iteration.candidates[ens.choose(scores, force_grow=False)]
     assert chosen.name == "grow_dnn_1x8_complexity_regularized"
     # Training goes on for the healthy candidate only, with finite weights.
@@ -122,9 +117,7 @@ def test_every_candidate_diverged_stops_training_with_a_clear_error():
     iteration = _iteration([ExplodingBuilder()])
     iteration.train(_batches(), 5)
     assert iteration.is_exhausted
-    scores = [ens.Score(c.name, float(o), c.is_previous, bool(d)) for c, o, d in zip(
-        iteration.candidates, iteration.moving_average_objectives(),
-        iteration.candidate_diverged.numpy())]
+    scores = iteration.scores(iteration.moving_average_objectives())
     with pytest.raises(ens.selection.TrainingError, match="diverged"):
         ens.choose(scores, force_grow=False)
 

@@ -289,13 +289,21 @@ class Iteration:
 
     def moving_average_objectives(self) -> np.ndarray:
         """Zero-debiased EMA of each candidate's training objective."""
-        step = int(self.step.numpy())
-        correction = 1.0 - ens.MOVING_AVERAGE_DECAY ** max(step, 1)
-        return self.objective_ema.numpy() / correction
+        return self._debiased(self.objective_ema)
 
     def subnetwork_train_losses(self) -> np.ndarray:
-        step = int(self.step.numpy())
-        return self.subnetwork_loss_ema.numpy() / (1.0 - ens.MOVING_AVERAGE_DECAY ** max(step, 1))
+        """Zero-debiased EMA of each new subnetwork's training loss."""
+        return self._debiased(self.subnetwork_loss_ema)
+
+    def _debiased(self, ema: tf.Variable) -> np.ndarray:
+        step = max(int(self.step.numpy()), 1)
+        return ema.numpy() / (1.0 - ens.MOVING_AVERAGE_DECAY ** step)
+
+    def scores(self, objectives: Sequence[float]) -> list[ens.Score]:
+        """Each candidate's score for selection: its objective and whether it diverged."""
+        diverged = self.candidate_diverged.numpy()
+        return [ens.Score(c.name, float(o), c.is_previous, bool(d))
+                for c, o, d in zip(self.candidates, objectives, diverged)]
 
     # -- evaluation -----------------------------------------------------------------------
     def predict_logits(self, features: np.ndarray, *, batch_size: int = 8192

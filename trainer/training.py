@@ -277,9 +277,7 @@ class Trainer:
                 self.head.losses(data_labels, logits[c]).mean()
                 + float(cand.weights.penalty().numpy())
                 for c, cand in enumerate(iteration.candidates)])
-        diverged = iteration.candidate_diverged.numpy()
-        scores = [ens.Score(c.name, float(objectives[i]), c.is_previous, bool(diverged[i]))
-                  for i, c in enumerate(iteration.candidates)]
+        scores = iteration.scores(objectives)
         chosen = ens.choose(scores, force_grow=search.force_grow)
         return report_lib.iteration_record(
             iteration, scores, chosen, selection=search.selection,
