@@ -9,8 +9,9 @@ ensemble (candidate 0 at t > 0) is frozen: its objective is measured on the same
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-from typing import Callable, Sequence
+from typing import Callable, ContextManager, Sequence
 
 import keras
 import numpy as np
@@ -19,6 +20,7 @@ import tensorflow as tf
 from trainer import ensemble as ens
 from trainer.heads import Head
 from trainer.model import Builder, Subnetwork
+from trainer.placement import Unit, everything
 
 PREVIOUS = "previous_ensemble"
 
@@ -89,24 +91,41 @@ def make_optimizer(name: str, learning_rate: float) -> keras.optimizers.Optimize
     return OPTIMIZERS[name](learning_rate=learning_rate)
 
 
+@dataclasses.dataclass(frozen=True)
+class Layout:
+    """Where an iteration's work runs: the units its workers train (`trainer/placement`),
+    the device scope each new subnetwork's variables are created in, and whether the
+    bookkeeping variables (steps, moving averages) live with the model (on parameter servers,
+    where every worker updates them) or on the coordinating host."""
+
+    units: tuple[Unit, ...] | None = None  # None: one unit that trains everything
+    subnetwork_scope: Callable[[int], ContextManager] = lambda _: contextlib.nullcontext()
+    shared_bookkeeping: bool = False
+
+
 class Iteration:
     """The candidates of iteration `number` and the loop that trains them."""
 
     def __init__(self, *, number: int, head: Head, input_dim: int, seed: int,
                  builders: Sequence[Builder], specs: Sequence[ens.CandidateSpec],
                  ensemblers: Sequence[ens.Ensembler], previous: FrozenEnsemble | None,
-                 options: TrainOptions, strategy: tf.distribute.Strategy):
+                 options: TrainOptions, strategy: tf.distribute.Strategy,
+                 layout: Layout = Layout()):
         self.number = number
         self.head = head
         self.previous = previous
         self.options = options
         self.strategy = strategy
         self.builders = tuple(builders)
+        self.units = layout.units or (everything(len(builders)),)
         with strategy.scope():
-            self.subnetworks = tuple(
-                Subnetwork(b, input_dim=input_dim, logits_dimension=head.logits_dimension,
-                           seed=seed + 1000 * number + 10 * i, name=member_key(number, b))
-                for i, b in enumerate(builders))
+            subnetworks = []
+            for i, b in enumerate(builders):
+                with layout.subnetwork_scope(i):
+                    subnetworks.append(Subnetwork(
+                        b, input_dim=input_dim, logits_dimension=head.logits_dimension,
+                        seed=seed + 1000 * number + 10 * i, name=member_key(number, b)))
+            self.subnetworks = tuple(subnetworks)
             self.candidates = self._make_candidates(specs, ensemblers)
             count = len(self.candidates)
             self.subnetwork_optimizer = make_optimizer(options.optimizer,
@@ -116,15 +135,20 @@ class Iteration:
                 options.optimizer, options.mixture_learning_rate or options.learning_rate)
             self.mixture_optimizer.build(self._mixture_variables(range(count)))
         # Bookkeeping, updated once per step in cross-replica context: ordinary variables on
-        # the coordinating host, outside the strategy's scope.
-        self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="step")
-        self.objective_ema = tf.Variable(tf.zeros([count]), trainable=False)
-        self.subnetwork_loss_ema = tf.Variable(tf.zeros([len(builders)]), trainable=False)
-        self.candidate_diverged = tf.Variable(tf.zeros([count], tf.bool), trainable=False)
-        self.subnetwork_diverged = tf.Variable(tf.zeros([len(builders)], tf.bool),
-                                               trainable=False)
+        # the coordinating host, or on the parameter servers when workers train on their own.
+        with strategy.scope() if layout.shared_bookkeeping else contextlib.nullcontext():
+            # `step` counts the ensemble's steps (the candidates' objectives), and
+            # `subnetwork_steps` each new subnetwork's: placement may train them apart.
+            self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="step")
+            self.subnetwork_steps = tf.Variable(tf.zeros([len(builders)], tf.int64),
+                                                trainable=False)
+            self.objective_ema = tf.Variable(tf.zeros([count]), trainable=False)
+            self.subnetwork_loss_ema = tf.Variable(tf.zeros([len(builders)]), trainable=False)
+            self.candidate_diverged = tf.Variable(tf.zeros([count], tf.bool), trainable=False)
+            self.subnetwork_diverged = tf.Variable(tf.zeros([len(builders)], tf.bool),
+                                                   trainable=False)
         self.stopped: frozenset[str] = frozenset()
-        self._loop = self._compile_loop()
+        self._loop = None
         self._predict = None
 
     # -- construction ---------------------------------------------------------------------
@@ -158,7 +182,8 @@ class Iteration:
     def checkpoint(self) -> tf.train.Checkpoint:
         """Everything a resumed iteration needs (data order aside)."""
         return tf.train.Checkpoint(
-            step=self.step, objective_ema=self.objective_ema,
+            step=self.step, subnetwork_steps=self.subnetwork_steps,
+            objective_ema=self.objective_ema,
             subnetwork_loss_ema=self.subnetwork_loss_ema,
             candidate_diverged=self.candidate_diverged,
             subnetwork_diverged=self.subnetwork_diverged,
@@ -168,14 +193,20 @@ class Iteration:
             mixture_optimizer=self.mixture_optimizer)
 
     # -- forward --------------------------------------------------------------------------
-    def _forward(self, features, *, training: bool, active_subnetworks, active_candidates):
-        """Returns ({subnetwork index: (last, logits)}, {candidate index: logits})."""
+    def _forward(self, features, *, trained, candidates):
+        """Returns ({subnetwork index: (last, logits)}, {candidate index: logits}).
+
+        Subnetworks in `trained` run in training mode; the others that `candidates` need run
+        in inference mode (a worker that trains only mixture weights reads them).
+        """
         previous = ([m.subnetwork(features, training=False) for m in self.previous.members]
                     if self.previous else [])
-        new = {i: self.subnetworks[i](features, training=training) for i in active_subnetworks}
+        needed = sorted(set(trained).union(
+            *(self.candidates[c].new_subnetworks for c in candidates)))
+        new = {i: self.subnetworks[i](features, training=i in trained) for i in needed}
         detached = {i: tuple(tf.stop_gradient(t) for t in out) for i, out in new.items()}
         logits = {}
-        for c in active_candidates:
+        for c in candidates:
             candidate = self.candidates[c]
             outputs = (previous if candidate.keep_previous else []) + [
                 detached[i] for i in candidate.new_subnetworks]
@@ -191,29 +222,36 @@ class Iteration:
                       and all(i in alive for i in cand.new_subnetworks)]
         return subnetworks, candidates
 
-    def _compile_loop(self) -> Callable:
+    def unit_jobs(self, unit: Unit) -> tuple[list[int], list[int]]:
+        """The active subnetworks and candidates that `unit` trains."""
         active_subnetworks, active_candidates = self.active()
-        subnetwork_vars = self._subnetwork_variables(active_subnetworks)
-        mixture_vars = self._mixture_variables(active_candidates)
+        return ([i for i in active_subnetworks if i in unit.subnetworks],
+                active_candidates if unit.ensemble and not self.is_exhausted else [])
+
+    def steps_fn(self, unit: Unit) -> Callable:
+        """`fn(iterator, steps)`: builds a graph loop of `steps` train steps of `unit`'s jobs
+        (for use inside a `tf.function`)."""
+        trained, candidates = self.unit_jobs(unit)
+        subnetwork_vars = self._subnetwork_variables(trained)
+        mixture_vars = self._mixture_variables(candidates)
         global_batch = self.options.batch_size
         head = self.head
         replicas = self.strategy.num_replicas_in_sync
 
         def replica_step(features, labels):
             with tf.GradientTape() as tape:
-                new, logits = self._forward(features, training=True,
-                                            active_subnetworks=active_subnetworks,
-                                            active_candidates=active_candidates)
+                new, logits = self._forward(features, trained=trained, candidates=candidates)
                 sub_losses = [tf.nn.compute_average_loss(head.loss(labels, new[i][1]),
                                                          global_batch_size=global_batch)
-                              for i in active_subnetworks]
+                              for i in trained]
                 objectives = [
                     tf.nn.compute_average_loss(head.loss(labels, logits[c]),
                                                global_batch_size=global_batch)
                     + self.candidates[c].weights.penalty() / replicas
-                    for c in active_candidates]
-                total = tf.add_n(sub_losses + [o for c, o in zip(active_candidates, objectives)
-                                               if not self.candidates[c].is_previous])
+                    for c in candidates]
+                total = tf.add_n([tf.constant(0.0)] + sub_losses + [
+                    o for c, o in zip(candidates, objectives)
+                    if not self.candidates[c].is_previous])
             grads = tape.gradient(total, subnetwork_vars + mixture_vars)
             if subnetwork_vars:
                 self.subnetwork_optimizer.apply_gradients(
@@ -221,13 +259,16 @@ class Iteration:
             if mixture_vars:
                 self.mixture_optimizer.apply_gradients(
                     zip(grads[len(subnetwork_vars):], mixture_vars))
-            return tf.stack(sub_losses), tf.stack(objectives)
+            return (tf.stack(sub_losses) if trained else tf.zeros([0]),
+                    tf.stack(objectives) if candidates else tf.zeros([0]))
 
         decay = ens.MOVING_AVERAGE_DECAY
 
         def updater(active: list[int], size: int):
             """EMA and divergence update for the active entries of a stats vector: whole-
             vector ops while all are active (the usual case), gather/scatter otherwise."""
+            if not active:
+                return lambda ema, diverged, values: None
             if len(active) == size:
                 def update(ema, diverged, values):
                     ema.assign(decay * ema + (1.0 - decay) * values)
@@ -242,8 +283,20 @@ class Iteration:
                     index, tf.gather_nd(diverged, index) | ~tf.math.is_finite(values))
             return update
 
-        update_subnetworks = updater(active_subnetworks, len(self.subnetworks))
-        update_candidates = updater(active_candidates, len(self.candidates))
+        update_subnetworks = updater(trained, len(self.subnetworks))
+        update_candidates = updater(candidates, len(self.candidates))
+        if len(trained) == len(self.subnetworks):
+            def count_subnetworks():
+                self.subnetwork_steps.assign_add(tf.ones_like(self.subnetwork_steps))
+        elif trained:
+            trained_index = tf.constant(trained, tf.int32)[:, None]
+
+            def count_subnetworks():
+                self.subnetwork_steps.scatter_nd_add(trained_index,
+                                                     tf.ones([len(trained)], tf.int64))
+        else:
+            def count_subnetworks():
+                pass
 
         def body(i, iterator):
             features, labels = next(iterator)
@@ -252,21 +305,29 @@ class Iteration:
             objectives = self.strategy.reduce("SUM", objectives, axis=None)
             update_subnetworks(self.subnetwork_loss_ema, self.subnetwork_diverged, sub_losses)
             update_candidates(self.objective_ema, self.candidate_diverged, objectives)
-            self.step.assign_add(1)
+            count_subnetworks()
+            if candidates:
+                self.step.assign_add(1)
             return i + 1, iterator
 
+        def run_steps(iterator, steps):
+            return tf.while_loop(lambda i, _: i < steps, body,
+                                 (tf.constant(0, tf.int64), iterator))[0]
+
+        return run_steps
+
+    def _compile_loop(self) -> Callable:
         # Written without autograph: converting this code costs more tracing time than the
         # explicit while_loop takes to write, and tracing is most of the pause between
         # iterations.
-        @tf.function(autograph=False)
-        def loop(iterator, steps):
-            tf.while_loop(lambda i, _: i < steps, body, (tf.constant(0, tf.int64), iterator))
-
-        return loop
+        return tf.function(self.steps_fn(self.units[0]), autograph=False)
 
     def train(self, iterator, steps: int) -> list[str]:
-        """Runs `steps` train steps; returns the names of candidates that diverged in them
-        (they stop training and are never selected)."""
+        """Runs `steps` train steps of the first unit (the only one on a single machine);
+        returns the names of candidates that diverged in them (they stop training and are
+        never selected)."""
+        if self._loop is None:
+            self._loop = self._compile_loop()
         self._loop(iterator, tf.constant(steps, tf.int64))
         return self.stop_diverged()
 
@@ -278,8 +339,7 @@ class Iteration:
         newly = [n for n in names if n not in self.stopped]
         if newly:
             self.stopped = self.stopped | frozenset(newly)
-            if not self.is_exhausted:
-                self._loop = self._compile_loop()
+            self._loop = None  # rebuilt without them at the next call
         return newly
 
     @property
@@ -289,15 +349,11 @@ class Iteration:
 
     def moving_average_objectives(self) -> np.ndarray:
         """Zero-debiased EMA of each candidate's training objective."""
-        return self._debiased(self.objective_ema)
+        return _debiased(self.objective_ema.numpy(), self.step.numpy())
 
     def subnetwork_train_losses(self) -> np.ndarray:
         """Zero-debiased EMA of each new subnetwork's training loss."""
-        return self._debiased(self.subnetwork_loss_ema)
-
-    def _debiased(self, ema: tf.Variable) -> np.ndarray:
-        step = max(int(self.step.numpy()), 1)
-        return ema.numpy() / (1.0 - ens.MOVING_AVERAGE_DECAY ** step)
+        return _debiased(self.subnetwork_loss_ema.numpy(), self.subnetwork_steps.numpy())
 
     def scores(self, objectives: Sequence[float]) -> list[ens.Score]:
         """Each candidate's score for selection: its objective and whether it diverged."""
@@ -314,11 +370,10 @@ class Iteration:
             every_candidate = list(range(len(self.candidates)))
 
             def predict(x):
-                new, logits = self._forward(x, training=False,
-                                            active_subnetworks=every_subnetwork,
-                                            active_candidates=every_candidate)
+                new, logits = self._forward(x, trained=(), candidates=every_candidate)
                 return (tf.stack([logits[c] for c in every_candidate]),
-                        tf.stack([new[i][1] for i in every_subnetwork]))
+                        tf.stack([(new[i] if i in new else self.subnetworks[i](
+                            x, training=False))[1] for i in every_subnetwork]))
 
             self._predict = tf.function(predict, autograph=False, input_signature=[
                 tf.TensorSpec([None, features.shape[1]], tf.float32)])
@@ -336,3 +391,9 @@ class Iteration:
         members += [FrozenMember(self.number, self.builders[i], self.subnetworks[i])
                     for i in candidate.new_subnetworks]
         return FrozenEnsemble(tuple(members), candidate.weights, candidate.ensembler)
+
+
+def _debiased(ema: np.ndarray, steps) -> np.ndarray:
+    """An exponential moving average started at zero, divided by its bias after `steps`."""
+    steps = np.maximum(np.asarray(steps, np.float64), 1.0)
+    return ema / (1.0 - ens.MOVING_AVERAGE_DECAY ** steps)

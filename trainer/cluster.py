@@ -1,0 +1,197 @@
+"""This replica's role and its cluster, from Vertex AI's `TF_CONFIG` (or `CLUSTER_SPEC`).
+
+`parse(tf_config, cluster_spec)` is the one function that turns those variables into a frozen
+`Cluster`; it fails with an `InputError` naming the bad key. Vertex's shapes
+(../shared/notes/vertex.md): `cluster` holds `chief` (legacy: `master`), `worker` and `ps`;
+the evaluator is never in `cluster` and only its `task` says `evaluator`; `task.trial` is a
+string under hyperparameter tuning. `CLUSTER_SPEC` carries the same pools as `workerpool0..3`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import socket
+import time
+from typing import Mapping
+
+from trainer.errors import InputError
+
+CHIEF, WORKER, PS, EVALUATOR = "chief", "worker", "ps", "evaluator"
+_ROLES = (CHIEF, WORKER, PS, EVALUATOR)
+_ALIASES = {"master": CHIEF}
+_POOLS = {"workerpool0": CHIEF, "workerpool1": WORKER, "workerpool2": PS,
+          "workerpool3": EVALUATOR}
+
+
+@dataclasses.dataclass(frozen=True)
+class Cluster:
+    """The cluster (addresses per job) and this replica's place in it.
+
+    Without `TF_CONFIG` the replica is a chief with no cluster: it trains alone.
+    """
+
+    task_type: str = CHIEF
+    task_index: int = 0
+    jobs: Mapping[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
+    trial: str | None = None
+    rpc_layer: str = "grpc"
+
+    @property
+    def is_chief(self) -> bool:
+        """The replica that coordinates training and alone writes the final artifacts."""
+        return self.task_type == CHIEF
+
+    @property
+    def is_distributed(self) -> bool:
+        return bool(self.jobs.get(WORKER) or self.jobs.get(PS))
+
+    @property
+    def has_ps(self) -> bool:
+        return bool(self.jobs.get(PS))
+
+    @property
+    def num_workers(self) -> int:
+        return len(self.jobs.get(WORKER, ()))
+
+    @property
+    def num_ps(self) -> int:
+        return len(self.jobs.get(PS, ()))
+
+    def address(self, task_type: str, index: int) -> str:
+        return self.jobs[task_type][index]
+
+    def servers(self) -> list[tuple[str, int, str]]:
+        """(type, index, address) of every worker and ps: what a chief waits for."""
+        return [(t, i, a) for t in (WORKER, PS) for i, a in enumerate(self.jobs.get(t, ()))]
+
+    def cluster_spec(self):
+        import tensorflow as tf
+
+        return tf.train.ClusterSpec({k: list(v) for k, v in self.jobs.items() if v})
+
+    def resolver(self):
+        """A cluster resolver for tf.distribute (Vertex sets no rpc_layer: gRPC)."""
+        import tensorflow as tf
+
+        return tf.distribute.cluster_resolver.SimpleClusterResolver(
+            self.cluster_spec(), task_type=self.task_type, task_id=self.task_index,
+            rpc_layer=self.rpc_layer)
+
+
+def parse(tf_config: str | None, cluster_spec: str | None = None) -> Cluster:
+    """The cluster described by `TF_CONFIG`, else by `CLUSTER_SPEC`, else none."""
+    if tf_config and tf_config.strip():
+        return _parse_tf_config(_load("TF_CONFIG", tf_config), "TF_CONFIG")
+    if cluster_spec and cluster_spec.strip():
+        return _parse_cluster_spec(_load("CLUSTER_SPEC", cluster_spec))
+    return Cluster()
+
+
+def _load(name: str, text: str) -> dict:
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise InputError(f"{name} is not valid JSON ({e}): {text[:200]!r}.") from None
+    if not isinstance(value, dict):
+        raise InputError(f"{name} must be a JSON object with 'cluster' and 'task'; got "
+                         f"{type(value).__name__}.")
+    return value
+
+
+def _parse_tf_config(config: dict, name: str) -> Cluster:
+    raw_jobs = config.get("cluster") or {}
+    if not isinstance(raw_jobs, dict):
+        raise InputError(f"{name}['cluster'] must be an object of job name -> addresses.")
+    jobs: dict[str, tuple[str, ...]] = {}
+    for job, addresses in raw_jobs.items():
+        role = _ALIASES.get(job, job)
+        if role not in (CHIEF, WORKER, PS):
+            raise InputError(f"{name}['cluster'] has an unknown job {job!r}; expected chief "
+                             "(or master), worker, ps. The evaluator is not part of the "
+                             "cluster.")
+        jobs[role] = _addresses(f"{name}['cluster']['{job}']", addresses)
+    if len(jobs.get(CHIEF, ())) > 1:
+        raise InputError(f"{name}['cluster']['chief'] has {len(jobs[CHIEF])} addresses; a "
+                         "cluster has one chief (workerPoolSpecs[0].replicaCount must be 1).")
+    task = config.get("task") or {}
+    if not isinstance(task, dict):
+        raise InputError(f"{name}['task'] must be an object with 'type' and 'index'.")
+    raw_type = task.get("type")
+    task_type = _ALIASES.get(raw_type, raw_type)
+    if task_type not in _ROLES:
+        raise InputError(f"{name}['task']['type'] is {raw_type!r}; expected one of chief, "
+                         "master, worker, ps, evaluator.")
+    index = task.get("index", 0)
+    if isinstance(index, bool) or not isinstance(index, int) or index < 0:
+        raise InputError(f"{name}['task']['index'] is {index!r}; expected an integer >= 0.")
+    if task_type != EVALUATOR:
+        size = len(jobs.get(task_type, ()))
+        if index >= size:
+            raise InputError(f"{name}['task'] is {task_type} {index}, but "
+                             f"{name}['cluster'] has {size} {task_type} address(es).")
+    if jobs and CHIEF not in jobs:
+        raise InputError(f"{name}['cluster'] has no 'chief' (or 'master'): Vertex puts the "
+                         "first worker pool there; add it.")
+    trial = task.get("trial")
+    return Cluster(task_type=task_type, task_index=index, jobs=jobs,
+                   trial=str(trial) if trial not in (None, "") else None,
+                   rpc_layer=config.get("rpc_layer") or "grpc")
+
+
+def _parse_cluster_spec(spec: dict) -> Cluster:
+    pools = spec.get("cluster") or {}
+    if not isinstance(pools, dict):
+        raise InputError("CLUSTER_SPEC['cluster'] must be an object of workerpoolN -> "
+                         "addresses.")
+    unknown = sorted(set(pools) - set(_POOLS))
+    if unknown:
+        raise InputError(f"CLUSTER_SPEC['cluster'] has unknown pools {unknown}; expected "
+                         "workerpool0..workerpool3.")
+    task = spec.get("task") or {}
+    if not isinstance(task, dict) or task.get("type") not in _POOLS:
+        raise InputError(f"CLUSTER_SPEC['task']['type'] is "
+                         f"{task.get('type') if isinstance(task, dict) else task!r}; expected "
+                         "workerpool0..workerpool3.")
+    cluster = {_POOLS[pool]: addresses for pool, addresses in pools.items()
+               if _POOLS[pool] != EVALUATOR}
+    return _parse_tf_config({"cluster": cluster, "task": {
+        "type": _POOLS[task["type"]], "index": task.get("index", 0),
+        "trial": task.get("trial")}}, "CLUSTER_SPEC")
+
+
+def _addresses(key: str, value) -> tuple[str, ...]:
+    if isinstance(value, str) or not isinstance(value, (list, tuple)):
+        raise InputError(f"{key} must be a list of 'host:port' strings; got {value!r}.")
+    for address in value:
+        host, _, port = str(address).rpartition(":")
+        if not isinstance(address, str) or not host or not port.isdigit():
+            raise InputError(f"{key} has {address!r}; expected 'host:port'.")
+    return tuple(value)
+
+
+def wait_for_servers(cluster: Cluster, *, timeout_secs: float, poll_secs: float = 0.5) -> None:
+    """Blocks until every worker and ps accepts connections (replicas start in any order);
+    raises TimeoutError naming the ones that never did."""
+    deadline = time.monotonic() + timeout_secs
+    waiting = cluster.servers()
+    while waiting:
+        waiting = [s for s in waiting if not is_listening(s[2])]
+        if not waiting:
+            return
+        if time.monotonic() > deadline:
+            names = ", ".join(f"{t} {i} ({a})" for t, i, a in waiting)
+            raise TimeoutError(
+                f"Waited {timeout_secs:.0f} s for {names} to start. Check that those replicas "
+                "are running (their logs) and that their ports are reachable from the chief; "
+                "--cluster_timeout_secs sets how long to wait.")
+        time.sleep(poll_secs)
+
+
+def is_listening(address: str, timeout: float = 1.0) -> bool:
+    host, _, port = address.rpartition(":")
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout):
+            return True
+    except OSError:
+        return False
