@@ -8,6 +8,7 @@ from trainer import ensemble as ens
 from trainer.errors import InputError
 from trainer.iteration import TrainOptions
 from trainer.model import Generator
+from trainer.placement import Placement
 from trainer.schema import ColumnChoices
 
 
@@ -55,6 +56,21 @@ class SearchConfig:
 
 
 @dataclasses.dataclass(frozen=True)
+class DistributionConfig:
+    """How a cluster trains (ignored on one machine)."""
+
+    placement: Placement = Placement.REPLICATION
+    cluster_timeout_secs: float = 600.0  # how long the chief waits for workers and ps
+    stall_secs: float = 120.0  # a unit without progress this long is taken over
+    server_grace_secs: float = 120.0  # how long workers and ps outlive a vanished chief
+
+    def __post_init__(self):
+        for name in ("cluster_timeout_secs", "stall_secs", "server_grace_secs"):
+            if not getattr(self, name) > 0:
+                raise InputError(f"--{name} ({getattr(self, name)}) must be > 0.")
+
+
+@dataclasses.dataclass(frozen=True)
 class RunConfig:
     data: DataConfig
     search: SearchConfig
@@ -64,6 +80,7 @@ class RunConfig:
     steps_per_loop: int = 100
     checkpoint_every_secs: float = 30.0
     hypertune_metric: str | None = None
+    distribution: DistributionConfig = DistributionConfig()
 
     def __post_init__(self):
         if self.train.batch_size < 1:

@@ -6,6 +6,8 @@ import dataclasses
 import os
 from typing import Mapping
 
+from trainer import cluster as cluster_lib
+
 
 @dataclasses.dataclass(frozen=True)
 class Environment:
@@ -13,6 +15,7 @@ class Environment:
 
     trial_id: str | None = None
     hp_metric_file: str | None = None
+    cluster: cluster_lib.Cluster = cluster_lib.Cluster()
 
     @property
     def is_tuning(self) -> bool:
@@ -21,5 +24,8 @@ class Environment:
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str] = os.environ) -> "Environment":
+        """Raises InputError naming the bad key of a malformed TF_CONFIG or CLUSTER_SPEC."""
         return cls(trial_id=environ.get("CLOUD_ML_TRIAL_ID") or None,
-                   hp_metric_file=environ.get("CLOUD_ML_HP_METRIC_FILE") or None)
+                   hp_metric_file=environ.get("CLOUD_ML_HP_METRIC_FILE") or None,
+                   cluster=cluster_lib.parse(environ.get("TF_CONFIG"),
+                                             environ.get("CLUSTER_SPEC")))

@@ -43,7 +43,11 @@ def progress_line(iteration: Iteration, step: int, total: int, steps_per_sec: fl
 class SummaryWriters:
     """TensorBoard runs per candidate ensemble and per new subnetwork of an iteration."""
 
-    def __init__(self, logs: str, iteration: Iteration):
+    def __init__(self, logs: str | None, iteration: Iteration):
+        """Writes nothing when `logs` is None (replicas other than the chief)."""
+        self.candidates, self.subnetworks = [], []
+        if logs is None:
+            return
         root = job_dir_lib.join(logs, f"iteration-{iteration.number}")
         self.candidates = [tf.summary.create_file_writer(job_dir_lib.join(root, c.name))
                            for c in iteration.candidates]
@@ -82,6 +86,7 @@ def iteration_record(iteration: Iteration, scores: Sequence[ens.Score], chosen: 
                      steps_per_sec: float | None, batch_size: int) -> dict:
     """The record of a finished iteration (its architecture is added once frozen)."""
     train_losses = iteration.subnetwork_train_losses()
+    subnetwork_steps = iteration.subnetwork_steps.numpy()
     sub_diverged = iteration.subnetwork_diverged.numpy()
     return {
         "iteration": iteration.number,
@@ -102,12 +107,13 @@ def iteration_record(iteration: Iteration, scores: Sequence[ens.Score], chosen: 
             "name": subnetwork.name,
             "builder": builder.name,
             "complexity": builder.complexity,
+            "steps": int(trained_steps),
             "train_loss": _finite(loss),
             "diverged": bool(diverged),
             "eval": _finite_metrics(metrics),
-        } for subnetwork, builder, loss, diverged, metrics in zip(
-            iteration.subnetworks, iteration.builders, train_losses, sub_diverged,
-            subnetwork_metrics)],
+        } for subnetwork, builder, trained_steps, loss, diverged, metrics in zip(
+            iteration.subnetworks, iteration.builders, subnetwork_steps, train_losses,
+            sub_diverged, subnetwork_metrics)],
     }
 
 

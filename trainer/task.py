@@ -10,8 +10,10 @@ import sys
 
 from absl import app, flags, logging
 
+from trainer import cluster as cluster_lib
 from trainer import config as config_lib
 from trainer import data as data_lib
+from trainer import distributed
 from trainer import ensemble as ens
 from trainer import model
 from trainer import report as report_lib
@@ -19,6 +21,7 @@ from trainer import training
 from trainer.environment import Environment
 from trainer.errors import InputError, TrainingError
 from trainer.iteration import OPTIMIZERS, TrainOptions
+from trainer.placement import Placement
 from trainer.schema import ColumnChoices, HeadType
 
 FLAGS = flags.FLAGS
@@ -79,6 +82,17 @@ flags.DEFINE_integer("steps_per_loop", 100, "Train steps per compiled loop call.
 flags.DEFINE_float("checkpoint_every_secs", 30.0, "Seconds between periodic checkpoints.")
 flags.DEFINE_string("hypertune_metric", None, "Metric reported to Vertex AI hyperparameter "
                     "tuning (default: accuracy, or mse for regression).")
+
+# -- cluster ----------------------------------------------------------------------------------
+flags.DEFINE_enum("placement", Placement.REPLICATION.value, [p.value for p in Placement],
+                  "With parameter servers: replication (every worker trains everything) or "
+                  "round_robin (AdaNet's: one worker per subnetwork, one for the ensemble).")
+flags.DEFINE_float("cluster_timeout_secs", 600.0, "How long the chief waits for its workers "
+                   "and parameter servers to start.")
+flags.DEFINE_float("stall_secs", 120.0, "A worker's share of an iteration that makes no "
+                   "progress this long (worker lost) is taken over by idle workers.")
+flags.DEFINE_float("server_grace_secs", 120.0, "How long workers and parameter servers wait "
+                   "for a vanished chief to come back before they exit.")
 
 _GENERATORS = {"dnn", "cross", "linear"}
 
@@ -174,16 +188,25 @@ def build_config(f=FLAGS, environment: Environment | None = None) -> config_lib.
                            mixture_learning_rate=f.mixture_learning_rate),
         job_dir=f.job_dir, seed=f.seed, steps_per_loop=f.steps_per_loop,
         checkpoint_every_secs=f.checkpoint_every_secs,
-        hypertune_metric=(f.hypertune_metric or "") if environment.is_tuning else None)
+        hypertune_metric=(f.hypertune_metric or "") if environment.is_tuning else None,
+        distribution=config_lib.DistributionConfig(
+            placement=Placement(f.placement), cluster_timeout_secs=f.cluster_timeout_secs,
+            stall_secs=f.stall_secs, server_grace_secs=f.server_grace_secs))
 
 
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments {argv[1:]}; all options are --flags.")
-    environment = Environment.from_environ()
     try:
+        environment = Environment.from_environ()
         config = build_config(FLAGS, environment)
-        report = training.run(config)
+        cluster = environment.cluster
+        if cluster.task_type in (cluster_lib.WORKER, cluster_lib.PS) and cluster.has_ps:
+            return distributed.serve(cluster,
+                                     grace_secs=config.distribution.server_grace_secs)
+        report = training.run(config, cluster)
+        if not cluster.is_chief:
+            return 0
     except InputError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -8,6 +8,7 @@ recorded (see `job_dir.py`), the running one is checkpointed periodically.
 from __future__ import annotations
 
 import dataclasses
+import tempfile
 import time
 from typing import Sequence
 
@@ -20,6 +21,8 @@ from trainer import ensemble as ens
 from trainer import export as export_lib
 from trainer import job_dir as job_dir_lib
 from trainer import report as report_lib
+from trainer import distributed
+from trainer.cluster import Cluster
 from trainer.config import RunConfig
 from trainer.errors import InputError
 from trainer.features import Preprocessor
@@ -27,6 +30,7 @@ from trainer.heads import Head
 from trainer.iteration import FrozenEnsemble, FrozenMember, Iteration
 from trainer.model import Builder, IterationContext, Subnetwork, find_builder
 from trainer.model.subnetwork import propose
+from trainer.placement import Placement, ReplicationStrategy
 from trainer.schema import Schema
 
 _PROGRESS_EVERY_SECS = 5.0
@@ -121,11 +125,16 @@ class Trainer:
     """Runs the iterations of one job and owns its checkpoints, summaries and report."""
 
     def __init__(self, config: RunConfig, inputs: Inputs, job: job_dir_lib.JobDir, *,
-                 strategy: tf.distribute.Strategy | None = None):
+                 runtime: distributed.Runtime | None = None):
         self.config = config
         self.inputs = inputs
         self.job = job
-        self.strategy = strategy or tf.distribute.get_strategy()
+        self.runtime = runtime or distributed.Runtime(
+            Cluster(), tf.distribute.get_strategy(), ReplicationStrategy())
+        self.strategy = self.runtime.strategy
+        # Replicas other than the chief (synchronous training) save their share of each
+        # checkpoint to a scratch dir: every replica must take part, only the chief publishes.
+        self.scratch = None if self.runtime.is_chief else tempfile.mkdtemp(prefix="replica-")
         self.head = Head(inputs.schema.label)
         self.preprocessor = Preprocessor(inputs.schema)
         self.x_train = encode(self.preprocessor, inputs.train)
@@ -145,9 +154,15 @@ class Trainer:
         for t in range(len(records), self.config.search.max_iterations):
             record, previous = self.run_iteration(t, previous)
             records.append(record)
-            self.write_report(records, final=None)
+            if self.runtime.is_chief:
+                self.write_report(records, final=None)
+        if not self.runtime.is_chief:
+            return {}
         if not self.job.has_model():
-            export_lib.export(export_lib.ServingModel(self.preprocessor, previous, self.head),
+            # A copy on this machine, under no strategy: the SavedModel holds plain variables
+            # wherever training kept them (parameter servers, mirrored replicas).
+            local = self.restore(records, strategy=tf.distribute.get_strategy())
+            export_lib.export(export_lib.ServingModel(self.preprocessor, local, self.head),
                               self.job)
             logging.info("Exported the chosen ensemble to %s", self.job.model)
         final = self.evaluate_export()
@@ -177,37 +192,51 @@ class Trainer:
         iteration = Iteration(number=t, head=self.head, input_dim=self.input_dim,
                               seed=self.config.seed, builders=builders, specs=specs,
                               ensemblers=search.ensemblers, previous=previous,
-                              options=self.config.train, strategy=self.strategy)
+                              options=self.config.train, strategy=self.strategy,
+                              layout=self.runtime.layout(len(builders)))
         checkpoint = iteration.checkpoint()
-        manager = tf.train.CheckpointManager(checkpoint, self.job.iteration_checkpoints(t),
-                                             max_to_keep=1)
-        if manager.latest_checkpoint:
-            checkpoint.restore(manager.latest_checkpoint).assert_existing_objects_matched()
-            logging.info("Iteration %d: resumed from %s at step %d.", t,
-                         manager.latest_checkpoint, int(iteration.step.numpy()))
+        latest = tf.train.latest_checkpoint(self.job.iteration_checkpoints(t))
+        manager = tf.train.CheckpointManager(
+            checkpoint, self.job.iteration_checkpoints(t) if self.scratch is None
+            else job_dir_lib.join(self.scratch, f"iteration-{t}"), max_to_keep=1)
+        if latest:
+            checkpoint.restore(latest, options=self.runtime.checkpoint_options
+                               ).assert_existing_objects_matched()
+            logging.info("Iteration %d: resumed from %s at step %d.", t, latest,
+                         int(iteration.step.numpy()))
             for name in iteration.stop_diverged():
                 logging.warning("Iteration %d: %s diverged before the restart; it stays "
                                 "stopped and will not be selected.", t, name)
         logging.info("Iteration %d: training %d subnetworks %s and %d candidate ensembles for "
                      "%d steps.", t, len(builders), [b.name for b in builders],
                      len(iteration.candidates), search.max_iteration_steps)
-        writers = report_lib.SummaryWriters(self.job.logs, iteration)
-        timing = self.train_iteration(iteration, manager, writers)
+        writers = report_lib.SummaryWriters(self.job.logs if self.runtime.is_chief
+                                            else None, iteration)
+        if self.runtime.coordinator is not None:
+            timing, placement = self.train_coordinated(iteration, manager, writers)
+        else:
+            timing = self.train_iteration(iteration, manager, writers)
+            placement = self.replicated_record(iteration)
         pause_started = time.monotonic()
         record = self.select(iteration, timing)
+        record["placement"] = placement
         writers.write_eval(record)
         writers.close()
         chosen = next(i for i, c in enumerate(iteration.candidates)
                       if c.name == record["chosen"])
         frozen = iteration.freeze(chosen)
-        frozen.checkpoint().write(self.job.frozen_prefix(t))
+        frozen.checkpoint().write(
+            self.job.frozen_prefix(t) if self.scratch is None
+            else job_dir_lib.join(self.scratch, f"frozen-{t}", "ensemble"),
+            options=self.runtime.checkpoint_options)
         record["architecture"] = report_lib.architecture(frozen)
         record["seconds"] = {"total": time.monotonic() - started, "training": timing.seconds,
                              "first_step": timing.first_step_seconds,
                              "selection_and_freeze": time.monotonic() - pause_started,
                              "pause_before": self.pauses.get(t)}
-        job_dir_lib.write_json(self.job.record_path(t), record)  # the iteration is finished
-        self.job.drop_iteration_checkpoints(t)
+        if self.runtime.is_chief:
+            job_dir_lib.write_json(self.job.record_path(t), record)  # the iteration is finished
+            self.job.drop_iteration_checkpoints(t)
         logging.info("Iteration %d: chose %s (objective %.5f).", t, record["chosen"],
                      report_lib.chosen_candidate(record)["objective"])
         return record, frozen
@@ -246,18 +275,92 @@ class Trainer:
                 writers.write_training(iteration, step)
                 last_progress = now
             if now - last_checkpoint >= self.config.checkpoint_every_secs:
-                manager.save(checkpoint_number=step)
+                manager.save(checkpoint_number=step, options=self.runtime.checkpoint_options)
                 last_checkpoint = now
         if iteration.is_exhausted and step < total:
             logging.warning("Iteration %d: every new candidate diverged at step %d.",
                             iteration.number, step)
         ended = time.monotonic()
-        manager.save(checkpoint_number=step)
+        manager.save(checkpoint_number=step, options=self.runtime.checkpoint_options)
         self._previous_training_end = time.monotonic()
         return TrainingTime(
             seconds=self._previous_training_end - started,
             first_step_seconds=(compiled_at or ended) - started,
             steps_per_sec=_rate(step - compiled_step, ended - (compiled_at or ended)))
+
+    def train_coordinated(self, iteration: Iteration, manager: tf.train.CheckpointManager,
+                          writers: report_lib.SummaryWriters) -> tuple[TrainingTime, list]:
+        """Trains on the cluster's workers through the coordinator (see CoordinatedLoop)."""
+        total = self.config.search.max_iteration_steps
+        loop = distributed.CoordinatedLoop(
+            runtime=self.runtime, iteration=iteration, iterator=self._per_worker_iterator(),
+            budget=total, steps_per_loop=self.config.steps_per_loop,
+            stall_secs=self.config.distribution.stall_secs)
+        started = time.monotonic()
+        clock = {"progress": started, "checkpoint": started, "first": None,
+                 "first_step": int(iteration.step.numpy())}
+
+        def on_progress():
+            now = time.monotonic()
+            step = int(iteration.step.numpy())
+            if clock["first"] is None:
+                clock["first"], clock["first_step"] = now, step
+                if self._previous_training_end is not None:
+                    self.pauses[iteration.number] = now - self._previous_training_end
+            if now - clock["progress"] >= _PROGRESS_EVERY_SECS:
+                logging.info(report_lib.progress_line(
+                    iteration, step, total, _rate(step - clock["first_step"],
+                                                  now - clock["first"]),
+                    self.config.train.batch_size))
+                writers.write_training(iteration, step)
+                clock["progress"] = now
+            if now - clock["checkpoint"] >= self.config.checkpoint_every_secs:
+                manager.save(checkpoint_number=step, options=self.runtime.checkpoint_options)
+                clock["checkpoint"] = now
+
+        def on_diverged(names):
+            for name in names:
+                logging.warning("Iteration %d: %s diverged (non-finite loss); it stops "
+                                "training and will not be selected.", iteration.number, name)
+
+        loop.run(on_progress=on_progress, on_diverged=on_diverged)
+        ended = time.monotonic()
+        step = int(iteration.step.numpy())
+        logging.info(report_lib.progress_line(
+            iteration, step, total, _rate(step - clock["first_step"],
+                                          ended - (clock["first"] or ended)),
+            self.config.train.batch_size))
+        writers.write_training(iteration, step)
+        manager.save(checkpoint_number=step, options=self.runtime.checkpoint_options)
+        self._previous_training_end = time.monotonic()
+        timing = TrainingTime(
+            seconds=self._previous_training_end - started,
+            first_step_seconds=(clock["first"] or ended) - started,
+            steps_per_sec=_rate(step - clock["first_step"], ended - (clock["first"] or ended)))
+        return timing, loop.record(self.runtime.worker_name)
+
+    def _per_worker_iterator(self):
+        """Each worker's endless shuffled batches (built once; the coordinator rebuilds a
+        restarted worker's). Workers shuffle with different seeds."""
+        if getattr(self, "_worker_iterator", None) is None:
+            x, y = self.x_train, self.inputs.train.labels
+            batch_size, seed = self.config.train.batch_size, self.config.seed
+
+            def dataset_fn():
+                worker = tf.distribute.coordinator.experimental_get_current_worker_index()
+                return train_dataset(x, y, batch_size=batch_size, seed=seed * 7919 + worker)
+
+            self._worker_iterator = iter(
+                self.runtime.coordinator.create_per_worker_dataset(dataset_fn))
+        return self._worker_iterator
+
+    def replicated_record(self, iteration: Iteration) -> list[dict]:
+        """Every replica trained everything for every step (one machine, or synchronously)."""
+        steps = int(iteration.step.numpy())
+        names = [self.runtime.worker_name(w) for w in range(self.runtime.num_workers)]
+        return [{"unit": "everything",
+                 "trains": ["ensemble"] + [s.name for s in iteration.subnetworks],
+                 "assigned_to": names, "steps_by_worker": {n: steps for n in names}}]
 
     # -- selection ------------------------------------------------------------------------
     def select(self, iteration: Iteration, timing: TrainingTime) -> dict:
@@ -287,10 +390,13 @@ class Trainer:
             batch_size=self.config.train.batch_size)
 
     # -- resume ---------------------------------------------------------------------------
-    def restore(self, records: Sequence[dict]) -> FrozenEnsemble:
+    def restore(self, records: Sequence[dict], *,
+                strategy: tf.distribute.Strategy | None = None) -> FrozenEnsemble:
         """Rebuilds the last chosen ensemble: replays the generator for each member's builder
-        (it is a pure function of the iteration context), then restores frozen weights."""
+        (it is a pure function of the iteration context), then restores frozen weights.
+        Under `strategy` (default: the one training runs under)."""
         search = self.config.search
+        strategy = strategy or self.strategy
         chain: dict[str, Builder] = {}
         previous: tuple[Builder, ...] = ()
         for record in records:
@@ -305,7 +411,7 @@ class Trainer:
         by_name = {e.name: e for e in search.ensemblers}
         ensembler = by_name[last["architecture"]["ensembler"]]
         frozen_members = []
-        with self.strategy.scope():
+        with strategy.scope():
             for m, builder in zip(last["architecture"]["members"], previous):
                 subnetwork = Subnetwork(builder, input_dim=self.input_dim,
                                         logits_dimension=self.head.logits_dimension,
@@ -314,8 +420,9 @@ class Trainer:
             weights = ensembler.build(members=[f.as_member() for f in frozen_members],
                                       logits_dimension=self.head.logits_dimension)
         frozen = FrozenEnsemble(tuple(frozen_members), weights, ensembler)
-        frozen.checkpoint().read(
-            self.job.frozen_prefix(last["iteration"])).assert_existing_objects_matched()
+        options = self.runtime.checkpoint_options if strategy is self.strategy else None
+        frozen.checkpoint().read(self.job.frozen_prefix(last["iteration"]),
+                                 options=options).assert_existing_objects_matched()
         return frozen
 
     # -- the exported model ---------------------------------------------------------------
@@ -338,9 +445,16 @@ class Trainer:
         return report
 
 
-def run(config: RunConfig) -> dict:
-    """Trains (or resumes) the job described by `config`; returns the report."""
+def run(config: RunConfig, cluster: Cluster = Cluster()) -> dict:
+    """Trains (or resumes) the job described by `config` as this replica of `cluster`;
+    returns the report (the chief's; {} on other replicas)."""
     job = job_dir_lib.JobDir(config.job_dir)
+    placement = config.distribution.placement
+    if cluster.is_distributed and not cluster.has_ps and placement is not Placement.REPLICATION:
+        raise InputError(f"--placement={placement.value} needs parameter servers (a ps pool: "
+                         "workerPoolSpecs[2]); a cluster of workers alone trains "
+                         "synchronously, every worker on everything. Use "
+                         "--placement=replication or add parameter servers.")
     check_resumable(config, job)
     inputs = load_inputs(config, job)
     metrics = Head(inputs.schema.label).metric_names
@@ -348,12 +462,16 @@ def run(config: RunConfig) -> dict:
         raise InputError(f"--hypertune_metric={config.hypertune_metric} is not an eval metric "
                          f"of a {inputs.schema.label.head.value} head; choose from "
                          f"{', '.join(metrics)}.")
-    # From here on the job dir is written.
-    job.create()
-    if not job.exists():
-        job_dir_lib.write_atomically(job.schema, inputs.schema.to_json())
-        job_dir_lib.write_json(job.run, {"fingerprint": config.fingerprint()})
-    trainer = Trainer(config, inputs, job)
+    runtime = distributed.make_runtime(
+        cluster, placement.strategy(),
+        timeout_secs=config.distribution.cluster_timeout_secs)
+    # From here on the job dir is written (by the chief alone).
+    if runtime.is_chief:
+        job.create()
+        if not job.exists():
+            job_dir_lib.write_atomically(job.schema, inputs.schema.to_json())
+            job_dir_lib.write_json(job.run, {"fingerprint": config.fingerprint()})
+    trainer = Trainer(config, inputs, job, runtime=runtime)
     report = trainer.run()
     return report
 
