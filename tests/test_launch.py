@@ -227,6 +227,12 @@ def test_bad_tasks_and_shapes_are_refused(make, error):
         make()
 
 
+@pytest.mark.parametrize("code, shell_code", [(0, 0), (3, 3), (-signal.SIGKILL, 137),
+                                              (-signal.SIGTERM, 143)])
+def test_a_chief_killed_by_a_signal_exits_like_a_shell(code, shell_code):
+    assert launch._exit_code(code) == shell_code
+
+
 def test_tasks_come_in_pool_order():
     assert [t.label for t in FULL.tasks()] == LABELS
 

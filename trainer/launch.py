@@ -552,7 +552,14 @@ def parse_command_line(argv: Sequence[str]) -> LaunchOptions:
         grace=flags.grace)
 
 
+def _ignore_signals() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+
+
 def _raise_interrupted(signum, frame):
+    # A second Ctrl-C must not cut the shutdown short and leave processes behind.
+    _ignore_signals()
     raise _Interrupted(signum)
 
 
@@ -576,9 +583,7 @@ def run(options: LaunchOptions) -> int:
         cluster.log(f"{e}: stopping the cluster")
         return 128 + e.signum
     finally:
-        # A second Ctrl-C must not cut the shutdown short and leave processes behind.
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        _ignore_signals()
         cluster.stop()
 
 
