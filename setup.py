@@ -21,6 +21,7 @@ setuptools.setup(
         "numpy>=1.23",
         "tensorboard>=2.15",
         "cloudml-hypertune>=0.1.0.dev6",
+        "pyyaml>=5.1",  # trainer.launch reads config.yaml
     ],
     extras_require={
         "cpu": ["tensorflow-cpu>=2.17,<2.22"],
