@@ -10,6 +10,7 @@ Layout::
         frozen-<t>/             the chosen ensemble of iteration t (weights)
         iteration-<t>.json      the record of iteration t: candidates, scores, choice
       logs/                     TensorBoard summaries, one run per candidate
+      eval/                     the evaluator replica's metrics per checkpoint
       model/                    the exported SavedModel (only the chosen ensemble)
       report.json               everything above, summarised
 
@@ -58,6 +59,7 @@ class JobDir:
         self.root = root.rstrip("/") or "/"
         self.checkpoints = join(self.root, "checkpoints")
         self.logs = join(self.root, "logs")
+        self.eval = join(self.root, "eval")
         self.model = join(self.root, "model")
         self.schema = join(self.root, "schema.json")
         self.run = join(self.root, "run.json")

@@ -21,7 +21,7 @@ def _finite(value: float) -> float | None:
     return value if math.isfinite(value) else None
 
 
-def _finite_metrics(metrics: dict) -> dict:
+def finite_metrics(metrics: dict) -> dict:
     return {k: _finite(v) for k, v in metrics.items()}
 
 
@@ -101,7 +101,7 @@ def iteration_record(iteration: Iteration, scores: Sequence[ens.Score], chosen: 
             "members": [m.key for m in candidate.weights.members],
             "objective": _finite(score.objective),
             "diverged": score.diverged,
-            "eval": _finite_metrics(metrics),
+            "eval": finite_metrics(metrics),
         } for candidate, score, metrics in zip(iteration.candidates, scores, candidate_metrics)],
         "subnetworks": [{
             "name": subnetwork.name,
@@ -110,7 +110,7 @@ def iteration_record(iteration: Iteration, scores: Sequence[ens.Score], chosen: 
             "steps": int(trained_steps),
             "train_loss": _finite(loss),
             "diverged": bool(diverged),
-            "eval": _finite_metrics(metrics),
+            "eval": finite_metrics(metrics),
         } for subnetwork, builder, trained_steps, loss, diverged, metrics in zip(
             iteration.subnetworks, iteration.builders, subnetwork_steps, train_losses,
             sub_diverged, subnetwork_metrics)],

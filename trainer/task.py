@@ -14,6 +14,7 @@ from trainer import cluster as cluster_lib
 from trainer import config as config_lib
 from trainer import data as data_lib
 from trainer import distributed
+from trainer import evaluator
 from trainer import ensemble as ens
 from trainer import model
 from trainer import report as report_lib
@@ -204,6 +205,9 @@ def main(argv):
         if cluster.task_type in (cluster_lib.WORKER, cluster_lib.PS) and cluster.has_ps:
             return distributed.serve(cluster,
                                      grace_secs=config.distribution.server_grace_secs)
+        if cluster.task_type == cluster_lib.EVALUATOR:
+            evaluator.run(config)
+            return 0
         report = training.run(config, cluster)
         if not cluster.is_chief:
             return 0

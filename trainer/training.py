@@ -184,21 +184,14 @@ class Trainer:
                       ) -> tuple[dict, FrozenEnsemble]:
         search = self.config.search
         started = time.monotonic()
-        context = IterationContext(t, tuple(m.builder for m in previous.members)
-                                   if previous else ())
-        builders = propose(search.generator, context)
-        specs = ens.candidate_specs(search.strategies, [b.name for b in builders],
-                                    has_previous=previous is not None)
-        iteration = Iteration(number=t, head=self.head, input_dim=self.input_dim,
-                              seed=self.config.seed, builders=builders, specs=specs,
-                              ensemblers=search.ensemblers, previous=previous,
-                              options=self.config.train, strategy=self.strategy,
-                              layout=self.runtime.layout(len(builders)))
+        iteration = self.build_iteration(t, previous)
+        builders = iteration.builders
         checkpoint = iteration.checkpoint()
         latest = tf.train.latest_checkpoint(self.job.iteration_checkpoints(t))
         manager = tf.train.CheckpointManager(
             checkpoint, self.job.iteration_checkpoints(t) if self.scratch is None
-            else job_dir_lib.join(self.scratch, f"iteration-{t}"), max_to_keep=1)
+            else job_dir_lib.join(self.scratch, f"iteration-{t}"),
+            max_to_keep=2)  # the latest two: an evaluator may be reading the older one
         if latest:
             checkpoint.restore(latest, options=self.runtime.checkpoint_options
                                ).assert_existing_objects_matched()
@@ -240,6 +233,20 @@ class Trainer:
         logging.info("Iteration %d: chose %s (objective %.5f).", t, record["chosen"],
                      report_lib.chosen_candidate(record)["objective"])
         return record, frozen
+
+    def build_iteration(self, t: int, previous: FrozenEnsemble | None) -> Iteration:
+        """Iteration `t`'s candidates: the generator's proposals grown from `previous`."""
+        search = self.config.search
+        context = IterationContext(t, tuple(m.builder for m in previous.members)
+                                   if previous else ())
+        builders = propose(search.generator, context)
+        specs = ens.candidate_specs(search.strategies, [b.name for b in builders],
+                                    has_previous=previous is not None)
+        return Iteration(number=t, head=self.head, input_dim=self.input_dim,
+                         seed=self.config.seed, builders=builders, specs=specs,
+                         ensemblers=search.ensemblers, previous=previous,
+                         options=self.config.train, strategy=self.strategy,
+                         layout=self.runtime.layout(len(builders)))
 
     def train_iteration(self, iteration: Iteration, manager: tf.train.CheckpointManager,
                         writers: report_lib.SummaryWriters) -> TrainingTime:
