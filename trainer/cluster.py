@@ -100,7 +100,8 @@ def _load(name: str, text: str) -> dict:
 
 
 def _parse_tf_config(config: dict, name: str) -> Cluster:
-    raw_jobs = config.get("cluster") or {}
+    raw_jobs = config.get("cluster")
+    raw_jobs = {} if raw_jobs is None else raw_jobs
     if not isinstance(raw_jobs, dict):
         raise InputError(f"{name}['cluster'] must be an object of job name -> addresses.")
     jobs: dict[str, tuple[str, ...]] = {}
@@ -149,9 +150,9 @@ def _parse_cluster_spec(spec: dict) -> Cluster:
         raise InputError(f"CLUSTER_SPEC['cluster'] has unknown pools {unknown}; expected "
                          "workerpool0..workerpool3.")
     task = spec.get("task") or {}
-    if not isinstance(task, dict) or task.get("type") not in _POOLS:
-        raise InputError(f"CLUSTER_SPEC['task']['type'] is "
-                         f"{task.get('type') if isinstance(task, dict) else task!r}; expected "
+    task_type = task.get("type") if isinstance(task, dict) else None
+    if task_type not in _POOLS:
+        raise InputError(f"CLUSTER_SPEC['task']['type'] is {task_type!r}; expected "
                          "workerpool0..workerpool3.")
     cluster = {_POOLS[pool]: addresses for pool, addresses in pools.items()
                if _POOLS[pool] != EVALUATOR}

@@ -15,6 +15,7 @@ import collections
 import contextlib
 import dataclasses
 import math
+import re
 import signal
 import sys
 import threading
@@ -304,13 +305,21 @@ def _jobs(iteration: Iteration, unit) -> list[str]:
         iteration.subnetworks[i].name for i in unit.subnetworks]
 
 
-def _fetch(remote_value):
-    """The value of a scheduled chunk; a lost parameter server ends training clearly."""
-    try:
-        return [int(v) for v in remote_value.fetch()]
-    except (tf.errors.UnavailableError, tf.errors.AbortedError,
-            tf.errors.CancelledError) as e:
-        raise TrainingError(
-            f"Training stopped: a parameter server or the cluster became unavailable "
-            f"({type(e).__name__}: {str(e).splitlines()[0][:300]}). Restart the lost "
-            "replica and the chief: training resumes from the last checkpoint.") from None
+def _fetch(remote_value) -> list[int]:
+    return [int(v) for v in remote_value.fetch()]
+
+
+LOST_REPLICA_ERRORS = (tf.errors.UnavailableError, tf.errors.AbortedError,
+                       tf.errors.CancelledError)
+
+
+def lost_replica(error: Exception) -> TrainingError:
+    """The clear error for a cluster member gone in mid-training (workers are replaced by the
+    coordinator; a lost parameter server takes the variables with it)."""
+    tasks = sorted(set(re.findall(r"/job:(\w+)/replica:\d+/task:(\d+)", str(error))))
+    who = ", ".join(f"{job} {index}" for job, index in tasks) or "a replica"
+    return TrainingError(
+        f"Training stopped: {who} became unreachable ({type(error).__name__}: "
+        f"{str(error).splitlines()[0][:200]}). A parameter server holds the model's variables: "
+        "restart the lost replica and then the chief, and training resumes from the last "
+        "checkpoint.")

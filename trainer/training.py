@@ -479,7 +479,11 @@ def run(config: RunConfig, cluster: Cluster = Cluster()) -> dict:
             job_dir_lib.write_atomically(job.schema, inputs.schema.to_json())
             job_dir_lib.write_json(job.run, {"fingerprint": config.fingerprint()})
     trainer = Trainer(config, inputs, job, runtime=runtime)
-    report = trainer.run()
-    return report
+    try:
+        return trainer.run()
+    except distributed.LOST_REPLICA_ERRORS as e:
+        if not cluster.is_distributed:
+            raise
+        raise distributed.lost_replica(e) from None
 
 
