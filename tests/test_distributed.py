@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import json
 import signal
+import socket
 import time
 from pathlib import Path
 
 import pytest
 
-from tests.support import REPO
+from tests.support import REPO, run_task, task_env
 from trainer.launch import ClusterShape, LocalCluster
 
 BUDGET = 600
@@ -219,3 +220,32 @@ def test_a_lost_parameter_server_stops_the_chief_and_a_restart_resumes(tmp_path)
         report = job.report()
     assert "iterations 0..0 are finished" in chief
     assert_trained(report)
+
+
+# -- roles from TF_CONFIG, in single processes ------------------------------------------------
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_a_chief_whose_servers_never_start_stops_with_their_names(tmp_path):
+    ports = [_free_port() for _ in range(3)]
+    config = {"cluster": {"chief": [f"127.0.0.1:{ports[0]}"],
+                          "worker": [f"127.0.0.1:{ports[1]}"], "ps": [f"127.0.0.1:{ports[2]}"]},
+              "task": {"type": "chief", "index": 0}}
+    result = run_task([f"--job_dir={tmp_path / 'job'}", "--cluster_timeout_secs=2"],
+                      env=task_env(TF_CONFIG=json.dumps(config)), timeout=120)
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert (f"worker 0 (127.0.0.1:{ports[1]}), ps 0 (127.0.0.1:{ports[2]}) to start"
+            in result.stderr)
+    assert not (tmp_path / "job").exists()
+
+
+def test_a_malformed_tf_config_stops_every_role_before_any_work(tmp_path):
+    bad = json.dumps({"cluster": {"chief": ["127.0.0.1:1"]}, "task": {"type": "boss"}})
+    result = run_task([f"--job_dir={tmp_path / 'job'}"], env=task_env(TF_CONFIG=bad),
+                      timeout=120)
+    assert result.returncode == 2
+    assert "TF_CONFIG['task']['type'] is 'boss'" in result.stderr
+    assert not (tmp_path / "job").exists()
