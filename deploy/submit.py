@@ -120,17 +120,19 @@ def upload_request(sdist: str, package_uri: str) -> api.ApiRequest:
                                   f"/o?uploadType=multipart&name={name}", {"file": sdist})
 
 
-def create_job(cloud: api.Cloud, submission: Submission):
-    """Creates the CustomJob through the SDK and returns without waiting for it."""
+def create_job(cloud: api.Cloud, submission: Submission, *, staging_uri: str):
+    """Creates the CustomJob through the SDK and returns without waiting for it (the SDK
+    insists on a staging bucket even though nothing else is staged)."""
     from google.cloud import aiplatform
     from google.cloud.aiplatform.compat.types import custom_job as custom_job_types
 
     cloud.init_sdk()
     spec = submission.spec
-    pools = [custom_job_types.WorkerPoolSpec.from_json(json.dumps(pool), ignore_unknown_fields=False)
+    pools = [custom_job_types.WorkerPoolSpec.from_json(json.dumps(pool))
              for pool in spec["workerPoolSpecs"]]
     job = aiplatform.CustomJob(display_name=submission.display_name, worker_pool_specs=pools,
-                               base_output_dir=spec["baseOutputDirectory"]["outputUriPrefix"])
+                               base_output_dir=spec["baseOutputDirectory"]["outputUriPrefix"],
+                               staging_bucket=staging_uri)
     scheduling = spec.get("scheduling", {})
     job.submit(timeout=_seconds(scheduling.get("timeout")),
                restart_job_on_worker_restart=bool(scheduling.get("restartJobOnWorkerRestart")))
@@ -172,7 +174,7 @@ def submit(cloud: api.Cloud, *, staging_uri: str, display_name: str,
         storage.upload_file(sdist, package_uri)
     print(f"# equivalent gcloud command (spec in {spec_path}):\n"
           f"{submission.gcloud(cloud, spec_path)}", file=out)
-    return None if dry_run else create_job(cloud, submission)
+    return None if dry_run else create_job(cloud, submission, staging_uri=staging_uri)
 
 
 def _write_yaml(path: str, spec: dict) -> None:
