@@ -204,7 +204,7 @@ def _checked(predictor: Predictor, instance, excluded: frozenset, where: str, *,
             return predictor.fields.check(0, instance), None
         return predictor.fields.from_text(0, instance), None
     except InstanceError as e:
-        return instance, str(e).removeprefix("instance 0: ")
+        return instance, e.reason
 
 
 def _predict_lines(predictor: Predictor, lines: list[Line]) -> tuple[list, list]:

@@ -21,9 +21,10 @@ NUMBER, TEXT = "number", "string"
 class InstanceError(ValueError):
     """One instance does not fit the model's inputs; the others are unaffected."""
 
-    def __init__(self, index: int, message: str):
-        super().__init__(f"instance {index}: {message}")
+    def __init__(self, index: int, reason: str):
+        super().__init__(f"instance {index}: {reason}")
         self.index = index
+        self.reason = reason
 
 
 @dataclasses.dataclass(frozen=True)
@@ -103,7 +104,8 @@ class Predictor:
     def check(self, instances: Sequence[Any]) -> list[dict]:
         """Every instance checked; raises InstanceError for the first bad one."""
         if not isinstance(instances, (list, tuple)):
-            raise InstanceError(0, f"'instances' must be a list, got {type(instances).__name__}.")
+            raise InstanceError(0, "'instances' must be a list, got "
+                                f"{type(instances).__name__}.")
         return [self.fields.check(i, x) for i, x in enumerate(instances)]
 
     def predict(self, instances: Sequence[Any]) -> list[dict]:

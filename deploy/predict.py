@@ -59,14 +59,15 @@ def _error_text(body: bytes) -> str:
 
 
 def read_instances(uri: str) -> list:
-    """Instances from a JSONL file or a JSON file `{"instances": [...]}` (local or gs://)."""
+    """Instances from a JSON file `{"instances": [...]}` or a JSONL file, one instance per
+    line (local or gs://)."""
     text = storage.read_bytes(uri).decode("utf-8")
-    stripped = text.lstrip()
-    if stripped.startswith("{") and '"instances"' in stripped.split("\n", 1)[0]:
-        try:
-            return json.loads(text)["instances"]
-        except (ValueError, KeyError):
-            pass  # a JSONL file whose first instance has a field called "instances"
+    try:
+        whole = json.loads(text)
+    except json.JSONDecodeError:
+        whole = None  # several lines: JSONL
+    if isinstance(whole, dict) and isinstance(whole.get("instances"), list):
+        return whole["instances"]
     instances = []
     for number, line in enumerate(text.splitlines(), start=1):
         if line.strip():

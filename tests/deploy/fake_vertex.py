@@ -68,6 +68,10 @@ class FakeVertex:
         self._server.shutdown()
         self._server.server_close()
 
+    def add_model(self, parent: str, display_name: str) -> str:
+        """A model already in the registry (as if uploaded earlier); its name."""
+        return self._new(f"{parent}/models", {"displayName": display_name})["name"]
+
     def bodies(self, method_id_suffix: str) -> list[dict]:
         """Bodies of the recorded requests whose method id ends with the suffix."""
         return [r.body for r in self.requests

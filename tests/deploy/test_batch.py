@@ -98,7 +98,7 @@ def test_nothing_is_written_for_bad_arguments(tmp_path, predictor):
 
 def test_vertex_job_through_the_sdk_matches_the_dry_run(cloud_sdk):
     fake, cloud = cloud_sdk
-    model = fake._new(f"{cloud.parent}/models", {"displayName": "m"})["name"]
+    model = fake.add_model(cloud.parent, "m")
     job = batch.VertexBatchJob(display_name="census-batch", model=model.rsplit("/", 1)[1],
                                sources=("gs://test-bucket/in/*.jsonl",),
                                output_prefix="gs://test-bucket/out", max_replica_count=4)
