@@ -116,9 +116,9 @@ def parser(description: str) -> argparse.ArgumentParser:
                                    formatter_class=argparse.ArgumentDefaultsHelpFormatter)
 
 
-def add_cloud_flags(p: argparse.ArgumentParser) -> None:
+def add_cloud_flags(p: argparse.ArgumentParser, *, project_required: bool = True) -> None:
     """--project, --region, --api_endpoint and --dry_run."""
-    p.add_argument("--project", required=True, help="Google Cloud project id.")
+    p.add_argument("--project", required=project_required, help="Google Cloud project id.")
     p.add_argument("--region", default=DEFAULT_REGION, help="Vertex AI region.")
     p.add_argument("--api_endpoint", default=None,
                    help="Another Vertex AI API endpoint (default: REGION-aiplatform...).")

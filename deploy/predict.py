@@ -83,10 +83,7 @@ def _run(argv: list[str] | None) -> int:
     p.add_argument("--instances", required=True, help="JSONL or JSON file of instances.")
     p.add_argument("--endpoint", help="Vertex AI endpoint id or name (needs --project).")
     p.add_argument("--local_url", help="URL of a local deploy.serve server instead.")
-    p.add_argument("--project", help="Google Cloud project id (with --endpoint).")
-    p.add_argument("--region", default=api.DEFAULT_REGION, help="Vertex AI region.")
-    p.add_argument("--api_endpoint", default=None, help="Another Vertex AI API endpoint.")
-    p.add_argument("--dry_run", action="store_true", help="Print the request, send nothing.")
+    api.add_cloud_flags(p, project_required=False)  # --project is needed with --endpoint
     args = p.parse_args(argv)
     if bool(args.endpoint) == bool(args.local_url):
         raise api.DeployError("give exactly one of --endpoint (Vertex AI) or --local_url.")
