@@ -8,12 +8,14 @@ copies only this file before `pip install .`, so it reads no other file.
 
 import setuptools
 
+DEPLOY = ["google-cloud-aiplatform>=1.60", "google-cloud-storage>=2.10", "pyyaml>=6.0"]
+
 setuptools.setup(
     name="trainer",
     version="0.1.0",
     description="AdaNet-style ensembles of neural networks, TensorFlow 2 native, for Vertex AI.",
     python_requires=">=3.10",
-    packages=setuptools.find_packages(include=["trainer", "trainer.*"]),
+    packages=setuptools.find_packages(include=["trainer", "trainer.*", "deploy"]),
     package_data={"trainer": ["data/census/*.csv.gz"]},
     include_package_data=True,
     install_requires=[
@@ -27,6 +29,13 @@ setuptools.setup(
         "cpu": ["tensorflow-cpu>=2.17,<2.22"],
         "gpu": ["tensorflow[and-cuda]>=2.17,<2.22"],
         "bench": ["matplotlib>=3.7"],
-        "test": ["pytest>=7.4", "pytest-timeout>=2.2", "matplotlib>=3.7"],
+        # deploy/: Vertex AI jobs, endpoints and batch prediction, files in Cloud Storage.
+        "deploy": DEPLOY,
+        "test": ["pytest>=7.4", "pytest-timeout>=2.2", "matplotlib>=3.7", *DEPLOY,
+                 # the fake Vertex AI service reads the API's discovery document from here
+                 "google-api-python-client>=2.100",
+                 "gcp-storage-emulator>=2024.8.3",
+                 # the example notebook, executed by the tests
+                 "nbclient>=0.10", "nbformat>=5.9", "ipykernel>=6.29", "pandas>=2.0"],
     },
 )

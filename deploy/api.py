@@ -1,0 +1,143 @@
+"""What the deploy commands share: the Google Cloud target, the REST requests each command
+sends (printed verbatim by `--dry_run`), and the command-line plumbing.
+
+Every command builds its request bodies here, as Vertex AI's REST API spells them (camelCase,
+int64 values as strings), so `--dry_run` prints exactly what the SDK then sends; the tests
+check that against the bodies a fake service receives.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import re
+import sys
+from typing import Callable, Sequence
+
+DEFAULT_REGION = "us-central1"
+_REGION = re.compile(r"^[a-z]+-[a-z]+\d+$")
+_PROJECT = re.compile(r"^[a-z][a-z0-9-]{4,28}[a-z0-9]$|^\d+$")
+_ID = re.compile(r"^\d+$")
+
+
+class DeployError(ValueError):
+    """Bad input to a deploy command: nothing was sent, nothing was written."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Cloud:
+    """Where requests go: a project and region, optionally another API endpoint (a private
+    endpoint, or a local fake in tests) and credentials (default: application default)."""
+
+    project: str
+    region: str = DEFAULT_REGION
+    api_endpoint: str | None = None
+    credentials: object = None
+
+    def __post_init__(self):
+        if not _PROJECT.match(self.project or ""):
+            raise DeployError(f"project ({self.project!r}) is not a Google Cloud project id or "
+                              "number; pass --project=MY_PROJECT.")
+        if not _REGION.match(self.region or ""):
+            raise DeployError(f"region ({self.region!r}) is not a Vertex AI region such as "
+                              f"{DEFAULT_REGION}; pass --region.")
+
+    @property
+    def parent(self) -> str:
+        return f"projects/{self.project}/locations/{self.region}"
+
+    def url(self, path: str) -> str:
+        """The REST URL of `path` (`projects/.../customJobs`, `...:predict`)."""
+        base = self.api_endpoint or f"https://{self.region}-aiplatform.googleapis.com"
+        return f"{base.rstrip('/')}/v1/{path}"
+
+    def resource(self, collection: str, id_or_name: str) -> str:
+        """A full resource name from an id (`123`) or a full name (`projects/.../123`)."""
+        if id_or_name.startswith("projects/"):
+            return id_or_name
+        if not _ID.match(id_or_name) and not id_or_name.startswith("{"):
+            raise DeployError(f"{collection[:-1]} ({id_or_name!r}) is neither a numeric id nor "
+                              f"a resource name like {self.parent}/{collection}/123.")
+        return f"{self.parent}/{collection}/{id_or_name}"
+
+    def init_sdk(self) -> None:
+        """Points the Vertex AI SDK at this target, over REST (the transport --dry_run shows)."""
+        from google.cloud import aiplatform
+
+        options = dict(project=self.project, location=self.region, api_transport="rest")
+        if self.api_endpoint:
+            options["api_endpoint"] = self.api_endpoint
+        if self.credentials is not None:
+            options["credentials"] = self.credentials
+        aiplatform.init(**options)
+
+
+@dataclasses.dataclass(frozen=True)
+class ApiRequest:
+    """One REST request: method, URL and JSON body (None for GET and DELETE)."""
+
+    method: str
+    url: str
+    body: dict | None = None
+
+    def to_json(self) -> dict:
+        return {"method": self.method, "url": self.url, "body": self.body}
+
+
+def show(requests: Sequence[ApiRequest], out=None) -> None:
+    """Prints the requests as a JSON list (what `--dry_run` shows)."""
+    out = out or sys.stdout
+    json.dump([r.to_json() for r in requests], out, indent=2)
+    out.write("\n")
+
+
+def int64(value: int) -> str:
+    """int64 fields travel as strings in Google's REST JSON."""
+    return str(int(value))
+
+
+def positive(name: str, value: int) -> int:
+    if not isinstance(value, int) or value < 1:
+        raise DeployError(f"{name} ({value!r}) must be a positive integer.")
+    return value
+
+
+def gcs_uri(name: str, value: str) -> str:
+    if not (value or "").startswith("gs://") or len(value) <= len("gs://"):
+        raise DeployError(f"{name} ({value!r}) must be a Cloud Storage URI, gs://BUCKET/PATH.")
+    return value
+
+
+# Command-line plumbing -------------------------------------------------------------------
+
+def parser(description: str) -> argparse.ArgumentParser:
+    return argparse.ArgumentParser(description=description,
+                                   formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+
+
+def add_cloud_flags(p: argparse.ArgumentParser, *, project_required: bool = True) -> None:
+    """--project, --region, --api_endpoint and --dry_run."""
+    p.add_argument("--project", required=project_required, help="Google Cloud project id.")
+    p.add_argument("--region", default=DEFAULT_REGION, help="Vertex AI region.")
+    p.add_argument("--api_endpoint", default=None,
+                   help="Another Vertex AI API endpoint (default: REGION-aiplatform...).")
+    p.add_argument("--dry_run", action="store_true",
+                   help="Print the exact REST requests as JSON and send nothing.")
+
+
+def cloud_from(args: argparse.Namespace) -> Cloud:
+    return Cloud(project=args.project, region=args.region, api_endpoint=args.api_endpoint)
+
+
+def main_of(run: Callable[[list[str] | None], int]) -> Callable[[list[str] | None], int]:
+    """Wraps a command's `run(argv)`: bad input prints one line and exits 2."""
+
+    def main(argv: list[str] | None = None) -> int:
+        try:
+            return run(argv)
+        except (DeployError, FileNotFoundError) as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+
+    return main

@@ -1,0 +1,337 @@
+"""Batch prediction: a Vertex AI BatchPredictionJob, or its local twin that reads the same
+inputs and writes the same output layout, so notebooks can use either.
+
+    python -m deploy.batch vertex --project=P --model=123 \\
+        --source='gs://B/in/*.jsonl' --output_prefix=gs://B/out --instances_format=jsonl
+    python -m deploy.batch local --model_dir=runs/job/model \\
+        --source=data/test.csv --output_prefix=out --instances_format=csv \\
+        --excluded_fields=income_bracket
+
+Output: `OUTPUT_PREFIX/prediction-<model>-<time>/prediction.results-0000N-of-0000M`, one
+`{"instance": ..., "prediction": ...}` per line, and `prediction.errors_stats-00000-of-00001`,
+one `{"instance": ..., "error": {"code": 3, "message": ...}}` per bad line (its file and line
+number in the message). A bad line never stops the others. Each file appears whole.
+
+Inputs: `jsonl` (one JSON object per line) or `csv` (a header row, then rows; numbers parsed by
+the model's input types). The local twin also reads `.gz` files and drops `--excluded_fields`
+(Vertex's `instanceConfig.excludedFields`). Vertex itself sends CSV rows to the model as arrays,
+which a signature with named inputs does not take: for a Vertex job, prefer jsonl.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import datetime
+import io
+import json
+import sys
+import time
+from typing import Iterator, Sequence
+
+from deploy import api, storage
+from deploy.instances import InstanceError, Predictor
+
+FORMATS = ("jsonl", "csv")
+INVALID_ARGUMENT = 3  # google.rpc.Code, as Vertex writes it in errors_stats
+
+
+# Vertex AI BatchPredictionJob ------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class VertexBatchJob:
+    """A BatchPredictionJob over files in a bucket; `request()` is its REST request."""
+
+    display_name: str
+    model: str
+    sources: tuple[str, ...]
+    output_prefix: str
+    instances_format: str = "jsonl"
+    machine_type: str = "n2-standard-4"
+    starting_replica_count: int = 1
+    max_replica_count: int = 1
+
+    def __post_init__(self):
+        _check_format(self.instances_format)
+        if not self.sources:
+            raise api.DeployError("--source is empty: give gs:// files or globs.")
+        for source in self.sources:
+            api.gcs_uri("--source", source)
+        api.gcs_uri("--output_prefix", self.output_prefix)
+        api.positive("--starting_replica_count", self.starting_replica_count)
+        api.positive("--max_replica_count", self.max_replica_count)
+        if self.max_replica_count < self.starting_replica_count:
+            raise api.DeployError(f"--max_replica_count ({self.max_replica_count}) is below "
+                                  f"--starting_replica_count ({self.starting_replica_count}).")
+
+    def body(self, cloud: api.Cloud) -> dict:
+        return {
+            "displayName": self.display_name,
+            "model": cloud.resource("models", self.model),
+            "inputConfig": {"instancesFormat": self.instances_format,
+                            "gcsSource": {"uris": list(self.sources)}},
+            "outputConfig": {"predictionsFormat": "jsonl",
+                             "gcsDestination": {"outputUriPrefix": self.output_prefix}},
+            "dedicatedResources": {"machineSpec": {"machineType": self.machine_type},
+                                   "startingReplicaCount": self.starting_replica_count,
+                                   "maxReplicaCount": self.max_replica_count},
+            "manualBatchTuningParameters": {},  # what the SDK sends: the service's default
+        }
+
+    def request(self, cloud: api.Cloud) -> api.ApiRequest:
+        return api.ApiRequest("POST", cloud.url(f"{cloud.parent}/batchPredictionJobs"),
+                              self.body(cloud))
+
+
+def submit_vertex(cloud: api.Cloud, job: VertexBatchJob):
+    """Creates the BatchPredictionJob and returns at once (the SDK's job object)."""
+    from google.cloud import aiplatform
+
+    cloud.init_sdk()
+    return aiplatform.BatchPredictionJob.submit(
+        job_display_name=job.display_name, model_name=cloud.resource("models", job.model),
+        instances_format=job.instances_format, predictions_format="jsonl",
+        gcs_source=list(job.sources), gcs_destination_prefix=job.output_prefix,
+        machine_type=job.machine_type, starting_replica_count=job.starting_replica_count,
+        max_replica_count=job.max_replica_count)
+
+
+# Local twin ------------------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class Line:
+    """One input line: where it came from and its instance, or why it has none."""
+
+    where: str
+    instance: object = None
+    error: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class BatchResult:
+    """What a local batch prediction wrote."""
+
+    output_dir: str
+    result_files: tuple[str, ...]
+    error_file: str
+    num_predictions: int
+    num_errors: int
+    seconds: float
+
+
+def predict_local(*, model_dir: str, sources: Sequence[str], output_prefix: str,
+                  instances_format: str = "jsonl", excluded_fields: Sequence[str] = (),
+                  model_name: str = "model", batch_size: int = 256, num_shards: int = 1,
+                  predictor: Predictor | None = None) -> BatchResult:
+    """Predicts every line of `sources` (local or gs:// files or globs) with the model in
+    `model_dir` and writes Vertex's output layout under `output_prefix`.
+
+    Example:
+        result = predict_local(model_dir="runs/job/model", sources=["test.csv"],
+                               output_prefix="out", instances_format="csv",
+                               excluded_fields=["income_bracket"])
+    """
+    _check_format(instances_format)
+    api.positive("batch_size", batch_size)
+    api.positive("num_shards", num_shards)
+    files = storage.expand(list(sources))
+    started = time.perf_counter()
+    predictor = predictor or Predictor(model_dir)
+    excluded = frozenset(excluded_fields)
+    results, errors = [], []
+    for chunk in _chunks(_lines(files, instances_format, predictor, excluded), batch_size):
+        good = [line for line in chunk if line.error is None]
+        errors.extend(_error_record(line) for line in chunk if line.error is not None)
+        ok, failed = _predict_lines(predictor, good)
+        results.extend(ok)
+        errors.extend(failed)
+    output_dir = f"{output_prefix.rstrip('/')}/prediction-{model_name}-{_timestamp()}"
+    result_files = _write_shards(output_dir, "prediction.results", results, num_shards)
+    (error_file,) = _write_shards(output_dir, "prediction.errors_stats", errors, 1)
+    return BatchResult(output_dir, tuple(result_files), error_file, len(results), len(errors),
+                       time.perf_counter() - started)
+
+
+def _check_format(instances_format: str) -> None:
+    if instances_format not in FORMATS:
+        raise api.DeployError(f"--instances_format ({instances_format!r}) must be one of "
+                              f"{', '.join(FORMATS)}.")
+
+
+def _lines(files: list[str], instances_format: str, predictor: Predictor,
+           excluded: frozenset) -> Iterator[Line]:
+    """Every data line of every file, checked against the model's inputs."""
+    read = _jsonl_lines if instances_format == "jsonl" else _csv_lines
+    for path in files:
+        text = storage.read_bytes(path).decode("utf-8-sig", errors="replace")
+        for where, instance, error in read(path, text):
+            if error is None:
+                instance, error = _checked(predictor, instance, excluded, where,
+                                           typed=instances_format == "jsonl")
+            yield Line(where, instance, error)
+
+
+def _jsonl_lines(path: str, text: str):
+    for number, raw in enumerate(text.splitlines(), start=1):
+        if not raw.strip():
+            continue
+        try:
+            yield f"{path}:{number}", json.loads(raw), None
+        except json.JSONDecodeError as e:
+            yield f"{path}:{number}", raw, f"not JSON ({e})"
+
+
+def _csv_lines(path: str, text: str):
+    reader = csv.reader(io.StringIO(text, newline=""), skipinitialspace=True)
+    header = [h.strip() for h in next(reader, [])]
+    for row in reader:
+        where = f"{path}:{reader.line_num}"
+        if not row or (len(row) == 1 and not row[0].strip()):
+            continue
+        if len(row) != len(header):
+            yield where, row, (f"{len(row)} fields, the header has {len(header)} (quote values "
+                               "that contain commas)")
+        else:
+            yield where, dict(zip(header, row)), None
+
+
+def _checked(predictor: Predictor, instance, excluded: frozenset, where: str, *, typed: bool):
+    """(instance ready for the model, None) or (the instance as read, the reason)."""
+    if excluded and isinstance(instance, dict):
+        instance = {k: v for k, v in instance.items() if k not in excluded}
+    try:
+        if typed:
+            return predictor.fields.check(0, instance), None
+        return predictor.fields.from_text(0, instance), None
+    except InstanceError as e:
+        return instance, e.reason
+
+
+def _predict_lines(predictor: Predictor, lines: list[Line]) -> tuple[list, list]:
+    """Result records, and error records for lines the model itself failed on (a failing
+    batch is retried one line at a time so that one bad line does not take the rest)."""
+    if not lines:
+        return [], []
+    try:
+        predictions = predictor.predict_checked([line.instance for line in lines])
+    except Exception as e:  # noqa: BLE001 (a model failure is reported per line)
+        if len(lines) == 1:
+            return [], [_error_record(dataclasses.replace(
+                lines[0], error=f"prediction failed: {type(e).__name__}: {e}"))]
+        ok, failed = [], []
+        for line in lines:
+            one_ok, one_failed = _predict_lines(predictor, [line])
+            ok += one_ok
+            failed += one_failed
+        return ok, failed
+    return [{"instance": line.instance, "prediction": p}
+            for line, p in zip(lines, predictions)], []
+
+
+def _error_record(line: Line) -> dict:
+    return {"instance": line.instance,
+            "error": {"code": INVALID_ARGUMENT, "message": f"{line.where}: {line.error}"}}
+
+
+def _chunks(lines: Iterator[Line], size: int) -> Iterator[list[Line]]:
+    chunk = []
+    for line in lines:
+        chunk.append(line)
+        if len(chunk) == size:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
+
+
+def _timestamp() -> str:
+    """Vertex's directory timestamp: 2026_11_22T00_23_28_776Z."""
+    now = datetime.datetime.now(datetime.timezone.utc)
+    return now.strftime("%Y_%m_%dT%H_%M_%S_") + f"{now.microsecond // 1000:03d}Z"
+
+
+def _write_shards(output_dir: str, stem: str, records: list, num_shards: int) -> list[str]:
+    """Records split into `num_shards` contiguous files, each written whole."""
+    paths = []
+    per_shard = -(-len(records) // num_shards) if records else 0
+    for shard in range(num_shards):
+        part = records[shard * per_shard:(shard + 1) * per_shard]
+        path = f"{output_dir}/{stem}-{shard:05d}-of-{num_shards:05d}"
+        data = "".join(json.dumps(r) + "\n" for r in part).encode()
+        storage.write_bytes(path, data)
+        paths.append(path)
+    return paths
+
+
+def read_results(output_dir: str) -> tuple[list[dict], list[dict]]:
+    """(result records, error records) of a batch prediction output directory."""
+    results = _read_records(f"{output_dir}/prediction.results-*")
+    errors = _read_records(f"{output_dir}/prediction.errors_stats-*")
+    return results, errors
+
+
+def _read_records(pattern: str) -> list[dict]:
+    try:
+        files = storage.expand([pattern])
+    except FileNotFoundError:
+        return []
+    return [json.loads(line) for f in files
+            for line in storage.read_bytes(f).decode().splitlines() if line]
+
+
+# Command line ----------------------------------------------------------------------------
+
+def _run(argv: list[str] | None) -> int:
+    p = api.parser(__doc__.split("\n\n")[0])
+    commands = p.add_subparsers(dest="command", required=True)
+    vertex = commands.add_parser("vertex", help="Create a Vertex AI BatchPredictionJob.")
+    api.add_cloud_flags(vertex)
+    vertex.add_argument("--model", required=True, help="Model id or resource name.")
+    vertex.add_argument("--display_name", default="adanet-batch-prediction")
+    vertex.add_argument("--machine_type", default="n2-standard-4")
+    vertex.add_argument("--starting_replica_count", type=int, default=1)
+    vertex.add_argument("--max_replica_count", type=int, default=1)
+    local = commands.add_parser("local", help="Predict here, writing the same layout.")
+    local.add_argument("--model_dir", required=True, help="The exported model (JOB_DIR/model).")
+    local.add_argument("--excluded_fields", default="",
+                       help="Comma-separated columns to drop from each instance (a label).")
+    local.add_argument("--batch_size", type=int, default=256)
+    local.add_argument("--num_shards", type=int, default=1)
+    local.add_argument("--model_name", default="model", help="Names the output directory.")
+    for command in (vertex, local):
+        command.add_argument("--source", required=True,
+                             help="Comma-separated files or globs (gs:// or local).")
+        command.add_argument("--output_prefix", required=True, help="Where outputs go.")
+        command.add_argument("--instances_format", default="jsonl", choices=FORMATS)
+    args = p.parse_args(argv)
+    sources = [s.strip() for s in args.source.split(",") if s.strip()]
+    if args.command == "vertex":
+        return _run_vertex(args, sources)
+    result = predict_local(
+        model_dir=args.model_dir, sources=sources, output_prefix=args.output_prefix,
+        instances_format=args.instances_format, model_name=args.model_name,
+        excluded_fields=[f.strip() for f in args.excluded_fields.split(",") if f.strip()],
+        batch_size=args.batch_size, num_shards=args.num_shards)
+    print(json.dumps(dataclasses.asdict(result), indent=2))
+    return 0
+
+
+def _run_vertex(args, sources: list[str]) -> int:
+    cloud = api.cloud_from(args)
+    job = VertexBatchJob(display_name=args.display_name, model=args.model,
+                         sources=tuple(sources), output_prefix=args.output_prefix,
+                         instances_format=args.instances_format,
+                         machine_type=args.machine_type,
+                         starting_replica_count=args.starting_replica_count,
+                         max_replica_count=args.max_replica_count)
+    if args.dry_run:
+        api.show([job.request(cloud)])
+        return 0
+    print(submit_vertex(cloud, job).resource_name)
+    return 0
+
+
+main = api.main_of(_run)
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,144 @@
+"""The instance format shared by the local server, local batch prediction and the fakes:
+a list of JSON objects keyed by the model's raw column names, in; one JSON object per instance
+with every output of `serving_default`, out (what Vertex's TensorFlow container returns for a
+signature with several outputs).
+
+`Predictor` loads a SavedModel once and checks each instance against the signature's inputs
+before anything runs, so a bad instance is rejected with a message naming its index and field.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, Sequence
+
+import numpy as np
+
+NUMBER, TEXT = "number", "string"
+
+
+class InstanceError(ValueError):
+    """One instance does not fit the model's inputs; the others are unaffected."""
+
+    def __init__(self, index: int, reason: str):
+        super().__init__(f"instance {index}: {reason}")
+        self.index = index
+        self.reason = reason
+
+
+@dataclasses.dataclass(frozen=True)
+class Fields:
+    """The model's input fields: name -> NUMBER (float32) or TEXT (string)."""
+
+    kinds: dict[str, str]
+
+    @classmethod
+    def from_signature(cls, fn) -> "Fields":
+        import tensorflow as tf
+
+        _, specs = fn.structured_input_signature
+        kinds = {}
+        for name, spec in sorted(specs.items()):
+            if spec.dtype == tf.string:
+                kinds[name] = TEXT
+            elif spec.dtype.is_floating or spec.dtype.is_integer:
+                kinds[name] = NUMBER
+            else:
+                raise ValueError(f"input '{name}' has dtype {spec.dtype.name}; only numbers and "
+                                 "strings are served.")
+        return cls(kinds)
+
+    def check(self, index: int, instance: Any) -> dict:
+        """The instance if it fits, else InstanceError naming the index and the field."""
+        if not isinstance(instance, dict):
+            raise InstanceError(index, f"is a {type(instance).__name__}, expected an object "
+                                f"with the fields {', '.join(self.kinds)}.")
+        unknown = sorted(set(instance) - set(self.kinds))
+        if unknown:
+            raise InstanceError(index, f"unknown field '{unknown[0]}'; the model takes "
+                                f"{', '.join(self.kinds)}.")
+        for name, kind in self.kinds.items():
+            if name not in instance:
+                raise InstanceError(index, f"missing field '{name}' ({kind}).")
+            if not _fits(instance[name], kind):
+                raise InstanceError(index, f"field '{name}' must be a {kind}, got "
+                                    f"{instance[name]!r}.")
+        return instance
+
+    def from_text(self, index: int, row: dict[str, str]) -> dict:
+        """A CSV row (all text) typed by the fields: numbers parsed, strings kept."""
+        typed = {}
+        for name, text in row.items():
+            kind = self.kinds.get(name)
+            if kind == NUMBER:
+                try:
+                    typed[name] = float(text)
+                except ValueError:
+                    raise InstanceError(index, f"field '{name}' must be a number, got "
+                                        f"{text!r}.") from None
+            else:
+                typed[name] = text
+        return self.check(index, typed)
+
+
+def _fits(value: Any, kind: str) -> bool:
+    if kind == TEXT:
+        return isinstance(value, str)
+    return (isinstance(value, (int, float)) and not isinstance(value, bool)
+            and math.isfinite(value))
+
+
+class Predictor:
+    """A SavedModel's `serving_default`, loaded once, over lists of instances."""
+
+    def __init__(self, model_dir: str):
+        import tensorflow as tf
+
+        self._tf = tf
+        self.model_dir = model_dir
+        self._model = tf.saved_model.load(model_dir)  # keeps the function's variables alive
+        self._fn = self._model.signatures["serving_default"]
+        self.fields = Fields.from_signature(self._fn)
+
+    def check(self, instances: Sequence[Any]) -> list[dict]:
+        """Every instance checked; raises InstanceError for the first bad one."""
+        if not isinstance(instances, (list, tuple)):
+            raise InstanceError(0, "'instances' must be a list, got "
+                                f"{type(instances).__name__}.")
+        return [self.fields.check(i, x) for i, x in enumerate(instances)]
+
+    def predict(self, instances: Sequence[Any]) -> list[dict]:
+        """One output object per instance; InstanceError before any work if one is bad."""
+        checked = self.check(instances)
+        if not checked:
+            return []
+        return self.predict_checked(checked)
+
+    def predict_checked(self, instances: Sequence[dict]) -> list[dict]:
+        """Predictions for instances already checked against `fields`."""
+        tf = self._tf
+        feeds = {}
+        for name, kind in self.fields.kinds.items():
+            column = [x[name] for x in instances]
+            feeds[name] = (tf.constant(np.asarray(column, dtype=np.float32)) if kind == NUMBER
+                           else tf.constant(column, dtype=tf.string))
+        outputs = self._fn(**feeds)
+        return rows_of({k: v.numpy() for k, v in outputs.items()})
+
+
+def rows_of(outputs: dict[str, np.ndarray]) -> list[dict]:
+    """Batched outputs -> one JSON-ready object per instance (bytes decoded to str)."""
+    names = sorted(outputs)
+    count = len(outputs[names[0]])
+    return [{name: _json_value(outputs[name][i]) for name in names} for i in range(count)]
+
+
+def _json_value(value):
+    value = value.tolist() if isinstance(value, np.ndarray) else value.item() \
+        if isinstance(value, np.generic) else value
+    if isinstance(value, bytes):
+        return value.decode("utf-8", errors="replace")
+    if isinstance(value, list):
+        return [_json_value(v) for v in value]
+    return value

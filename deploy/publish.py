@@ -1,0 +1,198 @@
+"""Publish the exported model: upload it to the Model Registry with the prebuilt TensorFlow
+prediction container, create (or reuse, by display name) an endpoint, and deploy it there;
+undeploy and delete to clean up.
+
+    python -m deploy.publish deploy --project=P --model_dir=gs://B/runs/job/model \\
+        --display_name=adanet-census --endpoint_name=adanet-census
+    python -m deploy.publish cleanup --project=P --endpoint=123 --model=456
+
+The model goes to `tf2-cpu.2-15`, the newest standard TensorFlow prediction image (a model
+exported by TensorFlow 2.17 loads there: tests/deploy/test_tf_versions.py checks it).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+
+from deploy import api
+
+SERVING_IMAGE = "us-docker.pkg.dev/vertex-ai/prediction/tf2-cpu.2-15:latest"
+# The endpoint and model a dry run cannot know yet: the responses of earlier requests.
+PENDING_ENDPOINT = "{endpoint from the create response}"
+PENDING_MODEL = "{model from the upload response}"
+
+
+@dataclasses.dataclass(frozen=True)
+class Deployment:
+    """What to publish and how to serve it."""
+
+    model_dir: str
+    display_name: str
+    endpoint_name: str
+    machine_type: str = "n2-standard-2"
+    min_replica_count: int = 1
+    max_replica_count: int = 1
+    traffic_percentage: int = 100
+    serving_image: str = SERVING_IMAGE
+
+    def __post_init__(self):
+        api.gcs_uri("--model_dir", self.model_dir)
+        if not self.display_name or not self.endpoint_name:
+            raise api.DeployError("--display_name and --endpoint_name must not be empty.")
+        api.positive("--min_replica_count", self.min_replica_count)
+        api.positive("--max_replica_count", self.max_replica_count)
+        if self.max_replica_count < self.min_replica_count:
+            raise api.DeployError(f"--max_replica_count ({self.max_replica_count}) is below "
+                                  f"--min_replica_count ({self.min_replica_count}).")
+        if not 0 <= self.traffic_percentage <= 100:
+            raise api.DeployError(f"--traffic_percentage ({self.traffic_percentage}) must be "
+                                  "between 0 and 100.")
+
+    def upload_body(self) -> dict:
+        return {"model": {"displayName": self.display_name, "artifactUri": self.model_dir,
+                          "containerSpec": {"imageUri": self.serving_image},
+                          "versionAliases": ["default"]}}
+
+    def deploy_body(self, model: str, current_split: dict[str, int]) -> dict:
+        """The deployModel body: the new model ("0") gets `traffic_percentage`, the models
+        already there share the rest in proportion to their current traffic."""
+        return {"deployedModel": {
+                    "model": model, "displayName": self.display_name,
+                    "dedicatedResources": {
+                        "machineSpec": {"machineType": self.machine_type},
+                        "minReplicaCount": self.min_replica_count,
+                        "maxReplicaCount": self.max_replica_count}},
+                "trafficSplit": traffic_split(current_split, self.traffic_percentage)}
+
+
+def traffic_split(current: dict[str, int], percentage: int) -> dict[str, int]:
+    """The new model ("0") gets `percentage`; the rest is shared by the deployed models in
+    proportion to their traffic, rounding so that the total is exactly 100."""
+    if not current:
+        if percentage != 100:
+            raise api.DeployError(f"--traffic_percentage ({percentage}) must be 100 for the "
+                                  "first model on an endpoint.")
+        return {"0": 100}
+    rest, total = 100 - percentage, sum(current.values()) or 1
+    split = {k: rest * v // total for k, v in current.items()}
+    leftover = rest - sum(split.values())
+    for key in sorted(current, key=current.get, reverse=True)[:leftover]:
+        split[key] += 1
+    return {"0": percentage, **split}
+
+
+@dataclasses.dataclass(frozen=True)
+class Published:
+    model: str
+    endpoint: str
+    deployed_model_id: str
+
+
+def deploy_requests(cloud: api.Cloud, d: Deployment) -> list[api.ApiRequest]:
+    """What `publish` sends when the endpoint does not exist yet (for --dry_run)."""
+    endpoints = cloud.url(f"{cloud.parent}/endpoints")
+    return [
+        api.ApiRequest("POST", cloud.url(f"{cloud.parent}/models:upload"), d.upload_body()),
+        api.ApiRequest("GET", f'{endpoints}?filter=display_name="{d.endpoint_name}"'),
+        api.ApiRequest("POST", endpoints, {"displayName": d.endpoint_name}),
+        api.ApiRequest("POST", cloud.url(f"{PENDING_ENDPOINT}:deployModel"),
+                       d.deploy_body(PENDING_MODEL, {})),
+    ]
+
+
+def publish(cloud: api.Cloud, d: Deployment) -> Published:
+    """Uploads, creates or reuses the endpoint, deploys; waits for each step."""
+    from google.cloud import aiplatform
+
+    cloud.init_sdk()
+    model = aiplatform.Model.upload(display_name=d.display_name, artifact_uri=d.model_dir,
+                                    serving_container_image_uri=d.serving_image, sync=True)
+    endpoint = find_or_create_endpoint(d.endpoint_name)
+    split = d.deploy_body(model.resource_name, dict(endpoint.traffic_split))["trafficSplit"]
+    model.deploy(endpoint=endpoint, deployed_model_display_name=d.display_name,
+                 traffic_split=split, machine_type=d.machine_type,
+                 min_replica_count=d.min_replica_count, max_replica_count=d.max_replica_count,
+                 sync=True)
+    deployed = [m.id for m in endpoint.list_models()
+                if m.model.split("@")[0] == model.resource_name]  # name@version
+    return Published(model.resource_name, endpoint.resource_name, deployed[-1])
+
+
+def find_or_create_endpoint(display_name: str):
+    """The endpoint with this display name (the newest if several), or a new one."""
+    from google.cloud import aiplatform
+
+    found = aiplatform.Endpoint.list(filter=f'display_name="{display_name}"')
+    if found:
+        return sorted(found, key=lambda e: e.create_time)[-1]
+    return aiplatform.Endpoint.create(display_name=display_name, sync=True)
+
+
+def cleanup_requests(cloud: api.Cloud, endpoint: str, model: str | None
+                     ) -> list[api.ApiRequest]:
+    """What `cleanup` sends (for --dry_run): one undeploy per deployed model, then deletes."""
+    endpoint = cloud.resource("endpoints", endpoint)
+    requests = [api.ApiRequest("GET", cloud.url(endpoint)),
+                api.ApiRequest("POST", cloud.url(f"{endpoint}:undeployModel"),
+                               {"deployedModelId": "{each deployed model id}"}),
+                api.ApiRequest("DELETE", cloud.url(endpoint))]
+    if model:
+        requests.append(api.ApiRequest("DELETE", cloud.url(cloud.resource("models", model))))
+    return requests
+
+
+def cleanup(cloud: api.Cloud, endpoint: str, model: str | None = None) -> None:
+    """Undeploys every model from the endpoint, deletes it, then deletes `model` if given."""
+    from google.cloud import aiplatform
+
+    cloud.init_sdk()
+    target = aiplatform.Endpoint(cloud.resource("endpoints", endpoint))
+    target.undeploy_all(sync=True)
+    target.delete(sync=True)
+    if model:
+        aiplatform.Model(cloud.resource("models", model)).delete(sync=True)
+
+
+def _run(argv: list[str] | None) -> int:
+    p = api.parser(__doc__.split("\n\n")[0])
+    commands = p.add_subparsers(dest="command", required=True)
+    up = commands.add_parser("deploy", help="Upload, create or reuse an endpoint, deploy.")
+    api.add_cloud_flags(up)
+    up.add_argument("--model_dir", required=True, help="gs:// URI of the exported model.")
+    up.add_argument("--display_name", required=True, help="Model display name.")
+    up.add_argument("--endpoint_name", required=True, help="Endpoint display name.")
+    up.add_argument("--machine_type", default="n2-standard-2")
+    up.add_argument("--min_replica_count", type=int, default=1)
+    up.add_argument("--max_replica_count", type=int, default=1)
+    up.add_argument("--traffic_percentage", type=int, default=100,
+                    help="Share of the endpoint's traffic for the new model.")
+    up.add_argument("--serving_image", default=SERVING_IMAGE)
+    down = commands.add_parser("cleanup", help="Undeploy all, delete the endpoint (and model).")
+    api.add_cloud_flags(down)
+    down.add_argument("--endpoint", required=True, help="Endpoint id or resource name.")
+    down.add_argument("--model", help="Model id or resource name to delete too.")
+    args = p.parse_args(argv)
+    cloud = api.cloud_from(args)
+    if args.command == "cleanup":
+        if args.dry_run:
+            api.show(cleanup_requests(cloud, args.endpoint, args.model))
+        else:
+            cleanup(cloud, args.endpoint, args.model)
+        return 0
+    d = Deployment(model_dir=args.model_dir, display_name=args.display_name,
+                   endpoint_name=args.endpoint_name, machine_type=args.machine_type,
+                   min_replica_count=args.min_replica_count,
+                   max_replica_count=args.max_replica_count,
+                   traffic_percentage=args.traffic_percentage, serving_image=args.serving_image)
+    if args.dry_run:
+        api.show(deploy_requests(cloud, d))
+        return 0
+    print(dataclasses.asdict(publish(cloud, d)))
+    return 0
+
+
+main = api.main_of(_run)
+
+if __name__ == "__main__":
+    sys.exit(main())

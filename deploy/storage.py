@@ -1,0 +1,103 @@
+"""Files on local disk or in Cloud Storage (`gs://bucket/path`), behind four functions.
+
+`gs://` goes through google-cloud-storage, which honours `STORAGE_EMULATOR_HOST` (so tests run
+against a local emulator); local writes are atomic (a temporary file, then a rename), and a
+Cloud Storage object only appears once its upload is complete, so readers never see half a file.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import glob
+import gzip
+import os
+import tempfile
+
+GCS_PREFIX = "gs://"
+
+
+def is_gcs(uri: str) -> bool:
+    return uri.startswith(GCS_PREFIX)
+
+
+def split_gcs(uri: str) -> tuple[str, str]:
+    """`gs://bucket/a/b` -> ("bucket", "a/b"); fails on anything that is not a gs:// URI."""
+    if not is_gcs(uri) or len(uri) <= len(GCS_PREFIX):
+        raise ValueError(f"'{uri}' is not a Cloud Storage URI; write gs://BUCKET/PATH.")
+    bucket, _, name = uri[len(GCS_PREFIX):].partition("/")
+    if not bucket:
+        raise ValueError(f"'{uri}' names no bucket; write gs://BUCKET/PATH.")
+    return bucket, name
+
+
+def _client(client=None):
+    if client is not None:
+        return client
+    from google.cloud import storage
+
+    if os.environ.get("STORAGE_EMULATOR_HOST"):
+        from google.auth.credentials import AnonymousCredentials
+
+        return storage.Client(project="emulator", credentials=AnonymousCredentials())
+    return storage.Client()
+
+
+def read_bytes(uri: str, *, client=None) -> bytes:
+    """The whole file; `.gz` files are decompressed."""
+    if is_gcs(uri):
+        bucket, name = split_gcs(uri)
+        data = _client(client).bucket(bucket).blob(name).download_as_bytes()
+    else:
+        with open(uri, "rb") as f:
+            data = f.read()
+    return gzip.decompress(data) if uri.endswith(".gz") else data
+
+
+def write_bytes(uri: str, data: bytes, *, client=None) -> None:
+    """Writes the whole file at once: readers see the old state or the complete new file."""
+    if is_gcs(uri):
+        bucket, name = split_gcs(uri)
+        _client(client).bucket(bucket).blob(name).upload_from_string(data)
+        return
+    directory = os.path.dirname(os.path.abspath(uri))
+    os.makedirs(directory, exist_ok=True)
+    fd, temp = tempfile.mkstemp(dir=directory, prefix=".tmp-")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.chmod(temp, 0o644)  # mkstemp makes it private; outputs are ordinary files
+        os.replace(temp, uri)
+    except BaseException:
+        if os.path.exists(temp):
+            os.remove(temp)
+        raise
+
+
+def upload_file(path: str, uri: str, *, client=None) -> None:
+    """Copies a local file to `uri` (gs:// or local)."""
+    with open(path, "rb") as f:
+        write_bytes(uri, f.read(), client=client)
+
+
+def expand(uris: list[str], *, client=None) -> list[str]:
+    """Each URI or glob (`*`, `?`, `[...]`) expanded to the sorted files it matches; fails
+    naming the first pattern that matches nothing."""
+    files: list[str] = []
+    for pattern in uris:
+        matches = _glob_gcs(pattern, client) if is_gcs(pattern) else _glob_local(pattern)
+        if not matches:
+            raise FileNotFoundError(f"'{pattern}' matches no file. Check the path or the glob.")
+        files.extend(matches)
+    return files
+
+
+def _glob_local(pattern: str) -> list[str]:
+    return sorted(p for p in glob.glob(pattern) if os.path.isfile(p))
+
+
+def _glob_gcs(pattern: str, client) -> list[str]:
+    bucket, name = split_gcs(pattern)
+    prefix = name.split("*")[0].split("?")[0].split("[")[0]
+    blobs = _client(client).list_blobs(bucket, prefix=prefix)
+    return sorted(f"{GCS_PREFIX}{bucket}/{b.name}" for b in blobs
+                  if fnmatch.fnmatchcase(b.name, name) and not b.name.endswith("/"))

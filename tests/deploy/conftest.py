@@ -1,0 +1,84 @@
+"""Fixtures for the deploy tests: one small census model per session, the local predictor,
+a fake Vertex AI service and an in-memory Cloud Storage emulator on loopback ports."""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+
+from tests.deploy.fake_vertex import FakeVertex
+from tests.support import run_task
+
+# A tiny census model: a linear candidate, one iteration (about 15 s on 2 cores, once).
+CENSUS_FLAGS = ["--generator=linear", "--max_iterations=1", "--max_iteration_steps=300",
+                "--batch_size=128", "--steps_per_loop=100", "--learning_rate=0.05"]
+
+
+@pytest.fixture(scope="session")
+def census_model(tmp_path_factory) -> str:
+    """The exported model dir of a small census run (shared by the whole session)."""
+    job_dir = tmp_path_factory.mktemp("census") / "job"
+    result = run_task([f"--job_dir={job_dir}", *CENSUS_FLAGS])
+    assert result.returncode == 0, result.stderr[-3000:]
+    return str(job_dir / "model")
+
+
+@pytest.fixture(scope="session")
+def predictor(census_model):
+    from deploy.instances import Predictor
+
+    return Predictor(census_model)
+
+
+@pytest.fixture(scope="session")
+def census_rows() -> list[dict]:
+    """The first 50 census test rows as JSON instances (the label dropped)."""
+    import csv
+    import gzip
+
+    from trainer.data import CENSUS_LABEL, CENSUS_TEST
+
+    numeric = {"age", "fnlwgt", "education_num", "capital_gain", "capital_loss",
+               "hours_per_week"}
+    with gzip.open(CENSUS_TEST, "rt") as f:
+        rows = [r for _, r in zip(range(50), csv.DictReader(f))]
+    return [{k: float(v) if k in numeric else v for k, v in r.items() if k != CENSUS_LABEL}
+            for r in rows]
+
+
+@pytest.fixture
+def cloud_sdk():
+    """A fake Vertex AI service and a `deploy.api.Cloud` pointing at it (anonymous)."""
+    from google.auth.credentials import AnonymousCredentials
+
+    from deploy import api
+
+    with FakeVertex() as fake:
+        cloud = api.Cloud(project="my-project", region="us-central1", api_endpoint=fake.url,
+                          credentials=AnonymousCredentials())
+        yield fake, cloud
+        assert fake.problems == [], "the fake service rejected requests"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def gcs(monkeypatch):
+    """An in-memory Cloud Storage emulator with bucket `test-bucket`; yields a client."""
+    from gcp_storage_emulator.server import create_server
+    from google.auth.credentials import AnonymousCredentials
+    from google.cloud import storage
+
+    port = free_port()
+    server = create_server("127.0.0.1", port, in_memory=True, default_bucket="test-bucket")
+    server.start()
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", f"http://127.0.0.1:{port}")
+    try:
+        yield storage.Client(project="test", credentials=AnonymousCredentials())
+    finally:
+        server.stop()

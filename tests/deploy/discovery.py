@@ -1,0 +1,125 @@
+"""Vertex AI's official REST schema (`aiplatform.v1.json`, the discovery document that
+google-api-python-client ships) as a request router and a validator, for the fakes.
+
+Discovery documents say each field's type and format, and which are output-only (`readOnly`);
+they do not say which fields are required. `validate` therefore reports unknown fields, wrong
+types, bad enum values, malformed durations and int64s, and output-only fields in a request.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import re
+
+import googleapiclient
+
+DOCUMENT = os.path.join(os.path.dirname(googleapiclient.__file__), "discovery_cache",
+                        "documents", "aiplatform.v1.json")
+_INT = re.compile(r"^-?\d+$")
+_DURATION = re.compile(r"^-?\d+(\.\d{1,9})?s$")
+_DATETIME = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?(Z|[+-]\d\d:\d\d)$")
+
+
+@functools.lru_cache(maxsize=1)
+def document() -> dict:
+    with open(DOCUMENT) as f:
+        return json.load(f)
+
+
+def schema(name: str) -> dict:
+    """A named schema, e.g. "GoogleCloudAiplatformV1CustomJobSpec"."""
+    return document()["schemas"][name]
+
+
+@functools.lru_cache(maxsize=1)
+def _methods() -> list[tuple[str, re.Pattern, str, str | None]]:
+    """(HTTP method, path regex, method id, request schema) for every API method."""
+    found = []
+
+    def walk(resources: dict):
+        for resource in resources.values():
+            for method in resource.get("methods", {}).values():
+                pattern = re.escape(method["flatPath"])
+                pattern = re.sub(r"\\\{[^}]+\\\}", "[^/:]+", pattern)
+                found.append((method["httpMethod"], re.compile(f"^/{pattern}$"), method["id"],
+                              method.get("request", {}).get("$ref")))
+            walk(resource.get("resources", {}))
+
+    walk(document()["resources"])
+    return found
+
+
+def route(http_method: str, path: str) -> tuple[str, str | None] | None:
+    """(method id, request schema name) of a REST call, or None if the API has no such call."""
+    for method, pattern, method_id, request in _methods():
+        if method == http_method and pattern.match(path):
+            return method_id, request
+    return None
+
+
+def validate(value, schema_ref: str, where: str = "body") -> list[str]:
+    """Every problem of `value` against the named schema, as 'where: what' strings."""
+    return _check(value, {"$ref": schema_ref}, where)
+
+
+def _check(value, spec: dict, where: str) -> list[str]:
+    if "$ref" in spec:
+        spec = schema(spec["$ref"])
+    kind = spec.get("type")
+    if kind == "object":
+        return _check_object(value, spec, where)
+    if kind == "array":
+        if not isinstance(value, list):
+            return [f"{where}: expected a list, got {value!r}"]
+        return [e for i, item in enumerate(value) for e in _check(item, spec["items"],
+                                                                   f"{where}[{i}]")]
+    return _check_scalar(value, kind, spec, where)
+
+
+def _check_object(value, spec: dict, where: str) -> list[str]:
+    if not isinstance(value, dict):
+        return [f"{where}: expected an object, got {value!r}"]
+    errors = []
+    properties = spec.get("properties", {})
+    extra = spec.get("additionalProperties")
+    for key, item in value.items():
+        if key in properties:
+            if properties[key].get("readOnly"):
+                errors.append(f"{where}.{key}: output-only field in a request")
+            errors += _check(item, properties[key], f"{where}.{key}")
+        elif isinstance(extra, dict):
+            errors += _check(item, extra, f"{where}[{key!r}]")
+        else:
+            errors.append(f"{where}.{key}: unknown field (not in {spec.get('id', 'schema')})")
+    return errors
+
+
+def _check_scalar(value, kind, spec: dict, where: str) -> list[str]:
+    fmt = spec.get("format")
+    ok = {
+        "any": lambda: True,
+        "boolean": lambda: isinstance(value, bool),
+        "number": lambda: isinstance(value, (int, float)) and not isinstance(value, bool),
+        "integer": lambda: (isinstance(value, int) and not isinstance(value, bool))
+        or (isinstance(value, str) and bool(_INT.match(value))),
+        "string": lambda: isinstance(value, str) and _string_format_ok(value, fmt)
+        or (fmt in ("int64", "uint64") and isinstance(value, int)
+            and not isinstance(value, bool)),
+    }.get(kind, lambda: False)()
+    if not ok:
+        return [f"{where}: expected {kind}{f' ({fmt})' if fmt else ''}, got {value!r}"]
+    if "enum" in spec and value not in spec["enum"]:
+        return [f"{where}: {value!r} is not one of {spec['enum']}"]
+    return []
+
+
+def _string_format_ok(value: str, fmt: str | None) -> bool:
+    if fmt in ("int64", "uint64"):
+        return bool(_INT.match(value))
+    if fmt == "google-duration":
+        return bool(_DURATION.match(value))
+    if fmt == "google-datetime":
+        return bool(_DATETIME.match(value))
+    return True
