@@ -60,6 +60,12 @@ class Job:
             assert time.monotonic() < deadline, f"{path} never appeared"
             time.sleep(0.2)
 
+    def finish_with_evaluator(self) -> dict:
+        """Waits for a successful chief and for the evaluator to see the job complete."""
+        assert self.cluster.wait(timeout=400) == 0
+        self.wait_for_line("evaluator", "the job is complete", timeout=60)
+        return self.report()
+
     def report(self) -> dict:
         return json.loads((self.dir / "report.json").read_text())
 
@@ -81,9 +87,7 @@ def steps_by_unit(record: dict) -> dict[str, dict[str, int]]:
 def test_round_robin_with_parameter_servers_and_an_evaluator(tmp_path):
     shape = ClusterShape(workers=2, ps=1, evaluator=True)
     with Job(tmp_path, shape, "--placement=round_robin") as job:
-        assert job.cluster.wait(timeout=400) == 0
-        job.wait_for_line("evaluator", "the job is complete", timeout=60)
-        report = job.report()
+        report = job.finish_with_evaluator()
     assert_trained(report)
     for record in report["iterations"]:
         # AdaNet's assignment for 2 workers, k = 2: worker 0 the ensemble, worker 1 both
@@ -111,9 +115,7 @@ def test_round_robin_with_parameter_servers_and_an_evaluator(tmp_path):
 def test_replication_with_parameter_servers_and_an_evaluator(tmp_path):
     shape = ClusterShape(workers=2, ps=1, evaluator=True)
     with Job(tmp_path, shape, "--placement=replication") as job:
-        assert job.cluster.wait(timeout=400) == 0
-        job.wait_for_line("evaluator", "the job is complete", timeout=60)
-        report = job.report()
+        report = job.finish_with_evaluator()
     assert_trained(report)
     for record in report["iterations"]:
         [unit] = record["placement"]
