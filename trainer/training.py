@@ -8,6 +8,7 @@ recorded (see `job_dir.py`), the running one is checkpointed periodically.
 from __future__ import annotations
 
 import dataclasses
+import shutil
 import tempfile
 import time
 from typing import Sequence
@@ -157,6 +158,7 @@ class Trainer:
             if self.runtime.is_chief:
                 self.write_report(records, final=None)
         if not self.runtime.is_chief:
+            shutil.rmtree(self.scratch, ignore_errors=True)
             return {}
         if not self.job.has_model():
             # A copy on this machine, under no strategy: the SavedModel holds plain variables
