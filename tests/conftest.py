@@ -26,3 +26,6 @@ def pytest_configure(config):
         cpu, [tf.config.LogicalDeviceConfiguration(), tf.config.LogicalDeviceConfiguration()])
     config.addinivalue_line("markers", "slow: long end-to-end runs; `make test` skips them "
                             "locally, CI (CI=true) runs them")
+    # google-api-core warns on every import that Python 3.11 support ends in 2027: noise here.
+    config.addinivalue_line("filterwarnings",
+                            "ignore:You are using a Python version:FutureWarning")
