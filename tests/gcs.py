@@ -19,6 +19,7 @@ import contextlib
 import dataclasses
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -63,6 +64,14 @@ def _stop(process: subprocess.Popen) -> None:
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait(timeout=5)
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: get SIGTERM when the test process dies, even by SIGKILL,
+    so that no emulator or proxy outlives a killed test run (Linux; elsewhere a no-op)."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
 def _mitmdump() -> str:
@@ -138,7 +147,8 @@ def running_gcs() -> Iterator[GcsServer]:
         emulator_log = workdir / "emulator.log"
         processes.append(subprocess.Popen(
             [sys.executable, "-m", "tests.gcs_emulator", f"--port={emulator_port}"],
-            cwd=REPO, stdout=open(emulator_log, "w"), stderr=subprocess.STDOUT))
+            cwd=REPO, stdout=open(emulator_log, "w"), stderr=subprocess.STDOUT,
+            preexec_fn=_die_with_parent))
         proxy_log = workdir / "proxy.log"
         confdir = workdir / "mitmproxy"
         processes.append(subprocess.Popen(
@@ -151,7 +161,8 @@ def running_gcs() -> Iterator[GcsServer]:
              "--set", "validate_inbound_headers=false",
              "-s", str(REPO / "tests" / "gcs_proxy.py"),
              "--set", f"gcs_emulator=127.0.0.1:{emulator_port}"],
-            cwd=REPO, stdout=open(proxy_log, "w"), stderr=subprocess.STDOUT))
+            cwd=REPO, stdout=open(proxy_log, "w"), stderr=subprocess.STDOUT,
+            preexec_fn=_die_with_parent))
         _wait_for_port(emulator_port, processes[0], emulator_log, timeout=30)
         _wait_for_port(proxy_port, processes[1], proxy_log, timeout=30)
         yield GcsServer(emulator_port=emulator_port, proxy_port=proxy_port,

@@ -13,6 +13,11 @@ class Environment:
 
     trial_id: str | None = None
     hp_metric_file: str | None = None
+    # Output dirs a job with `baseOutputDirectory` gets (gs:// URIs; `<base>/<trial>/...` under
+    # tuning): the default model, checkpoint and TensorBoard dirs when no flag names them.
+    model_dir: str | None = None
+    checkpoint_dir: str | None = None
+    log_dir: str | None = None
 
     @property
     def is_tuning(self) -> bool:
@@ -22,4 +27,7 @@ class Environment:
     @classmethod
     def from_environ(cls, environ: Mapping[str, str] = os.environ) -> "Environment":
         return cls(trial_id=environ.get("CLOUD_ML_TRIAL_ID") or None,
-                   hp_metric_file=environ.get("CLOUD_ML_HP_METRIC_FILE") or None)
+                   hp_metric_file=environ.get("CLOUD_ML_HP_METRIC_FILE") or None,
+                   model_dir=environ.get("AIP_MODEL_DIR") or None,
+                   checkpoint_dir=environ.get("AIP_CHECKPOINT_DIR") or None,
+                   log_dir=environ.get("AIP_TENSORBOARD_LOG_DIR") or None)
