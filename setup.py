@@ -26,10 +26,10 @@ setuptools.setup(
         "cpu": ["tensorflow-cpu>=2.17,<2.22"],
         "gpu": ["tensorflow[and-cuda]>=2.17,<2.22"],
         "bench": ["matplotlib>=3.7"],
-        # gs:// tests: a GCS emulator behind an HTTPS proxy (tests/gcs.py); mitmproxy 11 is the
-        # last release for Python 3.10/3.11 and needs cryptography < 44.1.
+        # gs:// tests and bench/storage.py: a GCS emulator behind an HTTPS proxy (tests/gcs.py),
+        # and google-cloud-storage to check what landed in a bucket.
         "test": ["pytest>=7.4", "pytest-timeout>=2.2", "matplotlib>=3.7",
-                 "gcp-storage-emulator>=2024.8.3", "mitmproxy>=10.1", "google-cloud-storage>=2.10",
-                 "cryptography<44.1;python_version<'3.12'"],
+                 "gcp-storage-emulator>=2024.8.3", "mitmproxy>=10.1",
+                 "google-cloud-storage>=2.10"],
     },
 )

@@ -9,7 +9,9 @@ test run starts two processes:
   hosts with a CA it generates in a temporary confdir, and forwards to the emulator.
 
 `GcsServer.env()` is everything a process needs to use them (TensorFlow through the proxy,
-google-cloud-storage straight to the emulator). Use the session fixture `gcs` (registered in
+google-cloud-storage straight to the emulator). A local-cluster test gives each task
+(chief, workers, ps) `gcs.env(task_env)` plus its own TF_CONFIG: `no_proxy` keeps the
+cluster's gRPC out of the proxy. Use the session fixture `gcs` (registered in
 `tests/conftest.py`); it stops both processes when the session ends, pass or fail.
 """
 
