@@ -261,7 +261,7 @@ def test_sigkill_mid_iteration_resumes_from_gcs(gcs, bucket, binary_data, tmp_pa
     job = f"gs://{bucket}/job"
     args = [f"--train_data={binary_data.train}", f"--eval_data={binary_data.eval}",
             "--label_column=target", f"--job_dir={job}", "--max_iterations=2",
-            "--max_iteration_steps=1500", "--batch_size=32", "--steps_per_loop=50",
+            "--max_iteration_steps=800", "--batch_size=32", "--steps_per_loop=50",
             "--checkpoint_every_secs=0"]
     env = gcs.env(task_env())
     process = subprocess.Popen([sys.executable, "-m", "trainer.task", *args], cwd=REPO,
@@ -269,8 +269,10 @@ def test_sigkill_mid_iteration_resumes_from_gcs(gcs, bucket, binary_data, tmp_pa
                                stderr=subprocess.STDOUT)
     try:
         deadline = time.monotonic() + 240
+        # The `checkpoint` state file is published after a save's data and index: once it
+        # exists, iteration 1 has a checkpoint to resume from.
         while not (tf.io.gfile.exists(f"{job}/checkpoints/iteration-0.json")
-                   and tf.io.gfile.glob(f"{job}/checkpoints/iteration-1/ckpt-*.index")):
+                   and tf.io.gfile.exists(f"{job}/checkpoints/iteration-1/checkpoint")):
             assert process.poll() is None, (tmp_path / "first.log").read_text()[-3000:]
             assert time.monotonic() < deadline, "kill point not reached in time"
             time.sleep(0.2)
@@ -283,12 +285,13 @@ def test_sigkill_mid_iteration_resumes_from_gcs(gcs, bucket, binary_data, tmp_pa
     result = run_task(args, env=env)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "Iteration 0: training" not in result.stderr
+    assert "Iteration 1: resumed from gs://" in result.stderr, result.stderr[-3000:]
     resumed = result.stderr.split("Iteration 1: resumed from")[1]
-    assert 0 < int(resumed.split("at step ")[1].split(".")[0]) < 1500
+    assert 0 < int(resumed.split("at step ")[1].split(".")[0]) < 800
     bucket_obj = gcs.client().bucket(bucket)
     assert bucket_obj.blob("job/checkpoints/iteration-0.json").download_as_text() == record0
     report = json.loads(bucket_obj.blob("job/report.json").download_as_text())
     assert [r["iteration"] for r in report["iterations"]] == [0, 1]
-    assert all(r["steps"] == 1500 for r in report["iterations"])
+    assert all(r["steps"] == 800 for r in report["iterations"])
     assert report["status"] == "complete"
     assert not [n for n in gcs.object_names(bucket) if ".tmp-" in n]
