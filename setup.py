@@ -34,7 +34,9 @@ setuptools.setup(
         "test": ["pytest>=7.4", "pytest-timeout>=2.2", "matplotlib>=3.7", *DEPLOY,
                  # the fake Vertex AI service reads the API's discovery document from here
                  "google-api-python-client>=2.100",
-                 "gcp-storage-emulator>=2024.8.3",
+                 # gs:// tests and bench/storage.py: a GCS emulator behind an HTTPS proxy
+                 # (tests/gcs.py); google-cloud-storage checks what landed in a bucket
+                 "gcp-storage-emulator>=2024.8.3", "mitmproxy>=10.1",
                  # the example notebook, executed by the tests
                  "nbclient>=0.10", "nbformat>=5.9", "ipykernel>=6.29", "pandas>=2.0"],
     },

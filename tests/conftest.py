@@ -6,6 +6,9 @@ import pytest
 
 from tests.support import DataFiles, make_data
 
+# The Cloud Storage emulator and proxy fixtures (`gcs`, `bucket`); started only when used.
+pytest_plugins = ["tests.gcs"]
+
 
 @pytest.fixture(params=["binary", "multiclass", "regression"])
 def any_head(request, tmp_path) -> tuple[str, DataFiles]:

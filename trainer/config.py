@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 from trainer import ensemble as ens
+from trainer import job_dir as job_dir_lib
 from trainer.errors import InputError
 from trainer.iteration import TrainOptions
 from trainer.model import Generator
@@ -22,6 +23,10 @@ class DataConfig:
     def __post_init__(self):
         if not 0.0 < self.holdout_fraction < 1.0:
             raise InputError(f"--holdout_fraction ({self.holdout_fraction}) must be in (0, 1).")
+
+    def input_flags(self) -> list[tuple[str, str | None]]:
+        """(flag, comma-separated files or globs) of every input, for the preflight check."""
+        return [("--train_data", self.train_data), ("--eval_data", self.eval_data)]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -81,6 +86,16 @@ class RunConfig:
     checkpoint_every_secs: float = 30.0
     hypertune_metric: str | None = None
     distribution: DistributionConfig = DistributionConfig()
+    # Output dirs outside the job dir (None: `job_dir`/model, /checkpoints, /logs).
+    model_dir: str | None = None
+    checkpoint_dir: str | None = None
+    log_dir: str | None = None
+
+    @property
+    def outputs(self) -> job_dir_lib.OutputDirs:
+        return job_dir_lib.OutputDirs.resolve(job_dir=self.job_dir, model_dir=self.model_dir,
+                                              checkpoint_dir=self.checkpoint_dir,
+                                              log_dir=self.log_dir)
 
     def __post_init__(self):
         if self.train.batch_size < 1:

@@ -16,6 +16,11 @@ class Environment:
     trial_id: str | None = None
     hp_metric_file: str | None = None
     cluster: cluster_lib.Cluster = cluster_lib.Cluster()
+    # Output dirs a job with `baseOutputDirectory` gets (gs:// URIs; `<base>/<trial>/...` under
+    # tuning): the default model, checkpoint and TensorBoard dirs when no flag names them.
+    model_dir: str | None = None
+    checkpoint_dir: str | None = None
+    log_dir: str | None = None
 
     @property
     def is_tuning(self) -> bool:
@@ -27,5 +32,8 @@ class Environment:
         """Raises InputError naming the bad key of a malformed TF_CONFIG or CLUSTER_SPEC."""
         return cls(trial_id=environ.get("CLOUD_ML_TRIAL_ID") or None,
                    hp_metric_file=environ.get("CLOUD_ML_HP_METRIC_FILE") or None,
+                   model_dir=environ.get("AIP_MODEL_DIR") or None,
+                   checkpoint_dir=environ.get("AIP_CHECKPOINT_DIR") or None,
+                   log_dir=environ.get("AIP_TENSORBOARD_LOG_DIR") or None,
                    cluster=cluster_lib.parse(environ.get("TF_CONFIG"),
                                              environ.get("CLUSTER_SPEC")))

@@ -24,7 +24,7 @@ from trainer.config import RunConfig
 def run(config: RunConfig, *, poll_secs: float = 5.0,
         timeout_secs: float | None = None) -> list[dict]:
     """Evaluates checkpoints until the job is complete; returns the evaluations made."""
-    job = job_dir_lib.JobDir(config.job_dir)
+    job = job_dir_lib.JobDir.of(config.outputs)
     deadline = None if timeout_secs is None else time.monotonic() + timeout_secs
     while not job.exists():  # the chief creates the job dir once its input is checked
         logging.info("Evaluator: waiting for the chief to create %s.", job.root)

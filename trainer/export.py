@@ -11,6 +11,7 @@ from __future__ import annotations
 import tensorflow as tf
 
 from trainer import job_dir as job_dir_lib
+from trainer import storage
 from trainer.features import Preprocessor
 from trainer.heads import Head
 from trainer.iteration import FrozenEnsemble
@@ -35,10 +36,13 @@ class ServingModel(tf.Module):
 
 
 def export(model: ServingModel, job: job_dir_lib.JobDir) -> str:
-    """Saves to a temporary dir, then publishes it as `job.model` in one rename."""
+    """Saves to a temporary dir, then publishes it as `job.model`: one rename locally; on
+    Cloud Storage a copy with `saved_model.pb` last, so that `job.has_model()` is true only
+    for a complete model."""
     temp = job.model_temp()
     tf.saved_model.save(model, temp, signatures={"serving_default": model.serve})
-    tf.io.gfile.rename(temp, job.model)
+    job.clear_partial_model()  # what an interrupted publish left, if anything
+    storage.publish_dir(temp, job.model, complete_marker=job_dir_lib.MODEL_MARKER)
     return job.model
 
 

@@ -16,19 +16,35 @@ Layout::
 
 An iteration is finished exactly when `iteration-<t>.json` exists: it is published in one
 step (written in full under a temporary name, then renamed) after the frozen weights it names
-are written, so a crash at any moment leaves either the old state or the new one.
+are written, so a crash at any moment leaves either the old state or the new one. On `gs://`
+a rename is a copy then a delete, but the copy makes the new object appear whole in one step,
+so the same holds; a crash between the two leaves a temporary file that `remove_leftovers`
+deletes. The exported model is complete exactly when `model/saved_model.pb` exists: it is
+written last (see `storage.publish_dir`).
+
+Every path may be local, `gs://BUCKET/...` or a Cloud Storage FUSE path (`/gcs/BUCKET/...`).
+The three output dirs can live elsewhere (`OutputDirs.resolve`: `--model_dir`,
+`--checkpoint_dir`, `--tensorboard_log_dir`, or Vertex AI's `AIP_MODEL_DIR`, `AIP_CHECKPOINT_DIR`,
+`AIP_TENSORBOARD_LOG_DIR`). Without `--job_dir`, the job dir (schema.json, run.json,
+report.json) is then the checkpoint dir: everything a resume reads stays in one place.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import uuid
 
 import tensorflow as tf
 
+from trainer import storage
+
 _RECORD = re.compile(r"iteration-(\d+)\.json$")
 _TEMP_MARK = ".tmp-"
+DEFAULT_JOB_DIR = "runs/adanet"
+MODEL_MARKER = "saved_model.pb"
+_SAVED_MODEL_ENTRIES = {"variables", "assets", "fingerprint.pb", "keras_metadata.pb"}
 
 
 def join(*parts: str) -> str:
@@ -36,7 +52,12 @@ def join(*parts: str) -> str:
 
 
 def write_atomically(path: str, text: str) -> None:
-    """Writes `text` to `path` so that readers see the old file or the new one, never half."""
+    """Writes `text` to `path` so that readers see the old file or the new one, never half.
+    Transient storage errors are retried (each attempt under a new temporary name)."""
+    storage.retry(lambda: _write_then_rename(path, text), what=f"writing {path}")
+
+
+def _write_then_rename(path: str, text: str) -> None:
     temp = f"{path}{_TEMP_MARK}{uuid.uuid4().hex[:8]}"
     with tf.io.gfile.GFile(temp, "w") as f:
         f.write(text)
@@ -48,41 +69,98 @@ def write_json(path: str, value) -> None:
 
 
 def read_json(path: str):
-    with tf.io.gfile.GFile(path) as f:
-        return json.load(f)
+    return json.loads(read_text(path))
+
+
+def read_text(path: str) -> str:
+    """The whole file; transient storage errors are retried."""
+    def read() -> str:
+        with tf.io.gfile.GFile(path) as f:
+            return f.read()
+    return storage.retry(read, what=f"reading {path}")
+
+
+@dataclasses.dataclass(frozen=True)
+class OutputDirs:
+    """Where a job writes: the job dir (state and report) and the three output dirs."""
+
+    job_dir: str
+    model_dir: str
+    checkpoint_dir: str
+    log_dir: str
+
+    @classmethod
+    def resolve(cls, *, job_dir: str | None = None, model_dir: str | None = None,
+                checkpoint_dir: str | None = None, log_dir: str | None = None,
+                aip_model_dir: str | None = None, aip_checkpoint_dir: str | None = None,
+                aip_log_dir: str | None = None) -> "OutputDirs":
+        """Flags first; then, without `--job_dir`, Vertex AI's AIP_* dirs; then `job_dir`'s
+        subdirs (default job dir `runs/adanet`). Without `--job_dir` the job dir is the
+        checkpoint dir when one is known."""
+        if job_dir:
+            aip_model_dir = aip_checkpoint_dir = aip_log_dir = None  # the user said where
+        checkpoints = checkpoint_dir or aip_checkpoint_dir
+        root = job_dir or checkpoints or DEFAULT_JOB_DIR
+        return cls(job_dir=root,
+                   model_dir=model_dir or aip_model_dir or join(root, "model"),
+                   checkpoint_dir=checkpoints or join(root, "checkpoints"),
+                   log_dir=log_dir or aip_log_dir or join(root, "logs"))
 
 
 class JobDir:
     """Paths under one job dir, and the state a resume reads."""
 
-    def __init__(self, root: str):
-        self.root = root.rstrip("/") or "/"
-        self.checkpoints = join(self.root, "checkpoints")
-        self.logs = join(self.root, "logs")
+    def __init__(self, root: str, *, model: str | None = None, checkpoints: str | None = None,
+                 logs: str | None = None):
+        self.root = _strip(root)
+        self.checkpoints = _strip(checkpoints) if checkpoints else join(self.root, "checkpoints")
+        self.logs = _strip(logs) if logs else join(self.root, "logs")
+        self.model = _strip(model) if model else join(self.root, "model")
         self.eval = join(self.root, "eval")
-        self.model = join(self.root, "model")
         self.schema = join(self.root, "schema.json")
         self.run = join(self.root, "run.json")
         self.report = join(self.root, "report.json")
 
+    @classmethod
+    def of(cls, outputs: OutputDirs) -> "JobDir":
+        return cls(outputs.job_dir, model=outputs.model_dir,
+                   checkpoints=outputs.checkpoint_dir, logs=outputs.log_dir)
+
+    def output_flags(self) -> list[tuple[str, str]]:
+        """(flag, dir) of every dir this job writes, for the preflight check."""
+        return [("--job_dir", self.root), ("--checkpoint_dir", self.checkpoints),
+                ("--tensorboard_log_dir", self.logs), ("--model_dir", self.model)]
+
     def exists(self) -> bool:
-        return tf.io.gfile.exists(self.run)
+        return storage.retry(lambda: tf.io.gfile.exists(self.run), what=f"reading {self.run}")
 
     def create(self) -> None:
-        for path in (self.checkpoints, self.logs):
+        for path in (self.root, self.checkpoints, self.logs):
             tf.io.gfile.makedirs(path)
         self.remove_leftovers()
 
     def remove_leftovers(self) -> None:
         """Deletes temporary files and half-exported models a crash may have left."""
-        for folder in (self.root, self.checkpoints):
+        model_parent, model_name = self.model.rsplit("/", 1) if "/" in self.model else (
+            ".", self.model)
+        folders = {self.root: "", self.checkpoints: "", model_parent: model_name}
+        for folder, prefix in folders.items():
+            if not tf.io.gfile.isdir(folder):
+                continue
             for name in tf.io.gfile.listdir(folder):
-                if _TEMP_MARK in name:
-                    path = join(folder, name.rstrip("/"))
-                    if tf.io.gfile.isdir(path):
-                        tf.io.gfile.rmtree(path)
-                    else:
-                        tf.io.gfile.remove(path)
+                if _TEMP_MARK in name and name.startswith(prefix):
+                    _delete(join(folder, name.rstrip("/")))
+        if tf.io.gfile.isdir(self.model) and not self.has_model():
+            self.clear_partial_model()
+
+    def clear_partial_model(self) -> None:
+        """Deletes what a publish that did not finish (no marker) left in the model dir;
+        only SavedModel entries, in case the model dir is shared with other files."""
+        if not tf.io.gfile.isdir(self.model):
+            return
+        for name in tf.io.gfile.listdir(self.model):
+            if name.rstrip("/") in _SAVED_MODEL_ENTRIES:
+                _delete(join(self.model, name.rstrip("/")))
 
     def iteration_checkpoints(self, t: int) -> str:
         return join(self.checkpoints, f"iteration-{t}")
@@ -110,10 +188,21 @@ class JobDir:
         return f"{self.model}{_TEMP_MARK}{uuid.uuid4().hex[:8]}"
 
     def has_model(self) -> bool:
-        return tf.io.gfile.exists(join(self.model, "saved_model.pb"))
+        """The exported model is complete (its marker is published last)."""
+        return tf.io.gfile.exists(join(self.model, MODEL_MARKER))
 
     def drop_iteration_checkpoints(self, t: int) -> None:
         path = self.iteration_checkpoints(t)
         if tf.io.gfile.exists(path):
             tf.io.gfile.rmtree(path)
 
+
+def _strip(path: str) -> str:
+    return path.rstrip("/") or "/"
+
+
+def _delete(path: str) -> None:
+    if tf.io.gfile.isdir(path):
+        tf.io.gfile.rmtree(path)
+    else:
+        tf.io.gfile.remove(path)

@@ -6,6 +6,7 @@ it trains on the census data shipped in the package.
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 
 from absl import app, flags, logging
@@ -16,6 +17,7 @@ from trainer import data as data_lib
 from trainer import distributed
 from trainer import evaluator
 from trainer import ensemble as ens
+from trainer import job_dir as job_dir_lib
 from trainer import model
 from trainer import report as report_lib
 from trainer import training
@@ -77,8 +79,18 @@ flags.DEFINE_float("mixture_learning_rate", None, "Learning rate of the mixture 
                    "(default: --learning_rate).")
 flags.DEFINE_enum("optimizer", "adam", list(OPTIMIZERS), "Optimizer.")
 flags.DEFINE_integer("seed", 42, "Seed of initialisation, data order and hold-out split.")
-flags.DEFINE_string("job_dir", "runs/adanet", "Where checkpoints, logs, the model and the "
-                    "report go. Re-running with the same job dir resumes.")
+flags.DEFINE_string("job_dir", None, "Where checkpoints, logs, the model and the "
+                    "report go (local, gs://BUCKET/... or /gcs/BUCKET/...). Re-running with the "
+                    "same job dir resumes. Default: Vertex AI's AIP_* dirs when set (the job "
+                    "dir is then AIP_CHECKPOINT_DIR), else runs/adanet.")
+# -- output dirs outside the job dir (Cloud Storage, Vertex AI; see job_dir.OutputDirs) ------
+flags.DEFINE_string("model_dir", None, "Where the SavedModel goes. Default: AIP_MODEL_DIR "
+                    "without --job_dir, else JOB_DIR/model.")
+flags.DEFINE_string("checkpoint_dir", None, "Where checkpoints go. Default: "
+                    "AIP_CHECKPOINT_DIR without --job_dir, else JOB_DIR/checkpoints.")
+flags.DEFINE_string("tensorboard_log_dir", None, "Where TensorBoard logs go. Default: "
+                    "AIP_TENSORBOARD_LOG_DIR without --job_dir, else JOB_DIR/logs. (absl "
+                    "owns --log_dir: its own log files.)")
 flags.DEFINE_integer("steps_per_loop", 100, "Train steps per compiled loop call.")
 flags.DEFINE_float("checkpoint_every_secs", 30.0, "Seconds between periodic checkpoints.")
 flags.DEFINE_string("hypertune_metric", None, "Metric reported to Vertex AI hyperparameter "
@@ -187,12 +199,21 @@ def build_config(f=FLAGS, environment: Environment | None = None) -> config_lib.
         train=TrainOptions(batch_size=f.batch_size, learning_rate=f.learning_rate,
                            optimizer=f.optimizer,
                            mixture_learning_rate=f.mixture_learning_rate),
-        job_dir=f.job_dir, seed=f.seed, steps_per_loop=f.steps_per_loop,
+        **_output_dirs(f, environment), seed=f.seed, steps_per_loop=f.steps_per_loop,
         checkpoint_every_secs=f.checkpoint_every_secs,
         hypertune_metric=(f.hypertune_metric or "") if environment.is_tuning else None,
         distribution=config_lib.DistributionConfig(
             placement=Placement(f.placement), cluster_timeout_secs=f.cluster_timeout_secs,
             stall_secs=f.stall_secs, server_grace_secs=f.server_grace_secs))
+
+
+def _output_dirs(f, environment: Environment) -> dict:
+    """job_dir, model_dir, checkpoint_dir, log_dir: flags, then AIP_*, then runs/adanet."""
+    outputs = job_dir_lib.OutputDirs.resolve(
+        job_dir=f.job_dir, model_dir=f.model_dir, checkpoint_dir=f.checkpoint_dir,
+        log_dir=f.tensorboard_log_dir, aip_model_dir=environment.model_dir,
+        aip_checkpoint_dir=environment.checkpoint_dir, aip_log_dir=environment.log_dir)
+    return dataclasses.asdict(outputs)
 
 
 def main(argv):

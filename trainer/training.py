@@ -24,6 +24,7 @@ from trainer import job_dir as job_dir_lib
 from trainer import report as report_lib
 from trainer import distributed
 from trainer.cluster import Cluster
+from trainer import storage
 from trainer.config import RunConfig
 from trainer.errors import InputError
 from trainer.features import Preprocessor
@@ -53,7 +54,7 @@ def load_inputs(config: RunConfig, job: job_dir_lib.JobDir) -> Inputs:
     data = config.data
     train_table = data_lib.read(data.train_data, flag="--train_data")
     if job.exists():
-        schema = Schema.from_json(_read_text(job.schema))
+        schema = Schema.from_json(job_dir_lib.read_text(job.schema))
     else:
         schema = data_lib.schema_from(train_table, data.columns, source=data.train_data)
     train = data_lib.examples_from(train_table, schema, flag="--train_data")
@@ -65,11 +66,6 @@ def load_inputs(config: RunConfig, job: job_dir_lib.JobDir) -> Inputs:
         train, eval_examples = data_lib.split_holdout(train, data.holdout_fraction, config.seed)
         source = f"{data.holdout_fraction:.0%} of --train_data held out"
     return Inputs(schema, train, eval_examples, source)
-
-
-def _read_text(path: str) -> str:
-    with tf.io.gfile.GFile(path) as f:
-        return f.read()
 
 
 def check_resumable(config: RunConfig, job: job_dir_lib.JobDir) -> None:
@@ -457,7 +453,8 @@ class Trainer:
 def run(config: RunConfig, cluster: Cluster = Cluster()) -> dict:
     """Trains (or resumes) the job described by `config` as this replica of `cluster`;
     returns the report (the chief's; {} on other replicas)."""
-    job = job_dir_lib.JobDir(config.job_dir)
+    job = job_dir_lib.JobDir.of(config.outputs)
+    storage.preflight(outputs=job.output_flags(), inputs=config.data.input_flags())
     placement = config.distribution.placement
     if cluster.is_distributed and not cluster.has_ps and placement is not Placement.REPLICATION:
         raise InputError(f"--placement={placement.value} needs parameter servers (a ps pool: "

@@ -1,0 +1,196 @@
+"""A real Cloud Storage stand-in for tests: gcp-storage-emulator on loopback behind mitmproxy.
+
+TensorFlow's `gs://` filesystem only talks to `https://www.googleapis.com` (hard-coded), so a
+test run starts two processes:
+
+- `python -m tests.gcs_emulator`: gcp-storage-emulator in memory on a free loopback port, with
+  the fixes libcurl's uploads need (see that module);
+- `mitmdump -s tests/gcs_proxy.py`: an HTTPS proxy that terminates TLS for the Google storage
+  hosts with a CA it generates in a temporary confdir, and forwards to the emulator.
+
+`GcsServer.env()` is everything a process needs to use them (TensorFlow through the proxy,
+google-cloud-storage straight to the emulator). A local-cluster test gives each task
+(chief, workers, ps) `gcs.env(task_env)` plus its own TF_CONFIG: `no_proxy` keeps the
+cluster's gRPC out of the proxy. Use the session fixture `gcs` (registered in
+`tests/conftest.py`); it stops both processes when the session ends, pass or fail.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+FAKE_TOKEN = "test-token"
+PROJECT = "test-project"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait_for_port(port: int, process: subprocess.Popen, log: Path, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        if process.poll() is not None:
+            raise RuntimeError(f"{process.args[:3]} exited ({process.returncode}) during "
+                               f"start-up:\n{log.read_text()[-3000:]}")
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.2):
+            return
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{process.args[:3]} did not listen on {port} in {timeout} s:\n"
+                               f"{log.read_text()[-3000:]}")
+        time.sleep(0.05)
+
+
+def _stop(process: subprocess.Popen) -> None:
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=5)
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: get SIGTERM when the test process dies, even by SIGKILL,
+    so that no emulator or proxy outlives a killed test run (Linux; elsewhere a no-op)."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
+def _mitmdump() -> str:
+    """mitmdump of this interpreter's environment (the venv's bin/), else from PATH."""
+    here = Path(sys.executable).parent / "mitmdump"
+    found = str(here) if here.exists() else shutil.which("mitmdump")
+    if not found:
+        raise RuntimeError("mitmdump not found: install the test extra (pip install -e "
+                           "'.[test]').")
+    return found
+
+
+@dataclasses.dataclass(frozen=True)
+class GcsServer:
+    """The running emulator and proxy, and how to reach them."""
+
+    emulator_port: int
+    proxy_port: int
+    ca_file: Path
+    workdir: Path
+    startup_seconds: float
+
+    @property
+    def emulator_url(self) -> str:
+        return f"http://127.0.0.1:{self.emulator_port}"
+
+    def env(self, base: dict | None = None) -> dict:
+        """Environment for a process that uses `gs://` here: TensorFlow goes through the
+        proxy (the only route to its hard-coded endpoints) and trusts the proxy's CA;
+        google-cloud-storage goes straight to the emulator. `no_proxy` keeps loopback traffic
+        (a cluster's gRPC, the emulator itself) out of the proxy."""
+        env = dict(os.environ if base is None else base)
+        env.update(
+            https_proxy=f"http://127.0.0.1:{self.proxy_port}",
+            HTTPS_PROXY=f"http://127.0.0.1:{self.proxy_port}",
+            no_proxy="127.0.0.1,localhost",
+            NO_PROXY="127.0.0.1,localhost",
+            CURL_CA_BUNDLE=str(self.ca_file),
+            NO_GCE_CHECK="true",
+            GOOGLE_AUTH_TOKEN_FOR_TESTING=FAKE_TOKEN,
+            STORAGE_EMULATOR_HOST=self.emulator_url,
+            # A dead route fails in seconds rather than after TF's ten default retries.
+            GCS_RETRY_CONFIG_MAX_RETRIES="2",
+        )
+        return env
+
+    def client(self):
+        """A google-cloud-storage client on the emulator, to check what landed in a bucket."""
+        from google.auth.credentials import AnonymousCredentials
+        from google.cloud import storage
+
+        os.environ["STORAGE_EMULATOR_HOST"] = self.emulator_url
+        return storage.Client(project=PROJECT, credentials=AnonymousCredentials())
+
+    def new_bucket(self, prefix: str = "test") -> str:
+        """Creates a bucket with a fresh name; returns the name."""
+        name = f"{prefix}-{uuid.uuid4().hex[:10]}"
+        self.client().create_bucket(name)
+        return name
+
+    def object_names(self, bucket: str, prefix: str = "") -> list[str]:
+        return sorted(b.name for b in self.client().list_blobs(bucket, prefix=prefix))
+
+
+@contextlib.contextmanager
+def running_gcs() -> Iterator[GcsServer]:
+    """Starts the emulator and the proxy; stops both on exit, whatever happened."""
+    started = time.monotonic()
+    workdir = Path(tempfile.mkdtemp(prefix="gcs-emulator-"))
+    emulator_port, proxy_port = free_port(), free_port()
+    processes: list[subprocess.Popen] = []
+    try:
+        emulator_log = workdir / "emulator.log"
+        processes.append(subprocess.Popen(
+            [sys.executable, "-m", "tests.gcs_emulator", f"--port={emulator_port}"],
+            cwd=REPO, stdout=open(emulator_log, "w"), stderr=subprocess.STDOUT,
+            preexec_fn=_die_with_parent))
+        proxy_log = workdir / "proxy.log"
+        confdir = workdir / "mitmproxy"
+        processes.append(subprocess.Popen(
+            [_mitmdump(), "--quiet", "--listen-host", "127.0.0.1",
+             "--listen-port", str(proxy_port), "--set", f"confdir={confdir}",
+             # Never resolve or dial the real hosts: the addon picks the upstream.
+             "--set", "connection_strategy=lazy", "--set", "upstream_cert=false",
+             # libcurl sends some uploads chunked *and* with a Content-Length; the emulator
+             # wrapper de-chunks them.
+             "--set", "validate_inbound_headers=false",
+             "-s", str(REPO / "tests" / "gcs_proxy.py"),
+             "--set", f"gcs_emulator=127.0.0.1:{emulator_port}"],
+            cwd=REPO, stdout=open(proxy_log, "w"), stderr=subprocess.STDOUT,
+            preexec_fn=_die_with_parent))
+        _wait_for_port(emulator_port, processes[0], emulator_log, timeout=30)
+        _wait_for_port(proxy_port, processes[1], proxy_log, timeout=30)
+        yield GcsServer(emulator_port=emulator_port, proxy_port=proxy_port,
+                        ca_file=confdir / "mitmproxy-ca-cert.pem", workdir=workdir,
+                        startup_seconds=time.monotonic() - started)
+    finally:
+        for process in reversed(processes):
+            _stop(process)
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def gcs() -> Iterator[GcsServer]:
+    """The emulator and proxy for the whole session; this process's own TensorFlow uses them
+    too (its GCS filesystem reads these variables on first use)."""
+    with running_gcs() as server:
+        saved = dict(os.environ)
+        os.environ.update(server.env())
+        try:
+            yield server
+        finally:
+            os.environ.clear()
+            os.environ.update(saved)
+
+
+@pytest.fixture
+def bucket(gcs: GcsServer) -> str:
+    """A fresh, empty bucket."""
+    return gcs.new_bucket()
