@@ -27,12 +27,14 @@ MIN_ACCURACY = 0.83  # census: 0.76 by predicting the majority class; ~0.85 afte
 class Job:
     """A local cluster running the trainer with a job dir and a log file."""
 
-    def __init__(self, tmp_path: Path, shape: ClusterShape, *extra: str):
+    def __init__(self, tmp_path: Path, shape: ClusterShape, *extra: str,
+                 job_dir: str | None = None, env: dict | None = None):
         self.dir = tmp_path / "job"
         self.log_path = tmp_path / "cluster.log"
         self.log = open(self.log_path, "w")
-        self.cluster = LocalCluster(shape, module="trainer.task", cwd=REPO, sink=self.log,
-                                    args=(f"--job_dir={self.dir}",) + ARGS + extra, grace=10)
+        self.cluster = LocalCluster(
+            shape, module="trainer.task", cwd=REPO, sink=self.log, env=env, grace=10,
+            args=(f"--job_dir={job_dir or self.dir}",) + ARGS + extra)
 
     def __enter__(self) -> "Job":
         self.cluster.start()
@@ -222,6 +224,23 @@ def test_a_lost_parameter_server_stops_the_chief_and_a_restart_resumes(tmp_path)
         report = job.report()
     assert "iterations 0..0 are finished" in chief
     assert_trained(report)
+
+
+@pytest.mark.slow
+def test_a_cluster_writes_its_checkpoints_to_cloud_storage(tmp_path, gcs, bucket):
+    """The chief writes every checkpoint (the io device), wherever a variable lives; only it
+    needs the storage settings, and nothing lands on local disks."""
+    with Job(tmp_path, ClusterShape(workers=2, ps=1), job_dir=f"gs://{bucket}/job",
+             env=gcs.env(task_env())) as job:
+        assert job.cluster.wait(timeout=400) == 0
+    names = gcs.object_names(bucket, "job/")
+    for name in ("job/report.json", "job/model/saved_model.pb",
+                 "job/checkpoints/iteration-0.json", "job/checkpoints/iteration-1.json",
+                 "job/checkpoints/frozen-1/ensemble.index"):
+        assert name in names
+    report = json.loads(gcs.client().bucket(bucket).blob("job/report.json").download_as_text())
+    assert_trained(report)
+    assert not job.dir.exists()
 
 
 # -- roles from TF_CONFIG, in single processes ------------------------------------------------
