@@ -87,7 +87,7 @@ def steps_by_unit(record: dict) -> dict[str, dict[str, int]]:
 
 
 def test_round_robin_with_parameter_servers_and_an_evaluator(tmp_path):
-    shape = ClusterShape(workers=2, ps=1, evaluator=True)
+    shape = ClusterShape(workers=2, ps=2, evaluator=True)
     with Job(tmp_path, shape, "--placement=round_robin") as job:
         report = job.finish_with_evaluator()
     assert_trained(report)
@@ -101,6 +101,10 @@ def test_round_robin_with_parameter_servers_and_an_evaluator(tmp_path):
         assert units["subnetworks 0,1"]["assigned_to"] == ["worker 1"]
         assert set(units["subnetworks 0,1"]["steps_by_worker"]) == {"worker 1"}
         assert units["subnetworks 0,1"]["steps_by_worker"]["worker 1"] >= BUDGET
+        # Each subnetwork's variables on its own parameter server (k = 2 subnetworks, 2 ps).
+        names = [s["name"] for s in record["subnetworks"]]
+        assert units["subnetworks 0,1"]["subnetwork_variables_on_ps"] == {
+            names[0]: [0], names[1]: [1]}
     # The evaluator evaluated checkpoints of both iterations, outside the cluster.
     for t in (0, 1):
         evaluations = json.loads((job.dir / "eval" / f"iteration-{t}.json").read_text())
@@ -108,7 +112,7 @@ def test_round_robin_with_parameter_servers_and_an_evaluator(tmp_path):
         assert all(0.5 < m["accuracy"] <= 1 for e in evaluations
                    for m in e["candidates"].values())
     # Workers and ps ended cleanly when the chief was done.
-    for role, count in (("worker", 2), ("ps", 1)):
+    for role, count in (("worker", 2), ("ps", 2)):
         for i in range(count):
             assert job.cluster.process(role, i).wait(timeout=30) == 0
 

@@ -296,8 +296,18 @@ class CoordinatedLoop:
                  "assigned_to": [worker_names(w) for w in self.assignment.workers_of(unit)],
                  "steps_by_worker": {worker_names(w): counts[u]
                                      for w, counts in sorted(self.steps.items())
-                                     if counts[u]}}
+                                     if counts[u]},
+                 "subnetwork_variables_on_ps": {
+                     self.iteration.subnetworks[i].name: _ps_tasks(
+                         self.iteration.subnetworks[i].trainable_variables)
+                     for i in unit.subnetworks}}
                 for u, unit in enumerate(self.units)]
+
+
+def _ps_tasks(variables) -> list[int]:
+    """The parameter servers that hold `variables` (Keras variables wrap a tf.Variable)."""
+    devices = [tf.DeviceSpec.from_string(getattr(v, "value", v).device) for v in variables]
+    return sorted({d.task for d in devices if d.job == "ps"})
 
 
 def _jobs(iteration: Iteration, unit) -> list[str]:
