@@ -327,6 +327,8 @@ def lost_replica(error: Exception) -> TrainingError:
     """The clear error for a cluster member gone in mid-training (workers are replaced by the
     coordinator; a lost parameter server takes the variables with it)."""
     tasks = sorted(set(re.findall(r"/job:(\w+)/replica:\d+/task:(\d+)", str(error))))
+    # A lost ps fails the workers' steps too: name the cause.
+    tasks = [t for t in tasks if t[0] == "ps"] or tasks
     who = ", ".join(f"{job} {index}" for job, index in tasks) or "a replica"
     return TrainingError(
         f"Training stopped: {who} became unreachable ({type(error).__name__}: "
