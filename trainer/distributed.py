@@ -201,6 +201,7 @@ class CoordinatedLoop:
         self.steps = collections.defaultdict(collections.Counter)
         self._chunk = None
         self._progress = (None, time.monotonic())
+        self._stealing = False  # what `steal` holds, without a read from the ps
 
     def _build_chunk(self) -> Callable:
         iteration, units, budget = self.iteration, self.units, self.budget
@@ -240,15 +241,21 @@ class CoordinatedLoop:
 
         return tf.function(chunk, autograph=False)
 
-    def remaining(self) -> int:
-        """The most steps any active job still needs (read from the parameter servers)."""
+    def counters(self) -> tuple[int, tuple[int, ...]]:
+        """The ensemble's and each subnetwork's steps so far (read from the parameter
+        servers once per chunk)."""
+        return (int(self.iteration.step.numpy()),
+                tuple(int(n) for n in self.iteration.subnetwork_steps.numpy()))
+
+    def remaining(self, counters: tuple[int, tuple[int, ...]]) -> int:
+        """The most steps any active job still needs."""
+        step, subnetwork_steps = counters
         needs = []
-        subnetwork_steps = self.iteration.subnetwork_steps.numpy()
         for unit in self.units:
             trained, candidates = self.iteration.unit_jobs(unit)
             if candidates:
-                needs.append(self.budget - int(self.iteration.step.numpy()))
-            needs += [self.budget - int(subnetwork_steps[i]) for i in trained]
+                needs.append(self.budget - step)
+            needs += [self.budget - subnetwork_steps[i] for i in trained]
         return max([0] + needs)
 
     def run(self, *, on_progress: Callable[[], None], on_diverged: Callable[[list], None]):
@@ -256,7 +263,7 @@ class CoordinatedLoop:
         coordinator = self.runtime.coordinator
         workers = len(self.assignment.units)
         inflight = collections.deque()
-        left = self.remaining()
+        left = self.remaining(self.counters())
         while left > 0 or inflight:
             if self._chunk is None:
                 self._chunk = self._build_chunk()
@@ -273,20 +280,20 @@ class CoordinatedLoop:
             if diverged:
                 on_diverged(diverged)
                 self._chunk = None
-            left = self.remaining() if not self.iteration.is_exhausted else 0
-            self._watch_stall(left)
+            counters = self.counters()
+            left = self.remaining(counters) if not self.iteration.is_exhausted else 0
+            self._watch_stall(left, counters)
             on_progress()
 
-    def _watch_stall(self, left: int) -> None:
-        counters = (int(self.iteration.step.numpy()),
-                    tuple(self.iteration.subnetwork_steps.numpy()))
+    def _watch_stall(self, left: int, counters: tuple[int, tuple[int, ...]]) -> None:
         last, since = self._progress
         if counters != last:
             self._progress = (counters, time.monotonic())
-        elif left > 0 and time.monotonic() - since > self.stall_secs and not self.steal.numpy():
+        elif left > 0 and time.monotonic() - since > self.stall_secs and not self._stealing:
             logging.warning("No progress for %.0f s (a worker lost?): idle workers take over "
                             "the remaining steps.", self.stall_secs)
             self.steal.assign(True)
+            self._stealing = True
 
     def record(self, worker_names: Callable[[int], str]) -> list[dict]:
         """Per unit: its assigned workers, and the steps each worker ran of it."""
