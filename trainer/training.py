@@ -140,6 +140,7 @@ class Trainer:
         # Seconds from the end of training of iteration t-1 to the first step of t.
         self.pauses: dict[int, float] = {}
         self._previous_training_end: float | None = None
+        self._worker_iterator = None  # under a coordinator: built on first use
 
     # -- the job --------------------------------------------------------------------------
     def run(self) -> dict:
@@ -347,7 +348,7 @@ class Trainer:
     def _per_worker_iterator(self):
         """Each worker's endless shuffled batches (built once; the coordinator rebuilds a
         restarted worker's). Workers shuffle with different seeds."""
-        if getattr(self, "_worker_iterator", None) is None:
+        if self._worker_iterator is None:
             x, y = self.x_train, self.inputs.train.labels
             batch_size, seed = self.config.train.batch_size, self.config.seed
 
