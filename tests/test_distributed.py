@@ -43,8 +43,17 @@ class Job:
     def __exit__(self, *exc):
         self.cluster.stop()
         self.log.close()
-        if exc[0] is not None:  # show what the processes said
+        if exc[0] is not None:  # show what the processes said, the chief's last words first
+            print("The chief's last lines:", *self.chief_tail(), sep="\n")
             print(self.log_path.read_text()[-20000:])
+
+    def chief_tail(self, lines: int = 40) -> list[str]:
+        """The chief's last lines, without TensorFlow's per-function gRPC clean-up noise."""
+        noise = ("Failed to remove function", "Additional GRPC error", "This could happen if",
+                 ':{"created"', "Reduce to /device", "Sharding callback")
+        said = [line for line in self.cluster.output("chief")
+                if not any(n in line for n in noise)]
+        return said[-lines:]
 
     def wait_for_line(self, role: str, text: str, timeout: float = 240, index: int = 0):
         deadline = time.monotonic() + timeout

@@ -180,3 +180,9 @@ def test_unknown_hypertune_metric_fails_before_training(binary_data, tmp_path):
     assert result.returncode == 2
     assert "--hypertune_metric=mse is not an eval metric of a binary head" in result.stderr
     assert not (tmp_path / "job").exists()
+
+
+def test_help_lists_the_flags_and_succeeds():
+    result = run_task(["--help"], timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "--max_iteration_steps" in result.stdout and "--placement" in result.stdout

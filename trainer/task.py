@@ -244,6 +244,8 @@ def main(argv):
 
 def run():
     logging.set_verbosity(logging.INFO)
+    if {"-h", "--help", "--helpshort"} & set(sys.argv[1:]):  # absl's own --help exits with 1
+        app.usage(shorthelp=True, writeto_stdout=True, exitcode=0)
     app.run(main)
 
 
