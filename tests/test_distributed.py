@@ -28,12 +28,13 @@ class Job:
     """A local cluster running the trainer with a job dir and a log file."""
 
     def __init__(self, tmp_path: Path, shape: ClusterShape, *extra: str,
-                 job_dir: str | None = None, env: dict | None = None):
+                 job_dir: str | None = None, env: dict | None = None,
+                 module: str = "trainer.task"):
         self.dir = tmp_path / "job"
         self.log_path = tmp_path / "cluster.log"
         self.log = open(self.log_path, "w")
         self.cluster = LocalCluster(
-            shape, module="trainer.task", cwd=REPO, sink=self.log, env=env, grace=10,
+            shape, module=module, cwd=REPO, sink=self.log, env=env, grace=10,
             args=(f"--job_dir={job_dir or self.dir}",) + ARGS + extra)
 
     def __enter__(self) -> "Job":
@@ -201,6 +202,21 @@ def test_a_lost_round_robin_worker_is_taken_over(tmp_path):
     last = steps_by_unit(report["iterations"][-1])
     assert last["subnetworks 0,1"].get("worker 0", 0) > 0  # taken over
     assert "worker 1" not in last["subnetworks 0,1"]
+
+
+@pytest.mark.slow
+def test_a_lost_worker_error_passed_on_by_the_coordinator_is_trained_through(tmp_path):
+    """Even when the coordinator does not retry a lost worker's chunks itself but raises its
+    errors to the chief, the chief schedules the steps again and the job completes."""
+    with Job(tmp_path, ClusterShape(workers=2, ps=1), "--placement=replication",
+             module="tests.strict_coordinator_task") as job:
+        job.wait_for_line("chief", "iteration 0 step")
+        job.cluster.process("worker", 1).send_signal(signal.SIGKILL)
+        assert job.cluster.wait(timeout=400) == 0
+        report = job.report()
+        assert any("A chunk failed with a lost worker" in line
+                   for line in job.cluster.output("chief"))
+    assert_trained(report)
 
 
 @pytest.mark.slow

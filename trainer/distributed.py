@@ -267,11 +267,24 @@ class CoordinatedLoop:
         while left > 0 or inflight:
             if self._chunk is None:
                 self._chunk = self._build_chunk()
-            while left > 0 and len(inflight) < 2 * workers:
-                steps = min(self.steps_per_loop, max(1, math.ceil(left / workers)))
-                inflight.append(coordinator.schedule(
-                    self._chunk, args=(self.iterator, tf.constant(steps, tf.int64))))
-            worker, target, done = _fetch(inflight.popleft())
+            try:
+                while left > 0 and len(inflight) < 2 * workers:
+                    steps = min(self.steps_per_loop, max(1, math.ceil(left / workers)))
+                    inflight.append(coordinator.schedule(
+                        self._chunk, args=(self.iterator, tf.constant(steps, tf.int64))))
+                worker, target, done = _fetch(inflight.popleft())
+            except (*LOST_REPLICA_ERRORS, tf.errors.InvalidArgumentError) as e:
+                if not lost_workers_only(e):
+                    raise
+                # The coordinator retries a lost worker's chunks; an error it passes on
+                # anyway (and the chunks it cancels with it) loses only that chunk's steps,
+                # which the counters on the ps say are still to do.
+                if not isinstance(e, tf.errors.CancelledError):
+                    logging.log_every_n_seconds(
+                        logging.WARNING, "A chunk failed with a lost worker; its steps are "
+                        "scheduled again (%s: %s).", 10, type(e).__name__,
+                        str(e).splitlines()[0][:200])
+                continue
             if target < len(self.units):
                 self.steps[int(worker)][int(target)] += int(done)
             else:
@@ -330,10 +343,34 @@ LOST_REPLICA_ERRORS = (tf.errors.UnavailableError, tf.errors.AbortedError,
                        tf.errors.CancelledError)
 
 
+def _lost_tasks(error: Exception) -> list[tuple[str, str]]:
+    return sorted(set(re.findall(r"/job:(\w+)/replica:\d+/task:(\d+)", str(error))))
+
+
+# What a chunk's error says when its worker is gone but the error does not name it: its
+# inputs (the worker's iterator) no longer resolve.
+_LOST_WORKER_TEXTS = ("primary device is not remote", "unknown device",
+                      "unable to find the relevant tensor remote_handle")
+
+
+def lost_workers_only(error: Exception) -> bool:
+    """Whether the chief trains on through a chunk's error: a worker is lost and no parameter
+    server is. The coordinator retries most such chunks itself but passes some on in a race
+    (an error without the worker's name), and cancels queued chunks along with them."""
+    jobs = {job for job, _ in _lost_tasks(error)}
+    if "ps" in jobs:
+        return False
+    if isinstance(error, tf.errors.CancelledError):
+        return True
+    if isinstance(error, tf.errors.InvalidArgumentError):
+        return any(text in str(error).lower() for text in _LOST_WORKER_TEXTS)
+    return isinstance(error, LOST_REPLICA_ERRORS) and "worker" in jobs
+
+
 def lost_replica(error: Exception) -> TrainingError:
     """The clear error for a cluster member gone in mid-training (workers are replaced by the
     coordinator; a lost parameter server takes the variables with it)."""
-    tasks = sorted(set(re.findall(r"/job:(\w+)/replica:\d+/task:(\d+)", str(error))))
+    tasks = [t for t in _lost_tasks(error) if t[0] != "chief"]  # the chief is the one asking
     # A lost ps fails the workers' steps too: name the cause.
     tasks = [t for t in tasks if t[0] == "ps"] or tasks
     who = ", ".join(f"{job} {index}" for job, index in tasks) or "a replica"
