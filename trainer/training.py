@@ -11,7 +11,7 @@ import dataclasses
 import shutil
 import tempfile
 import time
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -116,6 +116,56 @@ class TrainingTime:
 
 def _rate(steps: int, seconds: float) -> float | None:
     return steps / seconds if steps > 0 and seconds > 0 else None
+
+
+class _Progress:
+    """An iteration's training bookkeeping, the same for every train loop: the time to the
+    first step (building and compiling), a progress line and training summaries every
+    `_PROGRESS_EVERY_SECS`, a checkpoint every `checkpoint_every_secs`, and at the end a last
+    line, summaries and checkpoint, and the `TrainingTime`."""
+
+    def __init__(self, *, iteration: Iteration, manager: tf.train.CheckpointManager,
+                 writers: report_lib.SummaryWriters, total: int, batch_size: int,
+                 checkpoint_every_secs: float, options: tf.train.CheckpointOptions | None,
+                 on_first_step: Callable[[float], None], on_finish: Callable[[float], None]):
+        self.iteration, self.manager, self.writers = iteration, manager, writers
+        self.total, self.batch_size = total, batch_size
+        self.checkpoint_every_secs, self.options = checkpoint_every_secs, options
+        self.on_first_step, self.on_finish = on_first_step, on_finish
+        self.started = self.last_line = self.last_checkpoint = time.monotonic()
+        self.first: float | None = None  # when the first step was done
+        self.first_step = int(iteration.step.numpy())  # the step count then
+
+    def update(self, step: int) -> None:
+        """After a chunk of steps: `step` is the iteration's step count now."""
+        now = time.monotonic()
+        if self.first is None:
+            self.first, self.first_step = now, step
+            self.on_first_step(now)
+        if now - self.last_line >= _PROGRESS_EVERY_SECS:
+            self._line(step, now)
+        if now - self.last_checkpoint >= self.checkpoint_every_secs:
+            self.manager.save(checkpoint_number=step, options=self.options)
+            self.last_checkpoint = now
+
+    def finish(self, step: int) -> TrainingTime:
+        ended = time.monotonic()
+        self._line(step, ended)
+        self.manager.save(checkpoint_number=step, options=self.options)
+        done = time.monotonic()
+        self.on_finish(done)
+        first = self.first or ended
+        return TrainingTime(seconds=done - self.started,
+                            first_step_seconds=first - self.started,
+                            steps_per_sec=_rate(step - self.first_step, ended - first))
+
+    def _line(self, step: int, now: float) -> None:
+        first = self.first or now
+        logging.info(report_lib.progress_line(
+            self.iteration, step, self.total, _rate(step - self.first_step, now - first),
+            self.batch_size))
+        self.writers.write_training(self.iteration, step)
+        self.last_line = now
 
 
 class Trainer:
@@ -258,92 +308,58 @@ class Trainer:
         iterator = iter(self.strategy.experimental_distribute_dataset(
             train_dataset(self.x_train, self.inputs.train.labels,
                           batch_size=self.config.train.batch_size, seed=seed)))
-        started = last_progress = last_checkpoint = time.monotonic()
-        compiled_at, compiled_step = None, step
+        progress = self._progress(iteration, manager, writers)
         while step < total and not iteration.is_exhausted:
             # The first call runs one step: it builds the graph, and the pause between
             # iterations (select, freeze, build and compile the next) ends with it.
-            steps = 1 if compiled_at is None else min(self.config.steps_per_loop, total - step)
+            steps = 1 if progress.first is None else min(self.config.steps_per_loop,
+                                                         total - step)
             for name in iteration.train(iterator, steps):
                 logging.warning("Iteration %d: %s diverged (non-finite loss) by step %d; it "
                                 "stops training and will not be selected.", iteration.number,
                                 name, step + steps)
             step += steps
-            now = time.monotonic()
-            if compiled_at is None:
-                compiled_at, compiled_step = now, step
-                if self._previous_training_end is not None:
-                    self.pauses[iteration.number] = now - self._previous_training_end
-            if now - last_progress >= _PROGRESS_EVERY_SECS or step >= total:
-                logging.info(report_lib.progress_line(
-                    iteration, step, total, _rate(step - compiled_step, now - compiled_at),
-                    self.config.train.batch_size))
-                writers.write_training(iteration, step)
-                last_progress = now
-            if now - last_checkpoint >= self.config.checkpoint_every_secs:
-                manager.save(checkpoint_number=step, options=self.runtime.checkpoint_options)
-                last_checkpoint = now
+            progress.update(step)
         if iteration.is_exhausted and step < total:
             logging.warning("Iteration %d: every new candidate diverged at step %d.",
                             iteration.number, step)
-        ended = time.monotonic()
-        manager.save(checkpoint_number=step, options=self.runtime.checkpoint_options)
-        self._previous_training_end = time.monotonic()
-        return TrainingTime(
-            seconds=self._previous_training_end - started,
-            first_step_seconds=(compiled_at or ended) - started,
-            steps_per_sec=_rate(step - compiled_step, ended - (compiled_at or ended)))
+        return progress.finish(step)
 
     def train_coordinated(self, iteration: Iteration, manager: tf.train.CheckpointManager,
                           writers: report_lib.SummaryWriters) -> tuple[TrainingTime, list]:
         """Trains on the cluster's workers through the coordinator (see CoordinatedLoop)."""
-        total = self.config.search.max_iteration_steps
         loop = distributed.CoordinatedLoop(
             runtime=self.runtime, iteration=iteration, iterator=self._per_worker_iterator(),
-            budget=total, steps_per_loop=self.config.steps_per_loop,
+            budget=self.config.search.max_iteration_steps,
+            steps_per_loop=self.config.steps_per_loop,
             stall_secs=self.config.distribution.stall_secs)
-        started = time.monotonic()
-        clock = {"progress": started, "checkpoint": started, "first": None,
-                 "first_step": int(iteration.step.numpy())}
-
-        def on_progress():
-            now = time.monotonic()
-            step = int(iteration.step.numpy())
-            if clock["first"] is None:
-                clock["first"], clock["first_step"] = now, step
-                if self._previous_training_end is not None:
-                    self.pauses[iteration.number] = now - self._previous_training_end
-            if now - clock["progress"] >= _PROGRESS_EVERY_SECS:
-                logging.info(report_lib.progress_line(
-                    iteration, step, total, _rate(step - clock["first_step"],
-                                                  now - clock["first"]),
-                    self.config.train.batch_size))
-                writers.write_training(iteration, step)
-                clock["progress"] = now
-            if now - clock["checkpoint"] >= self.config.checkpoint_every_secs:
-                manager.save(checkpoint_number=step, options=self.runtime.checkpoint_options)
-                clock["checkpoint"] = now
+        progress = self._progress(iteration, manager, writers)
 
         def on_diverged(names):
             for name in names:
                 logging.warning("Iteration %d: %s diverged (non-finite loss); it stops "
                                 "training and will not be selected.", iteration.number, name)
 
-        loop.run(on_progress=on_progress, on_diverged=on_diverged)
-        ended = time.monotonic()
-        step = int(iteration.step.numpy())
-        logging.info(report_lib.progress_line(
-            iteration, step, total, _rate(step - clock["first_step"],
-                                          ended - (clock["first"] or ended)),
-            self.config.train.batch_size))
-        writers.write_training(iteration, step)
-        manager.save(checkpoint_number=step, options=self.runtime.checkpoint_options)
-        self._previous_training_end = time.monotonic()
-        timing = TrainingTime(
-            seconds=self._previous_training_end - started,
-            first_step_seconds=(clock["first"] or ended) - started,
-            steps_per_sec=_rate(step - clock["first_step"], ended - (clock["first"] or ended)))
+        loop.run(on_progress=lambda: progress.update(int(iteration.step.numpy())),
+                 on_diverged=on_diverged)
+        timing = progress.finish(int(iteration.step.numpy()))
         return timing, loop.record(self.runtime.worker_name)
+
+    def _progress(self, iteration: Iteration, manager: tf.train.CheckpointManager,
+                  writers: report_lib.SummaryWriters) -> "_Progress":
+        def on_first_step(now: float) -> None:  # the pause between iterations ends here
+            if self._previous_training_end is not None:
+                self.pauses[iteration.number] = now - self._previous_training_end
+
+        def on_finish(now: float) -> None:
+            self._previous_training_end = now
+
+        return _Progress(iteration=iteration, manager=manager, writers=writers,
+                         total=self.config.search.max_iteration_steps,
+                         batch_size=self.config.train.batch_size,
+                         checkpoint_every_secs=self.config.checkpoint_every_secs,
+                         options=self.runtime.checkpoint_options,
+                         on_first_step=on_first_step, on_finish=on_finish)
 
     def _per_worker_iterator(self):
         """Each worker's endless shuffled batches (built once; the coordinator rebuilds a
