@@ -30,7 +30,7 @@ import time
 from typing import Iterator, Sequence
 
 from deploy import api, storage
-from deploy.instances import InstanceError, Predictor
+from deploy.instances import Fields, InstanceError, Predictor
 
 FORMATS = ("jsonl", "csv")
 INVALID_ARGUMENT = 3  # google.rpc.Code, as Vertex writes it in errors_stats
@@ -139,7 +139,8 @@ def predict_local(*, model_dir: str, sources: Sequence[str], output_prefix: str,
     predictor = predictor or Predictor(model_dir)
     excluded = frozenset(excluded_fields)
     results, errors = [], []
-    for chunk in _chunks(_lines(files, instances_format, predictor, excluded), batch_size):
+    for chunk in _chunks(_lines(files, instances_format, predictor.fields, excluded),
+                          batch_size):
         good = [line for line in chunk if line.error is None]
         errors.extend(_error_record(line) for line in chunk if line.error is not None)
         ok, failed = _predict_lines(predictor, good)
@@ -158,17 +159,18 @@ def _check_format(instances_format: str) -> None:
                               f"{', '.join(FORMATS)}.")
 
 
-def _lines(files: list[str], instances_format: str, predictor: Predictor,
+def _lines(files: list[str], instances_format: str, fields: Fields,
            excluded: frozenset) -> Iterator[Line]:
     """Every data line of every file, checked against the model's inputs."""
-    read = _jsonl_lines if instances_format == "jsonl" else _csv_lines
+    typed = instances_format == "jsonl"
     for path in files:
-        text = storage.read_bytes(path).decode("utf-8-sig", errors="replace")
-        for where, instance, error in read(path, text):
-            if error is None:
-                instance, error = _checked(predictor, instance, excluded, where,
-                                           typed=instances_format == "jsonl")
-            yield Line(where, instance, error)
+        text = _read_text(path)
+        records = _jsonl_lines(path, text) if typed else _csv_lines(path, text)[1]
+        yield from _checked_lines(records, fields, excluded, typed=typed)
+
+
+def _read_text(path: str) -> str:
+    return storage.read_bytes(path).decode("utf-8-sig", errors="replace")
 
 
 def _jsonl_lines(path: str, text: str):
@@ -181,9 +183,14 @@ def _jsonl_lines(path: str, text: str):
             yield f"{path}:{number}", raw, f"not JSON ({e})"
 
 
-def _csv_lines(path: str, text: str):
+def _csv_lines(path: str, text: str) -> tuple[list[str], Iterator]:
+    """The header row, and (where, row, error) for each data row."""
     reader = csv.reader(io.StringIO(text, newline=""), skipinitialspace=True)
     header = [h.strip() for h in next(reader, [])]
+    return header, _csv_rows(path, header, reader)
+
+
+def _csv_rows(path: str, header: list[str], reader):
     for row in reader:
         where = f"{path}:{reader.line_num}"
         if not row or (len(row) == 1 and not row[0].strip()):
@@ -195,14 +202,24 @@ def _csv_lines(path: str, text: str):
             yield where, dict(zip(header, row)), None
 
 
-def _checked(predictor: Predictor, instance, excluded: frozenset, where: str, *, typed: bool):
+def _checked_lines(records, fields: Fields, excluded: frozenset, *, typed: bool
+                   ) -> Iterator[Line]:
+    """(where, instance, error) records as Lines: instances checked (`typed`, from JSON) or
+    typed from text (from CSV) by the model's fields, `excluded` fields dropped first."""
+    for where, instance, error in records:
+        if error is None:
+            instance, error = _checked(fields, instance, excluded, typed=typed)
+        yield Line(where, instance, error)
+
+
+def _checked(fields: Fields, instance, excluded: frozenset, *, typed: bool):
     """(instance ready for the model, None) or (the instance as read, the reason)."""
     if excluded and isinstance(instance, dict):
         instance = {k: v for k, v in instance.items() if k not in excluded}
     try:
         if typed:
-            return predictor.fields.check(0, instance), None
-        return predictor.fields.from_text(0, instance), None
+            return fields.check(0, instance), None
+        return fields.from_text(0, instance), None
     except InstanceError as e:
         return instance, e.reason
 
