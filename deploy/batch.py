@@ -390,8 +390,8 @@ class Conversion:
 
     def summary(self) -> str:
         return (f"CSV to JSON Lines: {self.num_rows} rows converted, {self.num_errors} rows "
-                f"with errors (listed in {self.error_file}); {len(self.files)} files in "
-                f"{self.instances_dir}/")
+                f"with errors (listed in {self.error_file}); {len(self.files)} .jsonl file(s) "
+                f"in {self.instances_dir}/")
 
 
 def model_fields(cloud: api.Cloud, model: str, model_dir: str | None = None) -> Fields:
@@ -465,11 +465,14 @@ def _check_header(path: str, header: list[str], fields: Fields, excluded: frozen
                               f"columns ({expected}), then rows.")
     columns = set(header) - excluded
     missing = [name for name in fields.kinds if name not in columns]
+    if len(missing) == len(fields.kinds):
+        raise api.DeployError(f"{path}: the first line ({','.join(header)}) names none of the "
+                              f"model's columns; it must be a header row naming them: "
+                              f"{expected}.")
     if missing:
         dropped = " once --excluded_fields are dropped" if excluded & set(missing) else ""
         raise api.DeployError(f"{path}: the header has no column {', '.join(missing)}"
-                              f"{dropped}; its first line must name every column the model "
-                              f"takes ({expected}).")
+                              f"{dropped}; the model takes {expected}.")
     unknown = [name for name in header if name in columns and name not in fields.kinds]
     if unknown:
         raise api.DeployError(f"{path}: the header names {', '.join(unknown)}, which the model "

@@ -195,7 +195,7 @@ def test_vertex_csv_job_reads_jsonl_objects_converted_in_the_bucket(
     assert (conversion.num_rows, conversion.num_errors) == (20, 2)
     assert conversion.summary() == (
         f"CSV to JSON Lines: 20 rows converted, 2 rows with errors (listed in {directory}/"
-        f"conversion.errors_stats); 2 files in {directory}/")
+        f"conversion.errors_stats); 2 .jsonl file(s) in {directory}/")
 
     # A GET on the model for its artifactUri, then the job, over exactly the converted files:
     # what a dry run prints.
@@ -214,11 +214,13 @@ def test_vertex_csv_job_reads_jsonl_objects_converted_in_the_bucket(
 
 @pytest.mark.parametrize("text, excluded, message", [
     ("", ["income_bracket"], "a.csv is empty: it needs a header row"),
-    ("HEADER_WITHOUT_AGE", ["income_bracket"], "the header has no column age; its first line"),
+    ("HEADER_WITHOUT_AGE", ["income_bracket"], "the header has no column age; the model "
+                                               "takes age, capital_gain, "),
     ("HEADER", ["income_bracket", "age"], "no column age once --excluded_fields are dropped"),
     ("HEADER", [], "the header names income_bracket, which the model does not take; drop it "
                    "with --excluded_fields=income_bracket"),
-    ("ROWS_ONLY", ["income_bracket"], "the header has no column age, capital_gain, "),
+    ("ROWS_ONLY", ["income_bracket"], r"the first line \(25,Private,226802,.*\) names none "
+                                      "of the model's columns; it must be a header row"),
     ("HEADER\nx,1,2\n", ["income_bracket"], r"no CSV row of gs://test-bucket/in/a.csv fits "
                                              r"the model \(gs://test-bucket/in/a.csv:2: 3 "
                                              r"fields"),
