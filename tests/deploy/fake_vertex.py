@@ -68,9 +68,12 @@ class FakeVertex:
         self._server.shutdown()
         self._server.server_close()
 
-    def add_model(self, parent: str, display_name: str) -> str:
+    def add_model(self, parent: str, display_name: str, artifact_uri: str | None = None) -> str:
         """A model already in the registry (as if uploaded earlier); its name."""
-        return self._new(f"{parent}/models", {"displayName": display_name})["name"]
+        model = {"displayName": display_name}
+        if artifact_uri:
+            model["artifactUri"] = artifact_uri
+        return self._new(f"{parent}/models", model)["name"]
 
     def bodies(self, method_id_suffix: str) -> list[dict]:
         """Bodies of the recorded requests whose method id ends with the suffix."""

@@ -4,8 +4,11 @@ Vertex BatchPredictionJob the SDK creates."""
 from __future__ import annotations
 
 import csv
+import fnmatch
+import gzip
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -13,6 +16,7 @@ import numpy as np
 import pytest
 
 from deploy import api, batch
+from deploy.instances import NUMBER
 from tests.support import REPO
 
 def _assert_same_predictions(got: list[dict], expected: list[dict]) -> None:
@@ -120,13 +124,168 @@ def test_bad_vertex_jobs_fail_before_any_request(changes, message):
         batch.VertexBatchJob(**{**options, **changes})
 
 
-def test_command_line_dry_run(tmp_path):
+def test_a_csv_job_is_not_sent_as_csv(cloud_sdk):
+    fake, cloud = cloud_sdk
+    job = batch.VertexBatchJob(display_name="b", model="1", sources=("gs://b/in.csv",),
+                               output_prefix="gs://b/out", instances_format="csv")
+    with pytest.raises(api.DeployError, match="convert them first"):
+        batch.submit_vertex(cloud, job)
+    assert fake.requests == []
+
+
+# CSV sources for a Vertex job: converted to JSON Lines objects in the bucket first -----------
+
+def _census_csv_lines(count: int) -> list[str]:
+    """The header and the first `count` rows of the census test file, as text."""
+    from trainer.data import CENSUS_TEST
+
+    with gzip.open(CENSUS_TEST, "rt") as f:
+        return [line.rstrip("\n") for _, line in zip(range(count + 1), f)]
+
+
+def _csv_job(sources, *, model="1", excluded_fields=("income_bracket",), model_dir=None
+             ) -> batch.CsvVertexJob:
+    job = batch.VertexBatchJob(display_name="census-csv", model=model, sources=tuple(sources),
+                               output_prefix="gs://test-bucket/out", instances_format="csv")
+    return batch.CsvVertexJob.of(job, excluded_fields=excluded_fields, model_dir=model_dir)
+
+
+def _objects(gcs, prefix: str) -> dict[str, str]:
+    return {b.name: b.download_as_text() for b in gcs.list_blobs("test-bucket", prefix=prefix)}
+
+
+def test_vertex_csv_job_reads_jsonl_objects_converted_in_the_bucket(
+        cloud_sdk, gcs, census_model, predictor, census_rows):
+    fake, cloud = cloud_sdk
+    header, *rows = _census_csv_lines(20)
+    bad_age = "x" + rows[3][rows[3].index(","):]
+    bucket = gcs.bucket("test-bucket")
+    bucket.blob("in/a.csv").upload_from_string(
+        "\n".join([header, *rows[:3], bad_age, *rows[3:10]]) + "\n")  # bad_age: line 5
+    bucket.blob("in/b.csv.gz").upload_from_string(
+        gzip.compress("\n".join([header, *rows[10:20], "1,2"]).encode()))  # "1,2": line 12
+    # The fake keeps the artifactUri as given: here the local export (TensorFlow reads a
+    # gs:// one natively; tests/test_gcs.py covers that route).
+    model = fake.add_model(cloud.parent, "census", artifact_uri=census_model)
+    csv_job = _csv_job(["gs://test-bucket/in/*.csv", "gs://test-bucket/in/*.csv.gz"],
+                       model=model)
+
+    conversion, created = batch.submit_vertex_csv(cloud, csv_job)
+
+    directory = csv_job.instances_dir
+    assert directory.startswith("gs://test-bucket/out/instances-")
+    prefix = directory.removeprefix("gs://test-bucket/") + "/"
+    objects = _objects(gcs, prefix)
+    assert sorted(objects) == [prefix + "00000-a.jsonl", prefix + "00001-b.jsonl",
+                               prefix + "conversion.errors_stats"]
+    converted = [json.loads(line) for name in sorted(objects) if name.endswith(".jsonl")
+                 for line in objects[name].splitlines()]
+    assert converted == census_rows[:20]  # in order, the label dropped, the bad rows out
+    kinds = predictor.fields.kinds
+    assert all(sorted(row) == sorted(kinds) for row in converted)
+    assert all(isinstance(row[name], float if kind == NUMBER else str)
+               for row in converted for name, kind in kinds.items())
+    errors = [json.loads(line) for line in objects[prefix + "conversion.errors_stats"]
+              .splitlines()]
+    assert [e["error"]["message"] for e in errors] == [
+        "gs://test-bucket/in/a.csv:5: field 'age' must be a number, got 'x'.",
+        "gs://test-bucket/in/b.csv.gz:12: 2 fields, the header has 15 (quote values that "
+        "contain commas)"]
+    assert errors[0]["instance"]["age"] == "x" and "income_bracket" not in errors[0]["instance"]
+    assert (conversion.num_rows, conversion.num_errors) == (20, 2)
+    assert conversion.summary() == (
+        f"CSV to JSON Lines: 20 rows converted, 2 rows with errors (listed in {directory}/"
+        f"conversion.errors_stats); 2 .jsonl file(s) in {directory}/")
+
+    # A GET on the model for its artifactUri, then the job, over exactly the converted files:
+    # what a dry run prints.
+    requests = csv_job.requests(cloud)
+    assert [(r.method, fake.url + r.path) for r in fake.requests] == [
+        (r.method, r.url) for r in requests]
+    assert created.resource_name.startswith(f"{cloud.parent}/batchPredictionJobs/")
+    (body,) = fake.bodies("batchPredictionJobs.create")
+    assert body == requests[-1].body
+    assert body["inputConfig"] == {"instancesFormat": "jsonl",
+                                   "gcsSource": {"uris": [f"{directory}/*.jsonl"]}}
+    pattern = f"{prefix}*.jsonl"
+    assert [n for n in objects if fnmatch.fnmatchcase(n, pattern)] == [
+        prefix + "00000-a.jsonl", prefix + "00001-b.jsonl"]
+
+
+@pytest.mark.parametrize("text, excluded, message", [
+    ("", ["income_bracket"], "a.csv is empty: it needs a header row"),
+    ("HEADER_WITHOUT_AGE", ["income_bracket"], "the header has no column age; the model "
+                                               "takes age, capital_gain, "),
+    ("HEADER", ["income_bracket", "age"], "no column age once --excluded_fields are dropped"),
+    ("HEADER", [], "the header names income_bracket, which the model does not take; drop it "
+                   "with --excluded_fields=income_bracket"),
+    ("ROWS_ONLY", ["income_bracket"], r"the first line \(25,Private,226802,.*\) names none "
+                                      "of the model's columns; it must be a header row"),
+    ("HEADER\nx,1,2\n", ["income_bracket"], r"no CSV row of gs://test-bucket/in/a.csv fits "
+                                             r"the model \(gs://test-bucket/in/a.csv:2: 3 "
+                                             r"fields"),
+])
+def test_bad_csv_fails_before_anything_is_written(gcs, predictor, text, excluded, message):
+    header, *rows = _census_csv_lines(3)
+    text = (text.replace("HEADER_WITHOUT_AGE", header.replace("age,", "", 1))
+            .replace("HEADER", header).replace("ROWS_ONLY", "\n".join(rows)))
+    gcs.bucket("test-bucket").blob("in/a.csv").upload_from_string(text)
+    csv_job = _csv_job(["gs://test-bucket/in/a.csv"], excluded_fields=excluded)
+    with pytest.raises(api.DeployError, match=message):
+        batch.convert_csv(csv_job, predictor.fields)
+    assert _objects(gcs, "out/") == {}
+
+
+def test_a_bad_header_stops_the_job_before_any_write_or_request(cloud_sdk, gcs, census_model):
+    fake, cloud = cloud_sdk
+    header, *rows = _census_csv_lines(3)
+    bucket = gcs.bucket("test-bucket")
+    bucket.blob("in/a.csv").upload_from_string("\n".join([header, *rows]))
+    bucket.blob("in/b.csv").upload_from_string("\n".join([header.replace("age,", ""), *rows]))
+    csv_job = _csv_job(["gs://test-bucket/in/*.csv"], model_dir=census_model)
+    with pytest.raises(api.DeployError, match="b.csv: the header has no column age"):
+        batch.submit_vertex_csv(cloud, csv_job)
+    assert _objects(gcs, "out/") == {} and fake.requests == []
+
+
+def test_command_line_dry_run_of_a_csv_job_reads_writes_and_sends_nothing(cloud_sdk, gcs):
+    fake, cloud = cloud_sdk
+    gcs.bucket("test-bucket").blob("in/a.csv").upload_from_string("not,a,census,header\n")
     result = subprocess.run(
         [sys.executable, "-m", "deploy.batch", "vertex", "--project=my-project", "--model=7",
-         "--source=gs://b/a.csv", "--output_prefix=gs://b/out", "--instances_format=csv",
-         "--dry_run"], cwd=REPO, capture_output=True, text=True)
+         f"--api_endpoint={fake.url}", "--source=gs://test-bucket/in/*.csv",
+         "--output_prefix=gs://test-bucket/out", "--instances_format=csv",
+         "--excluded_fields=income_bracket", "--dry_run"],
+        cwd=REPO, capture_output=True, text=True)  # the emulator's address in the environment
+    assert result.returncode == 0, result.stderr
+    get_model, create_job = json.loads(result.stdout)
+    model = "projects/my-project/locations/us-central1/models/7"
+    assert get_model == {"method": "GET", "url": f"{fake.url}/v1/{model}", "body": None}
+    body = create_job["body"]
+    assert body["model"] == model
+    (uri,) = body["inputConfig"].pop("gcsSource")["uris"]
+    assert body["inputConfig"] == {"instancesFormat": "jsonl"}
+    assert re.fullmatch(r"gs://test-bucket/out/instances-[0-9_T]+Z/\*\.jsonl", uri)
+    directory = uri.removesuffix("/*.jsonl")
+    assert (f"would convert each CSV file of gs://test-bucket/in/*.csv to {directory}/"
+            "NNNNN-NAME.jsonl") in result.stderr
+    assert f"in {directory}/conversion.errors_stats" in result.stderr
+    assert fake.requests == [] and list(_objects(gcs, "")) == ["in/a.csv"]
+
+
+def test_command_line_dry_run_of_a_jsonl_job():
+    result = subprocess.run(
+        [sys.executable, "-m", "deploy.batch", "vertex", "--project=my-project", "--model=7",
+         "--source=gs://b/a.jsonl", "--output_prefix=gs://b/out", "--dry_run"],
+        cwd=REPO, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     (request,) = json.loads(result.stdout)
-    assert request["body"]["model"] == "projects/my-project/locations/us-central1/models/7"
-    assert request["body"]["inputConfig"] == {"instancesFormat": "csv",
-                                              "gcsSource": {"uris": ["gs://b/a.csv"]}}
+    assert request["body"]["inputConfig"] == {"instancesFormat": "jsonl",
+                                              "gcsSource": {"uris": ["gs://b/a.jsonl"]}}
+
+
+def test_csv_only_flags_are_refused_for_a_jsonl_job(capsys):
+    code = batch.main(["vertex", "--project=my-project", "--model=7", "--source=gs://b/a.jsonl",
+                       "--output_prefix=gs://b/out", "--excluded_fields=label", "--dry_run"])
+    assert code == 2
+    assert "--excluded_fields and --model_dir apply to csv sources" in capsys.readouterr().err
