@@ -186,3 +186,29 @@ def test_help_lists_the_flags_and_succeeds():
     result = run_task(["--help"], timeout=120)
     assert result.returncode == 0, result.stderr[-2000:]
     assert "--max_iteration_steps" in result.stdout and "--placement" in result.stdout
+
+
+def test_an_evaluator_started_after_the_job_evaluates_each_finished_iteration(binary_data,
+                                                                            tmp_path):
+    """The chief dropped the iterations' checkpoints: the evaluator evaluates each chosen
+    ensemble from its frozen checkpoint, once (a second evaluator adds nothing)."""
+    job = tmp_path / "job"
+    args = [f"--train_data={binary_data.train}", f"--eval_data={binary_data.eval}",
+            "--label_column=target", f"--job_dir={job}", *FAST_FLAGS]
+    assert run_task(args).returncode == 0
+    evaluator = task_env(TF_CONFIG=json.dumps({"cluster": {"chief": ["127.0.0.1:2222"]},
+                                               "task": {"type": "evaluator", "index": 0}}))
+    result = run_task(args, env=evaluator)
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = load_report(job)
+    for record in report["iterations"]:
+        t = record["iteration"]
+        [evaluation] = json.loads((job / "eval" / f"iteration-{t}.json").read_text())
+        assert evaluation["checkpoint"] == str(job / "checkpoints" / f"frozen-{t}" / "ensemble")
+        assert evaluation["step"] == record["steps"]
+        [(name, metrics)] = evaluation["candidates"].items()
+        assert name == record["chosen"] and 0.5 < metrics["accuracy"] <= 1
+        assert list((job / "logs" / f"iteration-{t}" / name / "eval").glob("events.*"))
+    assert "the job is complete after 2 evaluations" in result.stderr
+    again = run_task(args, env=evaluator)
+    assert "the job is complete after 0 evaluations" in again.stderr

@@ -4,8 +4,10 @@ It reads what the chief writes to the job dir (never the cluster's servers): the
 iterations' records and frozen ensembles, and the periodic checkpoints of the running
 iteration. For each new checkpoint it computes every candidate's and every new subnetwork's
 eval metrics and writes them to `eval/iteration-<t>.json` (one entry per checkpoint) and to
-TensorBoard (`logs/iteration-<t>/<candidate>/eval`). It stops once the chief's report says the
-job is complete.
+TensorBoard (`logs/iteration-<t>/<candidate>/eval`). An iteration that finished before any of
+its checkpoints was evaluated (the evaluator started late, or the iteration was short) is
+evaluated once from its frozen chosen ensemble, so every iteration has its evaluation. It stops
+once the chief's report says the job is complete.
 """
 
 from __future__ import annotations
@@ -36,6 +38,11 @@ def run(config: RunConfig, *, poll_secs: float = 5.0,
         complete = _is_complete(job)
         records = job.records()
         t = len(records)
+        for i in range(t):
+            if not tf.io.gfile.exists(_eval_path(job, i)):  # missed while it ran
+                evaluation = _evaluate_frozen(trainer, records[:i + 1])
+                evaluations.append(evaluation)
+                _publish(job, i, evaluation)
         latest = tf.train.latest_checkpoint(job.iteration_checkpoints(t))
         if latest and latest not in seen:
             seen.add(latest)
@@ -61,17 +68,38 @@ def _evaluate(trainer: training.Trainer, iteration, checkpoint: str) -> dict | N
         logging.info("Evaluator: could not read %s (%s); waiting for the next.", checkpoint,
                      str(e).splitlines()[0][:200])
         return None
-    t = iteration.number
-    head, x_eval = trainer.head, trainer.x_eval
-    labels = trainer.inputs.eval.labels
-    candidate_logits, subnetwork_logits = iteration.predict_logits(x_eval)
-    step = int(iteration.step.numpy())
+    candidate_logits, subnetwork_logits = iteration.predict_logits(trainer.x_eval)
     evaluation = {
-        "iteration": t, "step": step, "checkpoint": checkpoint,
-        "candidates": {c.name: finite_metrics(head.metrics(labels, logits))
+        "iteration": iteration.number, "step": int(iteration.step.numpy()),
+        "checkpoint": checkpoint,
+        "candidates": {c.name: _metrics(trainer, logits)
                        for c, logits in zip(iteration.candidates, candidate_logits)},
-        "subnetworks": {s.name: finite_metrics(head.metrics(labels, logits))
+        "subnetworks": {s.name: _metrics(trainer, logits)
                         for s, logits in zip(iteration.subnetworks, subnetwork_logits)}}
+    _summarize(trainer, evaluation)
+    return evaluation
+
+
+def _evaluate_frozen(trainer: training.Trainer, records: list[dict]) -> dict:
+    """The last of `records`' iterations, finished: its chosen ensemble, frozen."""
+    record = records[-1]
+    logits = trainer.restore(records).logits(trainer.x_eval).numpy()
+    evaluation = {
+        "iteration": record["iteration"], "step": record["steps"],
+        "checkpoint": trainer.job.frozen_prefix(record["iteration"]),
+        "candidates": {record["chosen"]: _metrics(trainer, logits)},
+        "subnetworks": {}}
+    _summarize(trainer, evaluation)
+    return evaluation
+
+
+def _metrics(trainer: training.Trainer, logits) -> dict:
+    return finite_metrics(trainer.head.metrics(trainer.inputs.eval.labels, logits))
+
+
+def _summarize(trainer: training.Trainer, evaluation: dict) -> None:
+    """Writes an evaluation to TensorBoard and logs its best candidate."""
+    t, step = evaluation["iteration"], evaluation["step"]
     root = job_dir_lib.join(trainer.job.logs, f"iteration-{t}")
     for group, prefix in (("candidates", ""), ("subnetworks", "subnetwork_")):
         for name, metrics in evaluation[group].items():
@@ -85,12 +113,15 @@ def _evaluate(trainer: training.Trainer, iteration, checkpoint: str) -> dict | N
     best = min(evaluation["candidates"].items(), key=lambda kv: kv[1]["loss"])
     logging.info("Evaluator: iteration %d step %d: best eval loss %.4f (%s).", t, step,
                  best[1]["loss"], best[0])
-    return evaluation
+
+
+def _eval_path(job: job_dir_lib.JobDir, t: int) -> str:
+    return job_dir_lib.join(job.eval, f"iteration-{t}.json")
 
 
 def _publish(job: job_dir_lib.JobDir, t: int, evaluation: dict) -> None:
     tf.io.gfile.makedirs(job.eval)
-    path = job_dir_lib.join(job.eval, f"iteration-{t}.json")
+    path = _eval_path(job, t)
     history = job_dir_lib.read_json(path) if tf.io.gfile.exists(path) else []
     job_dir_lib.write_json(path, history + [evaluation])
 
