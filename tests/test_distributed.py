@@ -206,8 +206,8 @@ def test_a_lost_round_robin_worker_is_taken_over(tmp_path):
 
 @pytest.mark.slow
 def test_a_lost_worker_error_passed_on_by_the_coordinator_is_trained_through(tmp_path):
-    """Even when the coordinator does not retry a lost worker's chunks itself but raises its
-    errors to the chief, the chief schedules the steps again and the job completes."""
+    """When the coordinator passes a lost worker's chunk error on to the chief (a race),
+    the chief schedules its steps again and the job completes."""
     with Job(tmp_path, ClusterShape(workers=2, ps=1), "--placement=replication",
              module="tests.strict_coordinator_task") as job:
         job.wait_for_line("chief", "iteration 0 step")

@@ -68,3 +68,23 @@ def test_the_stop_message_names_the_parameter_server_alone():
     copy = f"Failed copying input tensor from {CHIEF}/device:CPU:0 to {WORKER}/device:CPU:0"
     assert "Training stopped: worker 1 became" in str(
         lost_replica(_error(tf.errors.UnavailableError, None, copy)))
+
+
+def test_the_coordinator_takes_a_nameless_lost_worker_error_for_a_worker_failure(monkeypatch):
+    """So that it waits for the worker to come back instead of passing each of its chunks on
+    to the chief (a cascade of cancelled chunks that could leave the chief waiting)."""
+    from tensorflow.python.distribute.coordinator import cluster_coordinator
+
+    from trainer import distributed
+
+    own = cluster_coordinator._is_worker_failure
+    monkeypatch.setattr(cluster_coordinator, "_is_worker_failure", own)  # restored after
+    nameless = _error(tf.errors.InvalidArgumentError, None, "Primary device is not remote")
+    assert not own(nameless)  # TensorFlow's own rule wants the worker named
+    distributed._recognize_lost_worker_errors()
+    distributed._recognize_lost_worker_errors()  # once is enough; a second call adds nothing
+    assert cluster_coordinator._is_worker_failure(nameless)
+    assert cluster_coordinator._is_worker_failure(_error(tf.errors.UnavailableError, WORKER))
+    assert not cluster_coordinator._is_worker_failure(_error(tf.errors.UnavailableError, PS))
+    assert not cluster_coordinator._is_worker_failure(
+        _error(tf.errors.InvalidArgumentError, None, "Incompatible shapes: [64,3] vs. [64,4]"))

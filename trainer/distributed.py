@@ -120,6 +120,7 @@ def make_runtime(cluster: Cluster, placement: PlacementStrategy, *,
         except TimeoutError as e:
             raise TrainingError(str(e)) from None
         strategy = tf.distribute.ParameterServerStrategy(cluster.resolver())
+        _recognize_lost_worker_errors()
         coordinator = tf.distribute.coordinator.ClusterCoordinator(strategy)
         logging.info("Connected to %d workers and %d parameter servers; placement: %s.",
                      cluster.num_workers, cluster.num_ps, placement.name)
@@ -365,6 +366,29 @@ def lost_workers_only(error: Exception) -> bool:
     if isinstance(error, tf.errors.InvalidArgumentError):
         return any(text in str(error).lower() for text in _LOST_WORKER_TEXTS)
     return isinstance(error, LOST_REPLICA_ERRORS) and "worker" in jobs
+
+
+def _recognize_lost_worker_errors() -> None:
+    """Makes ClusterCoordinator take a chunk that failed with one of `_LOST_WORKER_TEXTS` (and
+    names no ps) for its worker's failure, as it does when the text names the worker.
+
+    Without it (TF 2.17's `_is_worker_failure` wants "/job:worker" in the text), a worker
+    SIGKILLed between two chunks fails the next ones with "Primary device is not remote", and
+    the coordinator passes each on as an error instead of waiting for the worker to come back:
+    a cascade that cancels every queued chunk and can leave it waiting on them forever. This
+    patches a private function; where it is missing, the coordinator keeps its own rule."""
+    from tensorflow.python.distribute.coordinator import cluster_coordinator
+
+    own = getattr(cluster_coordinator, "_is_worker_failure", None)
+    if own is None or getattr(own, "recognizes_lost_worker_texts", False):
+        return
+
+    def is_worker_failure(error) -> bool:
+        return own(error) or (isinstance(error, tf.errors.InvalidArgumentError)
+                              and lost_workers_only(error))
+
+    is_worker_failure.recognizes_lost_worker_texts = True
+    cluster_coordinator._is_worker_failure = is_worker_failure  # pylint: disable=protected-access
 
 
 def lost_replica(error: Exception) -> TrainingError:
