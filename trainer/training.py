@@ -11,7 +11,7 @@ import dataclasses
 import shutil
 import tempfile
 import time
-from typing import Callable, Sequence
+from typing import Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -112,6 +112,9 @@ class TrainingTime:
     seconds: float  # the whole training phase
     first_step_seconds: float  # building and compiling the train loop, and the first step
     steps_per_sec: float | None  # after the first step (None if there was no other)
+    # From the end of the previous iteration's training to this one's first step (select,
+    # freeze, build and compile); None for the first iteration this process trains.
+    pause_before: float | None = None
 
 
 def _rate(steps: int, seconds: float) -> float | None:
@@ -122,16 +125,17 @@ class _Progress:
     """An iteration's training bookkeeping, the same for every train loop: the time to the
     first step (building and compiling), a progress line and training summaries every
     `_PROGRESS_EVERY_SECS`, a checkpoint every `checkpoint_every_secs`, and at the end a last
-    line, summaries and checkpoint, and the `TrainingTime`."""
+    line, summaries and checkpoint, and the `TrainingTime` (its pause counted from
+    `previous_end`, when the previous iteration's training ended)."""
 
     def __init__(self, *, iteration: Iteration, manager: tf.train.CheckpointManager,
                  writers: report_lib.SummaryWriters, total: int, batch_size: int,
                  checkpoint_every_secs: float, options: tf.train.CheckpointOptions | None,
-                 on_first_step: Callable[[float], None], on_finish: Callable[[float], None]):
+                 previous_end: float | None):
         self.iteration, self.manager, self.writers = iteration, manager, writers
         self.total, self.batch_size = total, batch_size
         self.checkpoint_every_secs, self.options = checkpoint_every_secs, options
-        self.on_first_step, self.on_finish = on_first_step, on_finish
+        self.previous_end = previous_end
         self.started = self.last_line = self.last_checkpoint = time.monotonic()
         self.first: float | None = None  # when the first step was done
         self.first_step = int(iteration.step.numpy())  # the step count then
@@ -141,7 +145,6 @@ class _Progress:
         now = time.monotonic()
         if self.first is None:
             self.first, self.first_step = now, step
-            self.on_first_step(now)
         if now - self.last_line >= _PROGRESS_EVERY_SECS:
             self._line(step, now)
         if now - self.last_checkpoint >= self.checkpoint_every_secs:
@@ -152,12 +155,13 @@ class _Progress:
         ended = time.monotonic()
         self._line(step, ended)
         self.manager.save(checkpoint_number=step, options=self.options)
-        done = time.monotonic()
-        self.on_finish(done)
         first = self.first or ended
-        return TrainingTime(seconds=done - self.started,
+        pause = (None if self.first is None or self.previous_end is None
+                 else self.first - self.previous_end)
+        return TrainingTime(seconds=time.monotonic() - self.started,
                             first_step_seconds=first - self.started,
-                            steps_per_sec=_rate(step - self.first_step, ended - first))
+                            steps_per_sec=_rate(step - self.first_step, ended - first),
+                            pause_before=pause)
 
     def _line(self, step: int, now: float) -> None:
         first = self.first or now
@@ -187,9 +191,7 @@ class Trainer:
         self.x_train = encode(self.preprocessor, inputs.train)
         self.x_eval = encode(self.preprocessor, inputs.eval)
         self.input_dim = self.x_train.shape[1]
-        # Seconds from the end of training of iteration t-1 to the first step of t.
-        self.pauses: dict[int, float] = {}
-        self._previous_training_end: float | None = None
+        self._previous_training_end: float | None = None  # the pause before the next starts
         self._worker_iterator = None  # under a coordinator: built on first use
 
     # -- the job --------------------------------------------------------------------------
@@ -259,7 +261,7 @@ class Trainer:
         else:
             timing = self.train_iteration(iteration, manager, writers)
             placement = self.replicated_record(iteration)
-        pause_started = time.monotonic()
+        pause_started = self._previous_training_end = time.monotonic()
         record = self.select(iteration, timing)
         record["placement"] = placement
         writers.write_eval(record)
@@ -275,7 +277,7 @@ class Trainer:
         record["seconds"] = {"total": time.monotonic() - started, "training": timing.seconds,
                              "first_step": timing.first_step_seconds,
                              "selection_and_freeze": time.monotonic() - pause_started,
-                             "pause_before": self.pauses.get(t)}
+                             "pause_before": timing.pause_before}
         if self.runtime.is_chief:
             job_dir_lib.write_json(self.job.record_path(t), record)  # the iteration is finished
             self.job.drop_iteration_checkpoints(t)
@@ -346,20 +348,13 @@ class Trainer:
         return timing, loop.record(self.runtime.worker_name)
 
     def _progress(self, iteration: Iteration, manager: tf.train.CheckpointManager,
-                  writers: report_lib.SummaryWriters) -> "_Progress":
-        def on_first_step(now: float) -> None:  # the pause between iterations ends here
-            if self._previous_training_end is not None:
-                self.pauses[iteration.number] = now - self._previous_training_end
-
-        def on_finish(now: float) -> None:
-            self._previous_training_end = now
-
+                  writers: report_lib.SummaryWriters) -> _Progress:
         return _Progress(iteration=iteration, manager=manager, writers=writers,
                          total=self.config.search.max_iteration_steps,
                          batch_size=self.config.train.batch_size,
                          checkpoint_every_secs=self.config.checkpoint_every_secs,
                          options=self.runtime.checkpoint_options,
-                         on_first_step=on_first_step, on_finish=on_finish)
+                         previous_end=self._previous_training_end)
 
     def _per_worker_iterator(self):
         """Each worker's endless shuffled batches (built once; the coordinator rebuilds a
