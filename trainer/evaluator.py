@@ -34,15 +34,17 @@ def run(config: RunConfig, *, poll_secs: float = 5.0,
     trainer = training.Trainer(config, training.load_inputs(config, job), job)
     evaluations, seen = [], set()
     iterations: dict[int, object] = {}  # built once per iteration; checkpoints are read in
+    finished = 0  # the finished iterations known to have an evaluation on disk
     while True:
         complete = _is_complete(job)
         records = job.records()
         t = len(records)
-        for i in range(t):
+        for i in range(finished, t):
             if not tf.io.gfile.exists(_eval_path(job, i)):  # missed while it ran
                 evaluation = _evaluate_frozen(trainer, records[:i + 1])
                 evaluations.append(evaluation)
                 _publish(job, i, evaluation)
+        finished = t
         latest = tf.train.latest_checkpoint(job.iteration_checkpoints(t))
         if latest and latest not in seen:
             seen.add(latest)
