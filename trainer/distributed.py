@@ -274,7 +274,7 @@ class CoordinatedLoop:
                     inflight.append(coordinator.schedule(
                         self._chunk, args=(self.iterator, tf.constant(steps, tf.int64))))
                 worker, target, done = _fetch(inflight.popleft())
-            except (*LOST_REPLICA_ERRORS, tf.errors.InvalidArgumentError) as e:
+            except tf.errors.OpError as e:
                 if not lost_workers_only(e):
                     raise
                 # The coordinator retries a lost worker's chunks; an error it passes on
