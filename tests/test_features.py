@@ -12,16 +12,18 @@ LABEL = S.Label("y", S.HeadType.BINARY, ("0", "1"))
 
 def encode(schema, **features):
     tensors = {k: tf.constant(v) for k, v in features.items()}
-    return Preprocessor(schema)(tensors).numpy()
+    encoded = Preprocessor(schema)(tensors)
+    assert set(encoded) == {"dense"}  # no embedded column
+    return encoded["dense"].numpy()
 
 
-def test_width_equals_input_dim():
+def test_width_equals_dense_width():
     schema = S.Schema((S.NumericColumn("a", 1.0, 2.0, (0.0, 1.0, 5.0)),
                        S.CategoricalColumn("c", ("x", "y")),
                        S.NumericColumn("b", 0.0, 1.0)), LABEL)
     out = encode(schema, a=np.array([1.0, 2.0, 3.0], np.float32),
                  c=np.array(["x", "y", "q"]), b=np.array([0.0, 1.0, 2.0], np.float32))
-    assert out.shape == (3, schema.input_dim) == (3, 3 + 3 + 1)
+    assert out.shape == (3, schema.dense_width) == (3, 3 + 3 + 1)
     assert out.dtype == np.float32
 
 
@@ -68,7 +70,7 @@ def test_empty_vocabulary_is_all_oov():
 def test_columns_in_schema_order_regardless_of_dict_order():
     schema = S.Schema((S.CategoricalColumn("c", ("x",)), S.NumericColumn("a", 0.0, 1.0)),
                       LABEL)
-    out = Preprocessor(schema)({"a": tf.constant([7.0]), "c": tf.constant(["x"])}).numpy()
+    out = Preprocessor(schema)({"a": tf.constant([7.0]), "c": tf.constant(["x"])})["dense"]
     np.testing.assert_array_equal(out, [[1, 0, 7]])
 
 
@@ -81,15 +83,27 @@ def test_input_signature():
     assert signature["a"].shape.as_list() == [None]
 
 
-def test_encodes_inferred_schema_of_training_data():
-    where = S.Locator(["t.csv"], [0], np.arange(2, 8))
-    raw = {"n": np.array(["1", "2", "3", "", "4", "5"]),
-           "c": np.array(["a", "b", "a", "a", "c", "b"]),
-           "y": np.array(["0", "1", "0", "1", "0", "1"])}
-    schema = S.Schema(S.infer_columns(raw, S.ColumnChoices("y", num_bins=2), where), LABEL)
-    numbers = np.array([1, 2, 3, np.nan, 4, 5], np.float32)
-    out = encode(schema, n=numbers, c=raw["c"])
-    assert out.shape == (6, schema.input_dim)
+def test_large_vocabularies_become_embedding_ids_and_small_ones_stay_one_hot():
+    big = S.CategoricalColumn("id", tuple(f"u{i}" for i in range(100)),
+                              encoding=S.Encoding.EMBEDDING, embedding_dim=8)
+    schema = S.Schema((S.CategoricalColumn("c", ("x", "y")), big, S.NumericColumn("a", 0.0, 1.0),
+                       S.CategoricalColumn("id2", ("p", "q"), encoding=S.Encoding.EMBEDDING,
+                                           embedding_dim=2)), LABEL)
+    encoded = Preprocessor(schema)({"c": tf.constant(["y", "z"]), "id": tf.constant(["u7", "nope"]),
+                                    "a": tf.constant([1.0, 2.0]), "id2": tf.constant(["q", "p"])})
+    np.testing.assert_array_equal(encoded["dense"], [[0, 1, 0, 1], [0, 0, 1, 2]])
+    np.testing.assert_array_equal(encoded["ids"], [[7, 1], [100, 0]])  # 100: out of vocabulary
+    assert schema.dense_width == 4
+    assert [(e.name, e.size, e.dim) for e in schema.embedded] == [("id", 101, 8), ("id2", 3, 2)]
+
+
+def test_encodes_a_schema_from_statistics():
+    column = S.numeric_column("n", count=5, missing=1, mean=3.0, std=np.std([1, 2, 3, 4, 5]),
+                              minimum=1.0, maximum=5.0, sample=np.array([1.0, 2, 3, 4, 5]),
+                              num_bins=2)
+    schema = S.Schema((column,), LABEL)
+    out = encode(schema, n=np.array([1, 2, 3, np.nan, 4, 5], np.float32))
+    assert out.shape == (6, schema.dense_width) == (6, 3)
     standardised = out[:, 0]
     assert standardised[3] == 0.0  # missing -> mean -> 0
     present = np.delete(standardised, 3)

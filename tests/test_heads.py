@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from trainer.heads import Head, roc_auc
+from trainer.heads import Head, Metrics
 from trainer.schema import HeadType, Label
 
 BINARY = Label("y", HeadType.BINARY, ("no", "yes"))
@@ -131,31 +131,58 @@ def brute_force_auc(labels, scores):
     return wins / (len(pos) * len(neg))
 
 
+def binned_auc(labels, logits):
+    return Head(BINARY).metrics(np.asarray(labels), np.asarray(logits, float)[:, None])["auc"]
+
+
 @pytest.mark.parametrize("seed", range(6))
-def test_roc_auc_matches_pairwise_count_with_ties(seed):
+def test_auc_matches_pairwise_count_with_ties(seed):
     rng = np.random.default_rng(seed)
     n = 40
     labels = rng.integers(0, 2, size=n)
-    scores = rng.integers(0, 5, size=n).astype(float)  # many ties
-    assert roc_auc(labels, scores) == pytest.approx(brute_force_auc(labels, scores), abs=1e-12)
+    logits = rng.integers(-2, 3, size=n).astype(float)  # many ties, each in its own bin
+    assert binned_auc(labels, logits) == pytest.approx(brute_force_auc(labels, logits),
+                                                       abs=1e-12)
 
 
-@pytest.mark.parametrize("labels, scores, expected", [
+@pytest.mark.parametrize("labels, logits, expected", [
     ([0, 0, 1, 1], [0.1, 0.2, 0.3, 0.4], 1.0),
     ([1, 1, 0, 0], [0.1, 0.2, 0.3, 0.4], 0.0),
     ([0, 1, 0, 1], [0.5, 0.5, 0.5, 0.5], 0.5),
     ([0, 1, 1], [0.2, 0.2, 0.9], 0.75),
     ([1, 0, 1, 0], [3.0, -1.0, 0.0, 1.0], 0.75),
 ])
-def test_roc_auc_small_cases(labels, scores, expected):
-    got = roc_auc(np.array(labels), np.array(scores))
+def test_auc_small_cases(labels, logits, expected):
+    got = binned_auc(labels, logits)
     assert got == pytest.approx(expected, abs=1e-12)
-    assert got == pytest.approx(brute_force_auc(labels, scores), abs=1e-12)
+    assert got == pytest.approx(brute_force_auc(labels, logits), abs=1e-12)
 
 
 @pytest.mark.parametrize("labels", [[0, 0, 0], [1, 1]])
-def test_roc_auc_one_class_is_nan(labels):
-    assert np.isnan(roc_auc(np.array(labels), np.arange(len(labels), dtype=float)))
+def test_auc_of_one_class_is_nan(labels):
+    assert np.isnan(binned_auc(labels, np.arange(len(labels), dtype=float)))
+
+
+def test_binned_auc_is_within_its_stated_bound_of_the_exact_one():
+    rng = np.random.default_rng(0)
+    labels = rng.integers(0, 2, size=3000)
+    logits = rng.normal(size=3000) + labels  # continuous scores: no exact ties
+    metrics = Metrics(Head(BINARY))
+    metrics.update(labels, logits[:, None])
+    exact = brute_force_auc(labels, logits)
+    assert 0 < metrics.auc_error_bound < 1e-3
+    assert abs(metrics.result()["auc"] - exact) <= metrics.auc_error_bound + 1e-12
+
+
+@pytest.mark.parametrize("label", [BINARY, MULTICLASS, REGRESSION])
+def test_metrics_over_batches_equal_metrics_in_one_piece(label):
+    labels, logits = sample(label)
+    streamed = Metrics(Head(label))
+    for start in range(0, len(labels), 7):
+        streamed.update(labels[start:start + 7], logits[start:start + 7])
+    whole = Head(label).metrics(labels, logits)
+    assert streamed.count == len(labels)
+    assert streamed.result() == pytest.approx(whole, rel=1e-9)
 
 
 @pytest.mark.parametrize("label", [BINARY, MULTICLASS, REGRESSION])

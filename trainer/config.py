@@ -7,6 +7,7 @@ import dataclasses
 from trainer import ensemble as ens
 from trainer import job_dir as job_dir_lib
 from trainer.errors import InputError
+from trainer.input.options import InputOptions
 from trainer.iteration import TrainOptions
 from trainer.model import Generator
 from trainer.placement import Placement
@@ -19,6 +20,7 @@ class DataConfig:
     eval_data: str | None
     columns: ColumnChoices
     holdout_fraction: float = 0.1
+    input: InputOptions = InputOptions()
 
     def __post_init__(self):
         if not 0.0 < self.holdout_fraction < 1.0:
@@ -109,4 +111,6 @@ class RunConfig:
         return {**self.search.fingerprint(), "seed": self.seed,
                 "batch_size": self.train.batch_size, "learning_rate": self.train.learning_rate,
                 "optimizer": self.train.optimizer,
-                "train_data": self.data.train_data, "eval_data": self.data.eval_data}
+                "train_data": self.data.train_data, "eval_data": self.data.eval_data,
+                "holdout_fraction": None if self.data.eval_data else self.data.holdout_fraction,
+                "bad_rows": self.data.input.bad_rows.value}

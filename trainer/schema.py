@@ -1,8 +1,12 @@
-"""The data schema: which columns are numeric or categorical, their statistics, and the label.
+"""The data schema: which columns are numeric or categorical, their statistics and encoding, the
+label, and what was read.
 
-Inferred once from the training data (overridable by flags), saved as `schema.json` in the job
-dir and built into the exported model, so that serving takes raw values and a resumed job
-encodes its data exactly as the first run did.
+Computed once from the training data by the chief (`trainer/input/scan.py`, one streaming
+pass), saved as `schema.json` in the job dir, and built into the exported model, so that
+serving takes raw values and a resumed job, a worker and the evaluator encode data exactly as
+the first run did without reading the training data again.
+
+The rules here are pure functions of what the scan counted, tested without TensorFlow.
 """
 
 from __future__ import annotations
@@ -10,7 +14,8 @@ from __future__ import annotations
 import dataclasses
 import enum
 import json
-from typing import Sequence
+import math
+from typing import Mapping, Sequence
 
 import numpy as np
 
@@ -21,9 +26,12 @@ MISSING_TOKENS = frozenset(["", "?", "NA", "N/A", "NaN", "nan", "null", "NULL", 
 
 # A column where at least this share of values parses as numbers, but not all, is a typo in
 # a numeric column far more often than a categorical column.
-_NUMERIC_TYPO_SHARE = 0.95
+NUMERIC_TYPO_SHARE = 0.95
 # Integer labels with at most this many distinct values are classes, not a regression target.
 _MAX_INTEGER_CLASSES = 10
+# Labels with more distinct values than this are not classes this trainer learns.
+MAX_CLASSES = 1000
+SCHEMA_VERSION = 2
 
 
 class Kind(str, enum.Enum):
@@ -37,15 +45,27 @@ class HeadType(str, enum.Enum):
     REGRESSION = "regression"
 
 
+class Encoding(str, enum.Enum):
+    """How a categorical column reaches the subnetworks."""
+
+    ONE_HOT = "one_hot"  # vocabulary + 1 inputs, in the dense features
+    EMBEDDING = "embedding"  # an id; each subnetwork learns a table of embedding_dim vectors
+
+
 @dataclasses.dataclass(frozen=True)
 class NumericColumn:
     """A numeric feature: its standardised value, plus a piecewise-linear encoding over
-    quantile bins whose edges are `edges` (first edge the minimum, last the maximum)."""
+    quantile bins whose edges are `edges` (first edge the minimum, last the maximum).
+    `count` values were present and `missing` were not (they are encoded as the mean)."""
 
     name: str
     mean: float
     std: float
     edges: tuple[float, ...] = ()
+    count: int = 0
+    missing: int = 0
+    min: float | None = None
+    max: float | None = None
 
     kind = Kind.NUMERIC
 
@@ -60,19 +80,47 @@ class NumericColumn:
 
 @dataclasses.dataclass(frozen=True)
 class CategoricalColumn:
-    """A categorical feature: one-hot over its vocabulary plus one out-of-vocabulary slot."""
+    """A categorical feature: its vocabulary (most frequent first, with the count of each),
+    plus one out-of-vocabulary id for everything else. Small vocabularies are one-hot; larger
+    ones are ids into an embedding table of `embedding_dim` per subnetwork, whose cost per
+    example does not grow with the vocabulary. `count_error` bounds how low each count may be
+    (0: exact; see `trainer/input/stats.py`)."""
 
     name: str
     vocabulary: tuple[str, ...]
+    counts: tuple[int, ...] = ()
+    encoding: Encoding = Encoding.ONE_HOT
+    embedding_dim: int = 0
+    count_error: int = 0
 
     kind = Kind.CATEGORICAL
 
+    def __post_init__(self):
+        if (self.encoding is Encoding.EMBEDDING) != (self.embedding_dim > 0):
+            raise ValueError(f"column '{self.name}': embedding_dim ({self.embedding_dim}) must "
+                             "be > 0 exactly for an embedding.")
+
+    @property
+    def size(self) -> int:
+        """Ids: the vocabulary and the out-of-vocabulary id (the last)."""
+        return len(self.vocabulary) + 1
+
     @property
     def width(self) -> int:
-        return len(self.vocabulary) + 1
+        """Inputs in the dense features (0 for an embedded column)."""
+        return self.size if self.encoding is Encoding.ONE_HOT else 0
 
 
 Column = NumericColumn | CategoricalColumn
+
+
+@dataclasses.dataclass(frozen=True)
+class Embedded:
+    """An embedded column as a subnetwork sees it: ids in [0, size), vectors of `dim`."""
+
+    name: str
+    size: int
+    dim: int
 
 
 @dataclasses.dataclass(frozen=True)
@@ -104,13 +152,19 @@ class Label:
     def logits_dimension(self) -> int:
         return len(self.classes) if self.head is HeadType.MULTICLASS else 1
 
+    @property
+    def is_regression(self) -> bool:
+        return self.head is HeadType.REGRESSION
+
 
 @dataclasses.dataclass(frozen=True)
 class Schema:
-    """Feature columns in input order, and the label."""
+    """Feature columns in input order, the label, and (`summary`) what the scan read: rows per
+    file, bad rows, the hold-out, and how the statistics were computed."""
 
     columns: tuple[Column, ...]
     label: Label
+    summary: Mapping = dataclasses.field(default_factory=dict, compare=False, hash=False)
 
     def __post_init__(self):
         if not self.columns:
@@ -119,41 +173,69 @@ class Schema:
                 "at least one. Check --ignore_columns and the header of the data.")
 
     @property
-    def input_dim(self) -> int:
+    def dense_width(self) -> int:
+        """Inputs of the dense part of the encoding."""
         return sum(c.width for c in self.columns)
+
+    @property
+    def embedded(self) -> tuple[Embedded, ...]:
+        return tuple(Embedded(c.name, c.size, c.embedding_dim) for c in self.columns
+                     if c.kind is Kind.CATEGORICAL and c.encoding is Encoding.EMBEDDING)
 
     @property
     def feature_names(self) -> tuple[str, ...]:
         return tuple(c.name for c in self.columns)
 
+    @property
+    def numeric_names(self) -> tuple[str, ...]:
+        return tuple(c.name for c in self.columns if c.kind is Kind.NUMERIC)
+
+    @property
+    def categorical_names(self) -> tuple[str, ...]:
+        return tuple(c.name for c in self.columns if c.kind is Kind.CATEGORICAL)
+
+    def bytes_per_example(self) -> int:
+        """Memory of one encoded example: dense floats, embedding ids and the label."""
+        return 4 * self.dense_width + 8 * len(self.embedded) + 8
+
     def to_json(self) -> str:
         def column(c):
-            return {"kind": c.kind.value, **dataclasses.asdict(c)}
+            data = {"kind": c.kind.value, **dataclasses.asdict(c)}
+            if c.kind is Kind.CATEGORICAL:
+                data["encoding"] = c.encoding.value
+            return data
         label = dataclasses.asdict(self.label)
         label["head"] = self.label.head.value
-        return json.dumps({"columns": [column(c) for c in self.columns], "label": label},
-                          indent=1)
+        return json.dumps({"version": SCHEMA_VERSION,
+                           "columns": [column(c) for c in self.columns], "label": label,
+                           "input": dict(self.summary)}, indent=1)
 
     @classmethod
-    def from_json(cls, text: str) -> "Schema":
+    def from_json(cls, text: str, *, path: str = "schema.json") -> "Schema":
         data = json.loads(text)
+        if data.get("version") != SCHEMA_VERSION:
+            raise InputError(f"{path} was written by another version of this trainer (schema "
+                             f"version {data.get('version')}, this one reads "
+                             f"{SCHEMA_VERSION}). Train in a new --job_dir.")
         columns = []
         for c in data["columns"]:
             kind = Kind(c.pop("kind"))
             if kind is Kind.NUMERIC:
-                columns.append(NumericColumn(c["name"], c["mean"], c["std"],
-                                             tuple(c["edges"])))
+                c["edges"] = tuple(c["edges"])
+                columns.append(NumericColumn(**c))
             else:
-                columns.append(CategoricalColumn(c["name"], tuple(c["vocabulary"])))
+                c.update(vocabulary=tuple(c["vocabulary"]), counts=tuple(c["counts"]),
+                         encoding=Encoding(c["encoding"]))
+                columns.append(CategoricalColumn(**c))
         label = dict(data["label"])
         label["head"] = HeadType(label["head"])
         label["classes"] = tuple(label["classes"])
-        return cls(tuple(columns), Label(**label))
+        return cls(tuple(columns), Label(**label), data.get("input", {}))
 
 
 @dataclasses.dataclass(frozen=True)
 class ColumnChoices:
-    """What the user said about columns; empty means infer."""
+    """What the user said about columns and their encoding; empty means infer."""
 
     label: str
     numeric: tuple[str, ...] = ()
@@ -161,27 +243,17 @@ class ColumnChoices:
     ignore: tuple[str, ...] = ()
     head: HeadType | None = None
     num_bins: int = 16
-    max_vocabulary_size: int = 1000
+    max_vocabulary_size: int = 100_000
+    one_hot_max_size: int = 64
+    embedding_dim: int = 16
 
-
-def parse_numbers(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Parses strings as float64; returns (numbers with NaN for missing, mask of unparsable)."""
-    out = np.full(values.shape, np.nan)
-    bad = np.zeros(values.shape, dtype=bool)
-    uniques, inverse = np.unique(values, return_inverse=True)
-    parsed = np.full(uniques.shape, np.nan)
-    bad_unique = np.zeros(uniques.shape, dtype=bool)
-    for i, text in enumerate(uniques):
-        text = text.strip()
-        if text in MISSING_TOKENS:
-            continue
-        try:
-            parsed[i] = float(text)
-        except ValueError:
-            bad_unique[i] = True
-    out[:] = parsed[inverse]
-    bad[:] = bad_unique[inverse]
-    return out, bad
+    def __post_init__(self):
+        for name in ("num_bins",):
+            if getattr(self, name) < 0:
+                raise InputError(f"--{name} ({getattr(self, name)}) must be >= 0.")
+        for name in ("max_vocabulary_size", "one_hot_max_size", "embedding_dim"):
+            if getattr(self, name) < 1:
+                raise InputError(f"--{name} ({getattr(self, name)}) must be >= 1.")
 
 
 def check_choices(header: Sequence[str], choices: ColumnChoices, *, source: str) -> None:
@@ -208,117 +280,27 @@ def check_choices(header: Sequence[str], choices: ColumnChoices, *, source: str)
                          "--categorical_columns; name each column once.")
 
 
-def regression_targets(name: str, values: np.ndarray, where: "Locator") -> np.ndarray:
-    """Parses regression labels; fails on missing, non-numeric, NaN or infinite ones."""
-    check_labels_present(name, values, where)
-    numbers, bad = parse_numbers(values)
-    if bad.any() or not np.isfinite(numbers).all():
-        row = int(np.argmax(bad | ~np.isfinite(numbers)))
-        raise InputError(f"label column '{name}' holds {values[row]!r} at {where(row)}: "
-                         "regression labels must be finite numbers. Remove or fix that row, "
-                         "or choose --head=binary or --head=multiclass.")
-    return numbers
+# -- inference from what the scan counted ---------------------------------------------------
+def infer_kind(name: str, choices: ColumnChoices, *, numbers: int, not_numbers: int) -> Kind:
+    """A column's kind from a sample of it: `numbers` values parsed as numbers and
+    `not_numbers` did not (missing values count as neither). A numeric column may hold a few
+    typos (they are bad rows); a column with many non-numbers is categorical."""
+    if name in choices.categorical:
+        return Kind.CATEGORICAL
+    if name in choices.numeric or not_numbers == 0:
+        return Kind.NUMERIC
+    share = numbers / (numbers + not_numbers)
+    return Kind.NUMERIC if share >= NUMERIC_TYPO_SHARE else Kind.CATEGORICAL
 
 
-def check_labels_present(name: str, values: np.ndarray, where: "Locator") -> None:
-    """Fails on the first row without a label."""
-    missing = np.isin(np.char.strip(values), ["", "?"])
-    if missing.any():
-        raise InputError(f"label column '{name}' is empty at {where(int(np.argmax(missing)))}: "
-                         "every row needs a label. Remove or fix that row.")
-
-
-def infer_label(name: str, values: np.ndarray, head: HeadType | None,
-                where: "Locator") -> Label:
-    """Infers the head from the label values (strings), or checks the head the user chose."""
-    check_labels_present(name, values, where)
-    numbers, bad = parse_numbers(values)
-    if not bad.any() and not np.isfinite(numbers).all():
-        regression_targets(name, values, where)  # raises, naming the row
-    if head is None:
-        if bad.any():
-            head = (HeadType.BINARY if len(np.unique(class_names(values))) == 2
-                    else HeadType.MULTICLASS)
-        else:
-            distinct = np.unique(numbers)
-            integral = np.all(distinct == np.round(distinct))
-            if integral and len(distinct) == 2:
-                head = HeadType.BINARY
-            elif integral and len(distinct) <= _MAX_INTEGER_CLASSES:
-                head = HeadType.MULTICLASS
-            else:
-                head = HeadType.REGRESSION
-    if head is HeadType.REGRESSION:
-        numbers = regression_targets(name, values, where)
-        return Label(name, head, mean=float(numbers.mean()), std=float(numbers.std()) or 1.0)
-    return Label(name, head, classes=tuple(sorted(set(class_names(values)))))
-
-
-def class_names(values: np.ndarray) -> np.ndarray:
-    """Canonical class names: numeric labels 1 and 1.0 are the same class '1'."""
-    numbers, bad = parse_numbers(values)
-    if bad.any():
-        return np.char.strip(values.astype(str))
-    return np.array([_format_number(x) for x in numbers])
-
-
-def _format_number(x: float) -> str:
-    return str(int(x)) if float(x).is_integer() else repr(float(x))
-
-
-class Locator:
-    """Turns a row index into 'file line N' for error messages."""
-
-    def __init__(self, files: Sequence[str], file_starts: Sequence[int],
-                 lines: np.ndarray, unit: str = "line"):
-        self._files = list(files)
-        self._starts = np.asarray(file_starts)
-        self._lines = lines
-        self._unit = unit
-
-    def __call__(self, row: int) -> str:
-        f = int(np.searchsorted(self._starts, row, side="right") - 1)
-        return f"{self._files[f]} {self._unit} {int(self._lines[row])}"
-
-
-def infer_columns(raw: dict[str, np.ndarray], choices: ColumnChoices,
-                  where: Locator) -> tuple[Column, ...]:
-    """Decides each feature column's kind and computes its statistics from training data."""
-    columns = []
-    for name, values in raw.items():
-        if name == choices.label or name in choices.ignore:
-            continue
-        if name in choices.categorical:
-            columns.append(_categorical(name, values, choices.max_vocabulary_size))
-            continue
-        numbers, bad = parse_numbers(values)
-        if name in choices.numeric or not bad.any():
-            if bad.any():
-                row = int(np.argmax(bad))
-                raise InputError(f"column '{name}' is numeric but holds {values[row]!r} at "
-                                 f"{where(row)}. Fix the value, or drop '{name}' from "
-                                 "--numeric_columns.")
-            columns.append(_numeric(name, numbers, choices.num_bins))
-            continue
-        present = ~np.isin(np.char.strip(values), list(MISSING_TOKENS))
-        share = 1.0 - bad.sum() / max(1, present.sum())
-        if share >= _NUMERIC_TYPO_SHARE:
-            row = int(np.argmax(bad))
-            raise InputError(
-                f"column '{name}' looks numeric ({share:.1%} of its values are numbers) but "
-                f"holds {values[row]!r} at {where(row)}. Fix the value, or pass "
-                f"--categorical_columns={name} to treat the column as categories.")
-        columns.append(_categorical(name, values, choices.max_vocabulary_size))
-    return tuple(columns)
-
-
-def _numeric(name: str, numbers: np.ndarray, num_bins: int) -> NumericColumn:
-    present = numbers[np.isfinite(numbers)]
-    if present.size == 0:
+def numeric_column(name: str, *, count: int, missing: int, mean: float, std: float,
+                   minimum: float, maximum: float, sample: np.ndarray,
+                   num_bins: int) -> NumericColumn:
+    if count == 0:
         raise InputError(f"numeric column '{name}' has no values in the training data; drop it "
                          f"with --ignore_columns={name}.")
-    std = float(present.std()) or 1.0
-    return NumericColumn(name, float(present.mean()), std, quantile_edges(present, num_bins))
+    return NumericColumn(name, float(mean), float(std) or 1.0, quantile_edges(sample, num_bins),
+                         count=count, missing=missing, min=float(minimum), max=float(maximum))
 
 
 def quantile_edges(values: np.ndarray, num_bins: int) -> tuple[float, ...]:
@@ -327,7 +309,7 @@ def quantile_edges(values: np.ndarray, num_bins: int) -> tuple[float, ...]:
     A column dominated by one value (capital gains: 92% zeros) has few distinct quantiles;
     the quantiles of the other values are added, so that the rest of the range is binned too.
     """
-    if num_bins < 1:
+    if num_bins < 1 or values.size == 0:
         return ()
     levels = np.linspace(0, 1, num_bins + 1)
     edges = [np.quantile(values, levels)]
@@ -339,7 +321,45 @@ def quantile_edges(values: np.ndarray, num_bins: int) -> tuple[float, ...]:
     return tuple(float(e) for e in edges) if len(edges) > 1 else ()
 
 
-def _categorical(name: str, values: np.ndarray, max_size: int) -> CategoricalColumn:
-    uniques, counts = np.unique(np.char.strip(values.astype(str)), return_counts=True)
-    order = np.lexsort((uniques, -counts))[:max_size]
-    return CategoricalColumn(name, tuple(str(u) for u in uniques[order]))
+def categorical_column(name: str, most_common: Sequence[tuple[str, int]], *,
+                       count_error: int, choices: ColumnChoices) -> CategoricalColumn:
+    """The vocabulary (most frequent first, at most `max_vocabulary_size`), one-hot up to
+    `one_hot_max_size` values, else an embedding of dim min(embedding_dim, 1.6 * n^0.56)
+    (fast.ai's rule of thumb for tabular embeddings)."""
+    most_common = list(most_common)[:choices.max_vocabulary_size]
+    vocabulary = tuple(v for v, _ in most_common)
+    counts = tuple(int(c) for _, c in most_common)
+    if len(vocabulary) <= choices.one_hot_max_size:
+        return CategoricalColumn(name, vocabulary, counts, count_error=count_error)
+    dim = max(1, min(choices.embedding_dim, round(1.6 * (len(vocabulary) + 1) ** 0.56)))
+    return CategoricalColumn(name, vocabulary, counts, Encoding.EMBEDDING, dim,
+                             count_error=count_error)
+
+
+def infer_label(name: str, head: HeadType | None, *, distinct: Mapping[str, int] | None,
+                all_numbers: bool, all_integral: bool, mean: float, std: float) -> Label:
+    """The label's head and classes (or mean and std) from its values: `distinct` maps each
+    canonical value to its count (None: more than `MAX_CLASSES` distinct values). Without
+    `head`, labels that are not all numbers are classes (binary for two), integral numbers
+    with few distinct values are classes, other numbers a regression target."""
+    if head is None:
+        if not all_numbers:
+            if distinct is None:
+                raise InputError(f"label column '{name}' holds more than {MAX_CLASSES} distinct "
+                                 "values, not all numbers: too many to be classes. Check "
+                                 "--label_column.")
+            head = HeadType.BINARY if len(distinct) == 2 else HeadType.MULTICLASS
+        elif distinct is not None and all_integral and len(distinct) <= _MAX_INTEGER_CLASSES:
+            head = HeadType.BINARY if len(distinct) == 2 else HeadType.MULTICLASS
+        else:
+            head = HeadType.REGRESSION
+    if head is HeadType.REGRESSION:
+        if not math.isfinite(mean):
+            raise InputError(f"label column '{name}' has no numeric values: regression labels "
+                             "must be finite numbers.")
+        return Label(name, head, mean=float(mean), std=float(std) or 1.0)
+    if distinct is None:
+        raise InputError(f"label column '{name}' holds more than {MAX_CLASSES} distinct values; "
+                         f"a {head.value} head learns at most {MAX_CLASSES} classes. Use "
+                         "--head=regression for a numeric target.")
+    return Label(name, head, classes=tuple(sorted(distinct)))

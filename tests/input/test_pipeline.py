@@ -1,0 +1,115 @@
+"""The datasets training and evaluation read: shards that are disjoint and cover the data, a
+hold-out that is the same whoever reads it, eval passes that see each row once, and training
+batches from memory or streamed."""
+
+import collections
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tests.input.support import write_rows
+from trainer import schema as S
+from trainer.input import files, pipeline, scan
+from trainer.input.options import BadRows
+from trainer.input.pipeline import Pipeline, Selection, Shard, Side
+
+HEADER = ["id", "x", "c", "y"]
+
+
+def make(tmp_path, *, files_count=3, rows=600, bad_rows=BadRows.ERROR, extra=()):
+    """`files_count` CSV files; column id numbers the rows (0..rows-1)."""
+    all_rows = [[i, i % 13 / 13, "abc"[i % 3], i % 2] for i in range(rows)]
+    paths = [write_rows(tmp_path, HEADER, all_rows[k::files_count] + list(extra),
+                        f"part-{k}.csv") for k in range(files_count)]
+    source = files.open_source(",".join(paths), flag="--train_data")
+    schema = scan.scan_training(source, S.ColumnChoices("y", numeric=("id",)),
+                                bad_rows=bad_rows, holdout=None)
+    return source, schema
+
+
+def ids(dataset):
+    """The id of every row of one pass (raw features)."""
+    out = []
+    for features, _ in dataset:
+        out += features["id"].numpy().astype(int).tolist()
+    return out
+
+
+@pytest.mark.parametrize("files_count, readers, by_file", [(4, 2, True), (1, 2, False),
+                                                           (3, 4, False), (5, 3, True)])
+@pytest.mark.parametrize("in_process", [True, False])
+def test_shards_are_disjoint_and_cover_the_data(tmp_path, files_count, readers, by_file,
+                                                in_process):
+    source, schema = make(tmp_path, files_count=files_count)
+    data = Pipeline(source, schema, in_process=in_process)
+    seen = []
+    for reader in range(readers):
+        # A worker's index is a tensor in the function its dataset is built from.
+        index = tf.constant(reader, tf.int64) if not in_process else reader
+        shard = Shard.of(index, readers, num_files=files_count)
+        assert shard.by_file is by_file
+        seen.append(ids(data.raw(Selection(shard=shard))))
+    assert all(seen)
+    assert sorted(i for part in seen for i in part) == list(range(600))
+
+
+def test_shard_plan_names_each_readers_files(tmp_path):
+    source, _ = make(tmp_path, files_count=3)
+    plan = pipeline.shard_plan(source, 2)
+    assert plan[0]["files"] == [source.files[0], source.files[2]]
+    assert plan[1]["files"] == [source.files[1]]
+    assert "modulo 4" in pipeline.shard_plan(source, 4)[3]["rows"]
+
+
+def test_the_holdout_is_the_same_for_every_reader_and_complements_training(tmp_path):
+    source, schema = make(tmp_path, files_count=2)
+    holdout = scan.Holdout(0.25, seed=1)
+    data = Pipeline(source, schema)
+    held = ids(data.raw(Selection(holdout, Side.HELD_OUT)))
+    train = ids(data.raw(Selection(holdout, Side.TRAIN)))
+    assert sorted(held + train) == list(range(600))
+    assert 100 < len(held) < 200
+    sharded = [ids(data.raw(Selection(holdout, Side.HELD_OUT, Shard.of(r, 3, num_files=2))))
+               for r in range(3)]
+    assert sorted(i for part in sharded for i in part) == sorted(held)
+    assert sorted(ids(Pipeline(source, schema, in_process=False).raw(
+        Selection(holdout, Side.HELD_OUT)))) == sorted(held)
+
+
+def test_an_eval_pass_counts_each_row_once(tmp_path):
+    source, schema = make(tmp_path, files_count=3, rows=10_007)
+    rows = collections.Counter()
+    for encoded, labels in Pipeline(source, schema).encoded(batch_size=512):
+        assert encoded["dense"].shape[0] == labels.shape[0] <= 512
+        rows.update(np.round(encoded["dense"][:, 0].numpy() * schema.columns[0].std
+                             + schema.columns[0].mean).astype(int).tolist())
+    assert len(rows) == 10_007 and set(rows.values()) == {1}
+
+
+@pytest.mark.parametrize("cache", [True, False])
+def test_training_batches_are_full_shuffled_and_endless(tmp_path, cache):
+    source, schema = make(tmp_path, files_count=2, rows=300)
+    dataset = Pipeline(source, schema).training(
+        Selection(), batch_size=64, seed=5, shuffle_buffer=1000,
+        cache_rows=300 if cache else None)
+    batches = [b for _, b in zip(range(14), dataset)]  # three epochs
+    assert all(b[0]["dense"].shape == (64, schema.dense_width) for b in batches)
+    first = np.sort(np.concatenate([b[1].numpy() for b in batches[:4]]))
+    assert len(first) == 256
+    epoch_ids = lambda bs: [tuple(np.round(b[0]["dense"][:, 0].numpy(), 4)) for b in bs]  # noqa
+    assert epoch_ids(batches[:4]) != epoch_ids(batches[4:8])  # a new order each epoch
+    if cache:  # the same seed gives the same batches
+        again = Pipeline(source, schema).training(Selection(), batch_size=64, seed=5,
+                                                  shuffle_buffer=1000, cache_rows=300)
+        np.testing.assert_array_equal(next(iter(again))[0]["dense"], batches[0][0]["dense"])
+
+
+def test_bad_rows_are_skipped_or_fail_the_pass(tmp_path):
+    extra = [["oops", 0.5, "a", 1]]
+    source, schema = make(tmp_path, files_count=2, rows=100, bad_rows=BadRows.SKIP,
+                          extra=extra)
+    assert schema.summary["train"]["bad_rows"] == 2
+    assert sorted(ids(Pipeline(source, schema, BadRows.SKIP).raw())) == list(range(100))
+    with pytest.raises(tf.errors.InvalidArgumentError, match="a row that cannot be used"):
+        ids(Pipeline(source, schema, BadRows.ERROR).raw())

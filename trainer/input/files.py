@@ -1,0 +1,170 @@
+"""Finding input files and reading what a pipeline needs to know before it starts: the format,
+and the columns (every CSV file's header; the feature names and types of TFRecord files).
+
+Paths may be local, `gs://BUCKET/...` or `/gcs/BUCKET/...`, as a path, a glob or a
+comma-separated list of them. Every check here runs before any data row is read, so a wrong
+path or a file with other columns stops the job at once.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import csv
+import dataclasses
+import gzip
+import io
+
+import os
+
+import tensorflow as tf
+
+from trainer.errors import InputError
+
+# The census income data shipped in the package: the default input.
+_PACKAGE_DATA = os.path.join(os.path.dirname(os.path.dirname(__file__)), "data")
+CENSUS_TRAIN = os.path.join(_PACKAGE_DATA, "census", "train.csv.gz")
+CENSUS_TEST = os.path.join(_PACKAGE_DATA, "census", "test.csv.gz")
+CENSUS_LABEL = "income_bracket"
+
+CSV = "csv"
+TFRECORD = "tfrecord"
+TFRECORD_SUFFIXES = (".tfrecord", ".tfrecords", ".tfrecord.gz", ".tfrecords.gz", ".tfr")
+
+# TFRecord feature types, as tf.train.Feature names its value lists.
+BYTES, INT64, FLOAT = "bytes_list", "int64_list", "float_list"
+# Records read to learn a TFRecord input's feature names and types.
+_SNIFF_RECORDS = 1000
+# Headers are read in parallel: on Cloud Storage each one is a round trip.
+_HEADER_THREADS = 16
+
+
+@dataclasses.dataclass(frozen=True)
+class Source:
+    """One input: its files, their format and their columns.
+
+    `columns` is the CSV header (in file order) or the TFRecord feature names (sorted), and
+    `feature_types` the TFRecord type of each (`BYTES`, `INT64`, `FLOAT`); empty for CSV.
+    """
+
+    flag: str
+    pattern: str
+    files: tuple[str, ...]
+    format: str
+    columns: tuple[str, ...]
+    feature_types: tuple[str, ...] = ()
+
+    def __post_init__(self):
+        if not self.files:
+            raise ValueError(f"{self.flag}: a Source needs at least one file.")
+
+    @staticmethod
+    def compression(path: str) -> str:
+        return "GZIP" if path.endswith(".gz") else ""
+
+    def feature_type(self, column: str) -> str | None:
+        """The TFRecord type of `column`; None for CSV."""
+        if not self.feature_types:
+            return None
+        return self.feature_types[self.columns.index(column)]
+
+    def require(self, names, *, what: str) -> None:
+        """Fails naming the columns of `names` this source lacks."""
+        missing = [n for n in names if n not in self.columns]
+        if missing:
+            raise InputError(f"{self.flag}: column(s) {missing} are missing; {what}. Columns "
+                             f"found in {self.files[0]}: {', '.join(self.columns)}.")
+
+
+def expand(pattern_list: str, *, flag: str) -> list[str]:
+    """Expands a comma-separated list of files or globs (in order, each glob sorted); fails if
+    any part matches nothing."""
+    files: list[str] = []
+    for pattern in [p.strip() for p in pattern_list.split(",") if p.strip()]:
+        try:
+            matches = sorted(tf.io.gfile.glob(pattern))
+        except tf.errors.OpError as e:
+            raise InputError(f"{flag}: cannot list '{pattern}': {e.message}") from None
+        matches = [m for m in matches if not tf.io.gfile.isdir(m)]
+        if not matches:
+            raise InputError(f"{flag}: '{pattern}' matches no file. Check the path.")
+        files.extend(matches)
+    if not files:
+        raise InputError(f"{flag} is empty: give a file, a glob or a comma-separated list.")
+    return files
+
+
+def open_source(pattern_list: str, *, flag: str) -> Source:
+    """The files of `pattern_list`, checked: one format, and the same columns in every file."""
+    files = expand(pattern_list, flag=flag)
+    tfrecord = [f.endswith(TFRECORD_SUFFIXES) for f in files]
+    if any(tfrecord) and not all(tfrecord):
+        raise InputError(f"{flag} mixes TFRecord and CSV files: {files[:5]}. Use one format.")
+    if tfrecord[0]:
+        names, types = _sniff_tfrecord(files, flag=flag)
+        return Source(flag, pattern_list, tuple(files), TFRECORD, names, types)
+    with concurrent.futures.ThreadPoolExecutor(min(_HEADER_THREADS, len(files))) as pool:
+        headers = list(pool.map(lambda f: csv_header(f, flag=flag), files))
+    for path, header in zip(files, headers):
+        if header != headers[0]:
+            raise InputError(f"{flag}: {path} has columns {list(header)}, but {files[0]} has "
+                             f"{list(headers[0])}. All files of one input need the same "
+                             "columns, in the same order.")
+    return Source(flag, pattern_list, tuple(files), CSV, headers[0])
+
+
+def csv_header(path: str, *, flag: str) -> tuple[str, ...]:
+    """The column names in the first line of a CSV file (optionally .gz)."""
+    try:
+        with tf.io.gfile.GFile(path, "rb") as raw:
+            stream = gzip.GzipFile(fileobj=raw) if path.endswith(".gz") else raw
+            first = stream.readline()
+    except (tf.errors.OpError, OSError, EOFError) as e:
+        raise InputError(f"{flag}: cannot read {path}: {getattr(e, 'message', e)}") from None
+    try:
+        # utf-8-sig: spreadsheet exports start with a byte-order mark that is not part of the
+        # first column name.
+        text = first.decode("utf-8-sig")
+        header = next(csv.reader(io.StringIO(text)), None)
+    except (UnicodeDecodeError, csv.Error) as e:
+        raise InputError(f"{flag}: cannot read {path} as CSV text ({e}). Is it a CSV file "
+                         "(optionally .gz), or a TFRecord file named *.tfrecord?") from None
+    if not header:
+        raise InputError(f"{flag}: {path} is empty; a CSV file needs a header row and data "
+                         "rows.")
+    names = tuple(h.strip() for h in header)
+    if len(set(names)) != len(names) or "" in names:
+        raise InputError(f"{flag}: the header of {path} has empty or repeated column names: "
+                         f"{list(names)}.")
+    return names
+
+
+def _sniff_tfrecord(files: list[str], *, flag: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """Feature names (sorted) and types, from the first records of the first files. A feature
+    that first appears later is not seen (and not used)."""
+    types: dict[str, str] = {}
+    seen = 0
+    for path in files:
+        try:
+            for record in tf.data.TFRecordDataset(path, Source.compression(path)).take(
+                    _SNIFF_RECORDS - seen):
+                example = tf.train.Example.FromString(record.numpy())
+                for name, feature in example.features.feature.items():
+                    kind = feature.WhichOneof("kind")
+                    if kind is None:
+                        continue
+                    if types.setdefault(name, kind) != kind:
+                        raise InputError(f"{flag}: feature '{name}' is a {types[name]} in some "
+                                         f"records and a {kind} in others ({path}); give each "
+                                         "feature one type.")
+                seen += 1
+        except InputError:
+            raise
+        except Exception as e:  # a corrupt file raises OpError, a corrupt record DecodeError
+            raise InputError(f"{flag}: cannot read {path} as TFRecord files of tf.Example "
+                             f"({type(e).__name__}: {e}).") from None
+        if seen >= _SNIFF_RECORDS:
+            break
+    if not types:
+        raise InputError(f"{flag}: {', '.join(files[:3])} hold no tf.Example with features.")
+    names = tuple(sorted(types))
+    return names, tuple(types[n] for n in names)

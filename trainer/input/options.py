@@ -1,0 +1,37 @@
+"""How the input is read: what a bad row does, the memory budget for keeping the training data
+in memory, and the shuffle buffer. A leaf: no TensorFlow here."""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+
+from trainer.errors import InputError
+
+
+class BadRows(str, enum.Enum):
+    """What a row that cannot be used does: stop the job before training, or get skipped."""
+
+    ERROR = "error"
+    SKIP = "skip"
+
+
+@dataclasses.dataclass(frozen=True)
+class InputOptions:
+    """`cache_mb`: a reader keeps its encoded training rows in memory when they fit in this
+    many MB (else it streams them from the files every epoch). `shuffle_buffer`: rows shuffled
+    together when streaming."""
+
+    bad_rows: BadRows = BadRows.ERROR
+    cache_mb: float = 256.0
+    shuffle_buffer: int = 65_536
+
+    def __post_init__(self):
+        if self.cache_mb < 0:
+            raise InputError(f"--cache_mb ({self.cache_mb}) must be >= 0 (0: always stream).")
+        if self.shuffle_buffer < 1:
+            raise InputError(f"--shuffle_buffer ({self.shuffle_buffer}) must be >= 1.")
+
+    @property
+    def cache_bytes(self) -> int:
+        return int(self.cache_mb * (1 << 20))
