@@ -13,11 +13,12 @@ inputs and writes the same output layout, so notebooks can use either.
 Output: `OUTPUT_PREFIX/prediction-<model>-<time>/prediction.results-0000N-of-0000M`, one
 `{"instance": ..., "prediction": ...}` per line, and `prediction.errors_stats-00000-of-00001`,
 one `{"instance": ..., "error": {"code": 3, "message": ...}}` per bad line (its file and line
-number in the message). A bad line never stops the others. Each file appears whole.
+number in the message). A bad line never stops the others.
 
 Inputs: `jsonl` (one JSON object per line) or `csv` (a header row, then rows; numbers parsed by
-the model's input types). The local twin reads `.gz` files too and drops `--excluded_fields`
-(Vertex's `instanceConfig.excludedFields`). For a Vertex job, CSV files (`.gz` too) are first
+the model's input types). The local twin (`deploy/batch_local.py`) streams them in constant
+memory, reads `.gz` files too and drops `--excluded_fields` (Vertex's
+`instanceConfig.excludedFields`). For a Vertex job, CSV files (`.gz` too) are first
 converted here to JSON objects in `OUTPUT_PREFIX/instances-<time>/*.jsonl`, `--excluded_fields`
 dropped, and the job reads those (Vertex would send CSV rows as arrays, which named inputs do
 not take); rows that do not fit the model are listed in `conversion.errors_stats` there.
@@ -27,18 +28,13 @@ from __future__ import annotations
 
 import csv
 import dataclasses
-import datetime
-import io
 import json
 import sys
-import time
-from typing import Iterator, Sequence
+from typing import Sequence
 
-from deploy import api, storage
-from deploy.instances import Fields, InstanceError, Predictor
-
-FORMATS = ("jsonl", "csv")
-INVALID_ARGUMENT = 3  # google.rpc.Code, as Vertex writes it in errors_stats
+from deploy import api, batch_local, storage
+from deploy.batch_local import FORMATS
+from deploy.instances import Fields, Predictor
 
 
 # Vertex AI BatchPredictionJob ------------------------------------------------------------
@@ -57,7 +53,7 @@ class VertexBatchJob:
     max_replica_count: int = 1
 
     def __post_init__(self):
-        _check_format(self.instances_format)
+        batch_local.check_format(self.instances_format)
         if not self.sources:
             raise api.DeployError("--source is empty: give gs:// files or globs.")
         for source in self.sources:
@@ -105,191 +101,10 @@ def submit_vertex(cloud: api.Cloud, job: VertexBatchJob):
         max_replica_count=job.max_replica_count)
 
 
-# Local twin ------------------------------------------------------------------------------
+# Local twin (deploy/batch_local.py) -------------------------------------------------------
 
-@dataclasses.dataclass(frozen=True)
-class Line:
-    """One input line: where it came from and its instance, or why it has none."""
-
-    where: str
-    instance: object = None
-    error: str | None = None
-
-
-@dataclasses.dataclass(frozen=True)
-class BatchResult:
-    """What a local batch prediction wrote."""
-
-    output_dir: str
-    result_files: tuple[str, ...]
-    error_file: str
-    num_predictions: int
-    num_errors: int
-    seconds: float
-
-
-def predict_local(*, model_dir: str, sources: Sequence[str], output_prefix: str,
-                  instances_format: str = "jsonl", excluded_fields: Sequence[str] = (),
-                  model_name: str = "model", batch_size: int = 256, num_shards: int = 1,
-                  predictor: Predictor | None = None) -> BatchResult:
-    """Predicts every line of `sources` (local or gs:// files or globs) with the model in
-    `model_dir` and writes Vertex's output layout under `output_prefix`.
-
-    Example:
-        result = predict_local(model_dir="runs/job/model", sources=["test.csv"],
-                               output_prefix="out", instances_format="csv",
-                               excluded_fields=["income_bracket"])
-    """
-    _check_format(instances_format)
-    api.positive("batch_size", batch_size)
-    api.positive("num_shards", num_shards)
-    files = storage.expand(list(sources))
-    started = time.perf_counter()
-    predictor = predictor or Predictor(model_dir)
-    excluded = frozenset(excluded_fields)
-    results, errors = [], []
-    for chunk in _chunks(_lines(files, instances_format, predictor.fields, excluded),
-                          batch_size):
-        good = [line for line in chunk if line.error is None]
-        errors.extend(_error_record(line) for line in chunk if line.error is not None)
-        ok, failed = _predict_lines(predictor, good)
-        results.extend(ok)
-        errors.extend(failed)
-    output_dir = f"{output_prefix.rstrip('/')}/prediction-{model_name}-{_timestamp()}"
-    result_files = _write_shards(output_dir, "prediction.results", results, num_shards)
-    (error_file,) = _write_shards(output_dir, "prediction.errors_stats", errors, 1)
-    return BatchResult(output_dir, tuple(result_files), error_file, len(results), len(errors),
-                       time.perf_counter() - started)
-
-
-def _check_format(instances_format: str) -> None:
-    if instances_format not in FORMATS:
-        raise api.DeployError(f"--instances_format ({instances_format!r}) must be one of "
-                              f"{', '.join(FORMATS)}.")
-
-
-def _lines(files: list[str], instances_format: str, fields: Fields,
-           excluded: frozenset) -> Iterator[Line]:
-    """Every data line of every file, checked against the model's inputs."""
-    typed = instances_format == "jsonl"
-    for path in files:
-        text = _read_text(path)
-        records = _jsonl_lines(path, text) if typed else _csv_lines(path, text)[1]
-        yield from _checked_lines(records, fields, excluded, typed=typed)
-
-
-def _read_text(path: str) -> str:
-    return storage.read_bytes(path).decode("utf-8-sig", errors="replace")
-
-
-def _jsonl_lines(path: str, text: str):
-    for number, raw in enumerate(text.splitlines(), start=1):
-        if not raw.strip():
-            continue
-        try:
-            yield f"{path}:{number}", json.loads(raw), None
-        except json.JSONDecodeError as e:
-            yield f"{path}:{number}", raw, f"not JSON ({e})"
-
-
-def _csv_lines(path: str, text: str) -> tuple[list[str], Iterator]:
-    """The header row, and (where, row, error) for each data row."""
-    reader = csv.reader(io.StringIO(text, newline=""), skipinitialspace=True)
-    header = [h.strip() for h in next(reader, [])]
-    return header, _csv_rows(path, header, reader)
-
-
-def _csv_rows(path: str, header: list[str], reader):
-    for row in reader:
-        where = f"{path}:{reader.line_num}"
-        if not row or (len(row) == 1 and not row[0].strip()):
-            continue
-        if len(row) != len(header):
-            yield where, row, (f"{len(row)} fields, the header has {len(header)} (quote values "
-                               "that contain commas)")
-        else:
-            yield where, dict(zip(header, row)), None
-
-
-def _checked_lines(records, fields: Fields, excluded: frozenset, *, typed: bool
-                   ) -> Iterator[Line]:
-    """(where, instance, error) records as Lines: instances checked (`typed`, from JSON) or
-    typed from text (from CSV) by the model's fields, `excluded` fields dropped first."""
-    for where, instance, error in records:
-        if error is None:
-            instance, error = _checked(fields, instance, excluded, typed=typed)
-        yield Line(where, instance, error)
-
-
-def _checked(fields: Fields, instance, excluded: frozenset, *, typed: bool):
-    """(instance ready for the model, None) or (the instance as read, the reason)."""
-    if excluded and isinstance(instance, dict):
-        instance = {k: v for k, v in instance.items() if k not in excluded}
-    try:
-        if typed:
-            return fields.check(0, instance), None
-        return fields.from_text(0, instance), None
-    except InstanceError as e:
-        return instance, e.reason
-
-
-def _predict_lines(predictor: Predictor, lines: list[Line]) -> tuple[list, list]:
-    """Result records, and error records for lines the model itself failed on (a failing
-    batch is retried one line at a time so that one bad line does not take the rest)."""
-    if not lines:
-        return [], []
-    try:
-        predictions = predictor.predict_checked([line.instance for line in lines])
-    except Exception as e:  # noqa: BLE001 (a model failure is reported per line)
-        if len(lines) == 1:
-            return [], [_error_record(dataclasses.replace(
-                lines[0], error=f"prediction failed: {type(e).__name__}: {e}"))]
-        ok, failed = [], []
-        for line in lines:
-            one_ok, one_failed = _predict_lines(predictor, [line])
-            ok += one_ok
-            failed += one_failed
-        return ok, failed
-    return [{"instance": line.instance, "prediction": p}
-            for line, p in zip(lines, predictions)], []
-
-
-def _error_record(line: Line) -> dict:
-    return {"instance": line.instance,
-            "error": {"code": INVALID_ARGUMENT, "message": f"{line.where}: {line.error}"}}
-
-
-def _chunks(lines: Iterator[Line], size: int) -> Iterator[list[Line]]:
-    chunk = []
-    for line in lines:
-        chunk.append(line)
-        if len(chunk) == size:
-            yield chunk
-            chunk = []
-    if chunk:
-        yield chunk
-
-
-def _timestamp() -> str:
-    """Vertex's directory timestamp: 2026_11_22T00_23_28_776Z."""
-    now = datetime.datetime.now(datetime.timezone.utc)
-    return now.strftime("%Y_%m_%dT%H_%M_%S_") + f"{now.microsecond // 1000:03d}Z"
-
-
-def _write_shards(output_dir: str, stem: str, records: list, num_shards: int) -> list[str]:
-    """Records split into `num_shards` contiguous files, each written whole."""
-    paths = []
-    per_shard = -(-len(records) // num_shards) if records else 0
-    for shard in range(num_shards):
-        part = records[shard * per_shard:(shard + 1) * per_shard]
-        path = f"{output_dir}/{stem}-{shard:05d}-of-{num_shards:05d}"
-        storage.write_bytes(path, _jsonl_bytes(part))
-        paths.append(path)
-    return paths
-
-
-def _jsonl_bytes(records: list) -> bytes:
-    return "".join(json.dumps(r) + "\n" for r in records).encode()
+predict_local = batch_local.predict_local
+BatchResult = batch_local.BatchResult
 
 
 def read_results(output_dir: str) -> tuple[list[dict], list[dict]]:
@@ -306,6 +121,10 @@ def _read_records(pattern: str) -> list[dict]:
         return []
     return [json.loads(line) for f in files
             for line in storage.read_bytes(f).decode().splitlines() if line]
+
+
+def _jsonl_bytes(records: list) -> bytes:
+    return "".join(json.dumps(r) + "\n" for r in records).encode()
 
 
 # CSV sources for a Vertex job ------------------------------------------------------------
@@ -346,7 +165,7 @@ class CsvVertexJob:
     def of(cls, job: VertexBatchJob, *, excluded_fields: Sequence[str] = (),
            model_dir: str | None = None) -> "CsvVertexJob":
         """`job` with its CSV converted under OUTPUT_PREFIX/instances-<time>/."""
-        instances_dir = f"{job.output_prefix.rstrip('/')}/instances-{_timestamp()}"
+        instances_dir = f"{job.output_prefix.rstrip('/')}/instances-{batch_local.timestamp()}"
         return cls(job, instances_dir, tuple(excluded_fields), model_dir)
 
     @property
@@ -426,14 +245,20 @@ def convert_csv(csv_job: CsvVertexJob, fields: Fields) -> Conversion:
     excluded = frozenset(csv_job.excluded_fields)
     converted, errors = {}, []
     for index, path in enumerate(storage.expand(list(csv_job.job.sources))):
-        header, records = _csv_lines(path, _read_text(path))
-        _check_header(path, header, fields, excluded)
+        lines = storage.read_bytes(path).decode("utf-8-sig", errors="replace").splitlines()
+        header = [h.strip() for h in next(csv.reader(lines[:1]), [])]
+        batch_local.check_header(path, header, fields, excluded)
         rows = []
-        for line in _checked_lines(records, fields, excluded, typed=False):
-            if line.error is None:
-                rows.append(line.instance)
+        for number, text in enumerate(lines[1:], start=2):
+            if not text.strip():
+                continue
+            where, row, reason = batch_local.csv_row(path, number, text, header)
+            if reason is None:
+                row, reason = batch_local.checked(fields, row, excluded, typed=False)
+            if reason is None:
+                rows.append(row)
             else:
-                errors.append(_error_record(line))
+                errors.append(batch_local.error_record(where, row, reason))
         if rows:
             converted[csv_job.jsonl_file(index, path)] = rows
     num_rows = sum(map(len, converted.values()))
@@ -457,29 +282,6 @@ def submit_vertex_csv(cloud: api.Cloud, csv_job: CsvVertexJob):
     return conversion, submit_vertex(cloud, csv_job.jsonl_job)
 
 
-def _check_header(path: str, header: list[str], fields: Fields, excluded: frozenset) -> None:
-    """Fails naming the file and the columns when its header cannot fit the model."""
-    expected = ", ".join(fields.kinds)
-    if not header:
-        raise api.DeployError(f"{path} is empty: it needs a header row naming the model's "
-                              f"columns ({expected}), then rows.")
-    columns = set(header) - excluded
-    missing = [name for name in fields.kinds if name not in columns]
-    if len(missing) == len(fields.kinds):
-        raise api.DeployError(f"{path}: the first line ({','.join(header)}) names none of the "
-                              f"model's columns; it must be a header row naming them: "
-                              f"{expected}.")
-    if missing:
-        dropped = " once --excluded_fields are dropped" if excluded & set(missing) else ""
-        raise api.DeployError(f"{path}: the header has no column {', '.join(missing)}"
-                              f"{dropped}; the model takes {expected}.")
-    unknown = [name for name in header if name in columns and name not in fields.kinds]
-    if unknown:
-        raise api.DeployError(f"{path}: the header names {', '.join(unknown)}, which the model "
-                              f"does not take; drop it with --excluded_fields="
-                              f"{','.join(unknown)}.")
-
-
 # Command line ----------------------------------------------------------------------------
 
 def _run(argv: list[str] | None) -> int:
@@ -497,7 +299,7 @@ def _run(argv: list[str] | None) -> int:
     vertex.add_argument("--max_replica_count", type=int, default=1)
     local = commands.add_parser("local", help="Predict here, writing the same layout.")
     local.add_argument("--model_dir", required=True, help="The exported model (JOB_DIR/model).")
-    local.add_argument("--batch_size", type=int, default=256)
+    local.add_argument("--batch_size", type=int, default=4096)
     local.add_argument("--num_shards", type=int, default=1)
     local.add_argument("--model_name", default="model", help="Names the output directory.")
     for command in (vertex, local):

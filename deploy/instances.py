@@ -115,6 +115,10 @@ class Predictor:
             return []
         return self.predict_checked(checked)
 
+    def predict_tensors(self, features: dict) -> dict:
+        """The signature's outputs (tensors) for a batch of feature tensors."""
+        return self._fn(**features)
+
     def predict_checked(self, instances: Sequence[dict]) -> list[dict]:
         """Predictions for instances already checked against `fields`."""
         tf = self._tf

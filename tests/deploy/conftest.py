@@ -37,7 +37,7 @@ def census_rows() -> list[dict]:
     import csv
     import gzip
 
-    from trainer.data import CENSUS_LABEL, CENSUS_TEST
+    from trainer.input.files import CENSUS_LABEL, CENSUS_TEST
 
     numeric = {"age", "fnlwgt", "education_num", "capital_gain", "capital_loss",
                "hours_per_week"}
@@ -68,17 +68,13 @@ def free_port() -> int:
 
 
 @pytest.fixture
-def gcs(monkeypatch):
-    """An in-memory Cloud Storage emulator with bucket `test-bucket`; yields a client."""
-    from gcp_storage_emulator.server import create_server
-    from google.auth.credentials import AnonymousCredentials
-    from google.cloud import storage
-
-    port = free_port()
-    server = create_server("127.0.0.1", port, in_memory=True, default_bucket="test-bucket")
-    server.start()
-    monkeypatch.setenv("STORAGE_EMULATOR_HOST", f"http://127.0.0.1:{port}")
-    try:
-        yield storage.Client(project="test", credentials=AnonymousCredentials())
-    finally:
-        server.stop()
+def gcs(gcs):
+    """The session's Cloud Storage emulator (tests/gcs.py: TensorFlow's gs:// goes through its
+    proxy, google-cloud-storage straight to it) with an empty bucket `test-bucket`; yields a
+    google-cloud-storage client."""
+    client = gcs.client()
+    if client.lookup_bucket("test-bucket") is None:
+        client.create_bucket("test-bucket")
+    for blob in client.list_blobs("test-bucket"):
+        blob.delete()
+    return client

@@ -137,7 +137,7 @@ def test_a_csv_job_is_not_sent_as_csv(cloud_sdk):
 
 def _census_csv_lines(count: int) -> list[str]:
     """The header and the first `count` rows of the census test file, as text."""
-    from trainer.data import CENSUS_TEST
+    from trainer.input.files import CENSUS_TEST
 
     with gzip.open(CENSUS_TEST, "rt") as f:
         return [line.rstrip("\n") for _, line in zip(range(count + 1), f)]
@@ -289,3 +289,33 @@ def test_csv_only_flags_are_refused_for_a_jsonl_job(capsys):
                        "--output_prefix=gs://b/out", "--excluded_fields=label", "--dry_run"])
     assert code == 2
     assert "--excluded_fields and --model_dir apply to csv sources" in capsys.readouterr().err
+
+
+def test_csv_text_that_needs_escaping_and_bytes_that_are_not_utf8(tmp_path, predictor,
+                                                                  census_rows):
+    """Most rows are written by TensorFlow; a row whose text needs JSON escaping is written
+    by Python, and a byte that is not UTF-8 becomes U+FFFD: every line is valid JSON."""
+    header = list(census_rows[0])
+    odd = {1: 'Say "hi"', 2: "back\\slash", 3: "tab\there"}
+    path = tmp_path / "in.csv"
+    lines = [",".join(header)]
+    for i, row in enumerate(census_rows[:6]):
+        values = [str(v) for v in row.values()]
+        if i in odd:
+            values[1] = '"' + odd[i].replace('"', '""') + '"'
+        lines.append(",".join(values))
+    path.write_bytes(("\n".join(lines) + "\n").encode().replace(b"Private", b"Priv\xffate"))
+    result = batch.predict_local(model_dir="", sources=[str(path)], predictor=predictor,
+                                 output_prefix=str(tmp_path / "out"), instances_format="csv",
+                                 batch_size=4, num_shards=2)
+    text = b"".join(open(f, "rb").read() for f in result.result_files).decode("utf-8")
+    records = [json.loads(line) for line in text.splitlines()]
+    assert result.num_predictions == len(records) == 6 and result.num_errors == 0
+    workclass = {r["instance"]["fnlwgt"]: r["instance"]["workclass"] for r in records}
+    for i, value in odd.items():
+        assert workclass[census_rows[i]["fnlwgt"]] == value
+    assert any("\ufffd" in w for w in workclass.values())  # the byte that is not UTF-8
+    # batch k went to file k mod 2: rows 0-3 to the first file, 4-5 to the second
+    first = [json.loads(line)["instance"]["fnlwgt"]
+             for line in open(result.result_files[0]).read().splitlines()]
+    assert first == [r["fnlwgt"] for r in census_rows[:4]]
