@@ -108,3 +108,16 @@ def run_in_process(args: list[str]) -> tuple[int, str]:
     with parsed_flags(args), contextlib.redirect_stderr(stderr):
         code = task.main(["trainer.task"])
     return code, stderr.getvalue()
+
+
+def minimal_record(iteration: int, **changes):
+    """A valid IterationRecord with one candidate and no subnetworks (for job-dir tests)."""
+    from trainer.record import Architecture, CandidateRecord, IterationRecord, Seconds
+
+    record = IterationRecord(
+        iteration=iteration, steps=10, steps_per_sec=None, batch_size=8,
+        selection="moving_average", chosen="c", eval_examples=5,
+        candidates=(CandidateRecord("c", "mean", (), 0.5, False, {"loss": 0.5}),),
+        subnetworks=(), placement=(), architecture=Architecture("mean", (), {}),
+        seconds=Seconds(1.0, 1.0, 0.1, 0.1))
+    return dataclasses.replace(record, **changes)

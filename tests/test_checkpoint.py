@@ -8,20 +8,29 @@ import pytest
 import tensorflow as tf
 
 from trainer import ensemble as ens
+from trainer.features import encoded
 from trainer.heads import Head
 from trainer.iteration import FrozenEnsemble, FrozenMember, Iteration, TrainOptions
-from trainer.model import CrossBuilder, DNNBuilder, LinearBuilder, Subnetwork
-from trainer.schema import HeadType, Label
+from trainer.model import CrossBuilder, DNNBuilder, Inputs, LinearBuilder, Subnetwork
+from trainer.schema import Embedded, HeadType, Label
 
 BUILDERS = [DNNBuilder(0), DNNBuilder(2, 8, dropout=0.1), CrossBuilder(2, 8, rank=3),
             LinearBuilder()]
 HEAD = Head(Label("y", HeadType.MULTICLASS, classes=("a", "b", "c")))
+# Six dense inputs and one embedded column of 50 ids.
+INPUTS = Inputs(6, (Embedded("id", 50, 4),))
+
+
+def _features(n, seed):
+    return encoded(tf.random.stateless_normal([n, 6], seed=[seed, 2]),
+                   tf.random.stateless_uniform([n, 1], seed=[seed, 3], maxval=50,
+                                               dtype=tf.int64))
 
 
 @pytest.mark.parametrize("builder", BUILDERS, ids=lambda b: b.name)
 def test_frozen_ensemble_round_trips_every_variable(builder, tmp_path):
     def frozen(seed):
-        subnetwork = Subnetwork(builder, input_dim=6, logits_dimension=3, seed=seed, name="s")
+        subnetwork = Subnetwork(builder, inputs=INPUTS, logits_dimension=3, seed=seed, name="s")
         weights = ens.ComplexityRegularizedEnsembler(
             mixture_weight_type=ens.MixtureWeightType.MATRIX, use_bias=True).build(
             members=[ens.Member("t0_s", subnetwork.last_layer_dim, 1.0)], logits_dimension=3)
@@ -30,18 +39,17 @@ def test_frozen_ensemble_round_trips_every_variable(builder, tmp_path):
 
     original, other = frozen(1), frozen(99)
     prefix = original.checkpoint().write(str(tmp_path / "ensemble"))
-    features = tf.random.stateless_normal([5, 6], seed=[1, 2])
-    if original.members[0].subnetwork.variables[:-2]:  # a hidden layer: seeds differ
-        assert not np.allclose(original.logits(features), other.logits(features))
+    features = _features(5, 1)
+    assert not np.allclose(original.logits(features), other.logits(features))
     other.checkpoint().read(prefix).assert_existing_objects_matched()
     np.testing.assert_allclose(other.logits(features), original.logits(features), rtol=1e-6)
     assert len(tf.train.list_variables(prefix)) - 1 >= len(
-        original.members[0].subnetwork.variables)
+        original.members[0].subnetwork.checkpoint_variables())
 
 
 def _iteration():
     builders = [DNNBuilder(1, 8), CrossBuilder(1, 8, rank=2)]
-    return Iteration(number=0, head=HEAD, input_dim=6, seed=3, builders=builders,
+    return Iteration(number=0, head=HEAD, inputs=INPUTS, seed=3, builders=builders,
                      specs=ens.candidate_specs([ens.GrowStrategy(), ens.AllStrategy()],
                                                [b.name for b in builders], has_previous=False),
                      ensemblers=[ens.ComplexityRegularizedEnsembler(
@@ -52,14 +60,16 @@ def _iteration():
 
 def _batches(seed):
     rng = np.random.default_rng(seed)
-    x = rng.normal(size=(64, 6)).astype(np.float32)
     y = rng.integers(0, 3, size=64)
-    return iter(tf.data.Dataset.from_tensor_slices((x, y)).repeat().batch(16))
+    return iter(tf.data.Dataset.from_tensor_slices((_features(64, seed), y)).repeat().batch(16))
 
 
 def _state(iteration):
-    return [v.numpy() for s in iteration.subnetworks for v in s.variables] + [
+    return [v.numpy() for s in iteration.subnetworks
+            for v in s.checkpoint_variables().values()] + [
         v.numpy() for c in iteration.candidates for v in c.weights.variables] + [
+        v.numpy() for o in iteration.embedding_optimizers.values()
+        for v in o.variables().values()] + [
         iteration.objective_ema.numpy(), iteration.step.numpy()]
 
 
@@ -73,5 +83,7 @@ def test_restored_iteration_continues_exactly_like_the_original(tmp_path):
     restored.checkpoint().read(prefix).assert_existing_objects_matched()
     assert int(restored.step.numpy()) == 7
     restored.train(_batches(1), 5)
-    for a, b in zip(_state(original), _state(restored)):
+    state = _state(original)
+    assert len(state) == len(_state(restored)) > 10
+    for a, b in zip(state, _state(restored)):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)

@@ -121,6 +121,11 @@ def test_round_robin_with_parameter_servers_and_an_evaluator(tmp_path):
         assert evaluations and all(e["iteration"] == t for e in evaluations)
         assert all(0.5 < m["accuracy"] <= 1 for e in evaluations
                    for m in e["candidates"].values())
+    # Each worker read its own half of the census rows (one file: split by line number).
+    readers = report["input"]["readers"]
+    assert set(readers) == {"worker 0", "worker 1"}
+    assert "is 0 modulo 2" in readers["worker 0"]["rows"]
+    assert "is 1 modulo 2" in readers["worker 1"]["rows"]
     # Workers and ps ended cleanly when the chief was done.
     for role, count in (("worker", 2), ("ps", 2)):
         for i in range(count):
@@ -153,6 +158,7 @@ def test_multi_worker_mirrored_without_parameter_servers(tmp_path):
     for record in report["iterations"]:
         # Synchronous: both replicas ran every step of everything.
         assert steps_by_unit(record) == {"everything": {"chief": BUDGET, "worker 0": BUDGET}}
+    assert set(report["input"]["readers"]) == {"chief", "worker 0"}  # each its own half
     # Only the chief wrote artifacts: nothing but its own files in the job dir.
     assert sorted(p.name for p in job.dir.iterdir()) == [
         "checkpoints", "logs", "model", "report.json", "run.json", "schema.json"]

@@ -15,7 +15,8 @@ import time
 import pytest
 import tensorflow as tf
 
-from tests.support import FAST_FLAGS, REPO, run_in_process, run_task, task_env
+from tests.support import (FAST_FLAGS, REPO, minimal_record, run_in_process, run_task,
+                           task_env)
 from trainer import job_dir as job_dir_lib
 from trainer import storage
 from trainer.environment import Environment
@@ -28,21 +29,22 @@ def test_job_state_round_trips_on_gcs_and_crash_leftovers_are_removed(gcs, bucke
     job.create()
     assert not job.exists() and job.records() == []
     job_dir_lib.write_json(job.run, {"fingerprint": {"seed": 1}})
-    job_dir_lib.write_json(job.record_path(0), {"iteration": 0})
-    job_dir_lib.write_json(job.record_path(0), {"iteration": 0, "rewritten": True})
-    job_dir_lib.write_json(job.record_path(2), {"iteration": 2})  # after a gap: not read
+    job_dir_lib.write_json(job.record_path(0), minimal_record(0).to_json())
+    rewritten = minimal_record(0, steps=20)
+    job_dir_lib.write_json(job.record_path(0), rewritten.to_json())
+    job_dir_lib.write_json(job.record_path(2), minimal_record(2).to_json())  # after a gap
     # What a crash between write and rename leaves behind:
     with tf.io.gfile.GFile(job.record_path(1) + ".tmp-deadbeef", "w") as f:
         f.write('{"iteration": 1, "trunc')
 
     assert job.exists()
-    assert job.records() == [{"iteration": 0, "rewritten": True}]
+    assert job.records() == [rewritten]
     job.remove_leftovers()
     names = gcs.object_names(bucket)
     assert "job/checkpoints/iteration-0.json" in names and "job/run.json" in names
     assert not [n for n in names if ".tmp-" in n]
     blob = gcs.client().bucket(bucket).blob("job/checkpoints/iteration-0.json")
-    assert json.loads(blob.download_as_text()) == {"iteration": 0, "rewritten": True}
+    assert json.loads(blob.download_as_text()) == rewritten.to_json()
 
 
 def test_publish_on_gcs_copies_the_marker_last_and_a_partial_model_is_not_a_model(gcs, bucket):

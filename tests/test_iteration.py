@@ -14,10 +14,12 @@ from tests.support import parsed_flags
 from trainer import ensemble as ens
 from trainer import job_dir as job_dir_lib
 from trainer import task, training
+from trainer.factory import Models
+from trainer.features import Preprocessor, encoded
 from trainer.heads import Head
 from trainer.iteration import Iteration, TrainOptions
-from trainer.model import Builder, DNNBuilder
-from trainer.schema import HeadType, Label
+from trainer.model import Builder, DNNBuilder, Inputs
+from trainer.schema import Embedded, HeadType, Label
 
 
 def _config(args):
@@ -33,32 +35,37 @@ def test_exported_model_predicts_exactly_what_the_trainer_computes(binary_data, 
                       "--use_bias"])
     report = training.run(config)
     job = job_dir_lib.JobDir(config.job_dir)
-    trainer = training.Trainer(config, training.load_inputs(config, job), job)
-    ensemble = trainer.restore(job.records())
+    data = training.prepare_input(config, job)
+    models = Models(config, data.schema)
+    ensemble = models.restore(job.records(), job)
     assert [m.key for m in ensemble.members] == [
         m["key"] for m in report["architecture"]["members"]]
-    own_logits = ensemble.logits(tf.constant(trainer.x_eval)).numpy()
-    own = trainer.head.predictions(tf.constant(own_logits))
 
     loaded = tf.saved_model.load(str(tmp_path / "job" / "model"))
     # Only the chosen ensemble is inside: its members' and mixture weights' variables, no
     # other candidate's (AdaNet 0.9 exported every candidate of the last iteration).
-    chosen = sum(len(m.subnetwork.variables) for m in ensemble.members) + len(
+    chosen = sum(len(m.subnetwork.checkpoint_variables()) for m in ensemble.members) + len(
         ensemble.weights.variables)
     saved = [name for name, _ in tf.train.list_variables(
         str(tmp_path / "job" / "model" / "variables" / "variables"))
         if name != "_CHECKPOINTABLE_OBJECT_GRAPH"]
     assert len(saved) == chosen
     serve = loaded.signatures["serving_default"]
-    features = {k: tf.constant(v) for k, v in trainer.inputs.eval.features.items()}
-    served = serve(**features)
-    np.testing.assert_allclose(served["logits"].numpy(), own_logits, rtol=1e-5, atol=1e-5)
-    np.testing.assert_allclose(served["probabilities"].numpy(), own["probabilities"].numpy(),
-                               rtol=1e-5, atol=1e-6)
-    np.testing.assert_array_equal(served["classes"].numpy(), own["classes"].numpy())
-    assert set(served) == {"logits", "probabilities", "class_ids", "classes"}
-    accuracy = float(np.mean(served["class_ids"].numpy() == trainer.inputs.eval.labels))
-    assert accuracy == pytest.approx(report["final"]["metrics"]["accuracy"])
+    preprocessor = Preprocessor(data.schema)
+    correct = rows = 0
+    for features, labels in data.eval_raw():
+        own_logits = ensemble.logits(preprocessor(features)).numpy()
+        own = models.head.predictions(tf.constant(own_logits))
+        served = serve(**features)
+        np.testing.assert_allclose(served["logits"].numpy(), own_logits, rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(served["probabilities"].numpy(),
+                                   own["probabilities"].numpy(), rtol=1e-5, atol=1e-6)
+        np.testing.assert_array_equal(served["classes"].numpy(), own["classes"].numpy())
+        assert set(served) == {"logits", "probabilities", "class_ids", "classes"}
+        correct += int(np.sum(served["class_ids"].numpy() == labels.numpy()))
+        rows += len(labels)
+    assert rows == report["final"]["examples"] == 500
+    assert correct / rows == pytest.approx(report["final"]["metrics"]["accuracy"])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,10 +84,10 @@ class ExplodingBuilder(Builder):
         return keras.layers.Lambda(lambda x: x * 1e30 + 1e38)
 
 
-def _iteration(builders, *, strategy=None, specs=None):
+def _iteration(builders, *, strategy=None, specs=None, inputs=Inputs(4)):
     head = Head(Label("y", HeadType.BINARY, classes=("a", "b")))
     names = [b.name for b in builders]
-    return Iteration(number=0, head=head, input_dim=4, seed=1, builders=builders,
+    return Iteration(number=0, head=head, inputs=inputs, seed=1, builders=builders,
                      specs=specs or ens.candidate_specs([ens.GrowStrategy()], names,
                                                         has_previous=False),
                      ensemblers=[ens.ComplexityRegularizedEnsembler(learn_mixture_weights=True)],
@@ -92,7 +99,7 @@ def _batches(n_features=4, batch=8, seed=0):
     rng = np.random.default_rng(seed)
     x = rng.normal(size=(256, n_features)).astype(np.float32)
     y = (x[:, 0] > 0).astype(np.int64)
-    return iter(tf.data.Dataset.from_tensor_slices((x, y)).repeat().batch(batch))
+    return iter(tf.data.Dataset.from_tensor_slices((encoded(x), y)).repeat().batch(batch))
 
 
 def test_a_diverged_candidate_stops_and_is_never_selected():
@@ -124,22 +131,29 @@ def test_every_candidate_diverged_stops_training_with_a_clear_error():
 
 def test_train_steps_run_under_a_distribution_strategy():
     """The same loop under MirroredStrategy on two logical CPU devices: both replicas train
-    and their copies of every variable stay identical (gradients are all-reduced)."""
+    and their copies of every variable stay identical (gradients are all-reduced), the
+    embedding tables' sparse updates included."""
     cpus = tf.config.list_logical_devices("CPU")
     if len(cpus) < 2:
         pytest.skip("needs two logical CPUs, configured before TensorFlow starts")
     strategy = tf.distribute.MirroredStrategy([d.name for d in cpus[:2]])
-    iteration = _iteration([DNNBuilder(1, 8)], strategy=strategy)
+    iteration = _iteration([DNNBuilder(1, 8)], strategy=strategy,
+                           inputs=Inputs(4, (Embedded("id", 30, 3),)))
+    rng = np.random.default_rng(0)
+    ids = rng.integers(0, 30, size=(256, 1))
     batches = iter(strategy.experimental_distribute_dataset(
         tf.data.Dataset.from_tensor_slices((
-            np.random.default_rng(0).normal(size=(256, 4)).astype(np.float32),
-            np.ones(256, np.int64))).repeat().batch(8)))
-    initial = [v.numpy() for v in iteration.subnetworks[0].trainable_variables]
+            encoded(rng.normal(size=(256, 4)).astype(np.float32), ids),
+            (ids[:, 0] % 2).astype(np.int64))).repeat().batch(8)))
+    subnetwork = iteration.subnetworks[0]
+    variables = list(subnetwork.checkpoint_variables().values())
+    initial = [v.numpy() for v in variables]
     iteration.train(batches, 30)
     assert int(iteration.step.numpy()) == 30
     assert np.isfinite(iteration.moving_average_objectives()).all()
-    for variable, before in zip(iteration.subnetworks[0].trainable_variables, initial):
-        replicas = [v.numpy() for v in variable.value.values]  # Keras wraps the tf variable
+    assert len(variables) == 5  # the table, two dense layers' kernels and biases
+    for variable, before in zip(variables, initial):
+        replicas = [v.numpy() for v in variable.values]
         assert len(replicas) == 2
         np.testing.assert_array_equal(replicas[0], replicas[1])
         assert not np.allclose(replicas[0], before)

@@ -44,9 +44,10 @@ def test_sigkill_mid_iteration_resumes_without_redoing_finished_work(binary_data
     checkpoints = job / "checkpoints"
     process = _start(_args(binary_data, job), tmp_path / "first.log")
     try:
-        # Kill once iteration 0 is finished and iteration 1 has a periodic checkpoint.
+        # Kill once iteration 0 is finished and iteration 1 has published a periodic
+        # checkpoint (its state file names it; an index alone may be one being written).
         _wait_for(lambda: (checkpoints / "iteration-0.json").exists()
-                  and list((checkpoints / "iteration-1").glob("ckpt-*.index")), process)
+                  and (checkpoints / "iteration-1" / "checkpoint").exists(), process)
     finally:
         _kill(process)
     record0 = (checkpoints / "iteration-0.json").read_text()

@@ -1,9 +1,9 @@
 """How this replica takes part in training: the tf.distribute strategy for its cluster, the
-server loop of workers and parameter servers, and the coordinated train loop.
+server loop of workers and parameter servers, and which errors mean a lost replica.
 
 - Parameter servers in the cluster: the chief runs `ParameterServerStrategy` with a
-  `ClusterCoordinator` and schedules work on the workers; workers and ps run a TensorFlow
-  server (`serve`) until the chief is gone. Updates are asynchronous.
+  `ClusterCoordinator` and schedules work on the workers (`loops.CoordinatedLoop`); workers
+  and ps run a TensorFlow server (`serve`) until the chief is gone. Updates are asynchronous.
 - Workers without ps: every worker (the chief included) runs the trainer under
   `MultiWorkerMirroredStrategy`: synchronous all-reduce.
 - Several GPUs on one machine: `MirroredStrategy`; else the default strategy.
@@ -14,13 +14,11 @@ from __future__ import annotations
 import collections
 import contextlib
 import dataclasses
-import math
 import re
 import signal
 import sys
 import threading
 import time
-from typing import Callable
 
 import tensorflow as tf
 from absl import logging
@@ -28,7 +26,7 @@ from absl import logging
 from trainer import cluster as cluster_lib
 from trainer.cluster import Cluster
 from trainer.errors import TrainingError
-from trainer.iteration import Iteration, Layout
+from trainer.iteration import Layout
 from trainer.placement import Assignment, PlacementStrategy, ps_for_variable
 
 _CHIEF_DEVICE = "/job:chief/replica:0/task:0/device:CPU:0"
@@ -173,173 +171,7 @@ def serve(cluster: Cluster, *, grace_secs: float, poll_secs: float = 2.0) -> int
     return 0
 
 
-# -- the coordinated train loop ---------------------------------------------------------------
-_IDLE_PAUSE_SECS = 0.05
-
-
-class CoordinatedLoop:
-    """Trains one iteration on the workers: each scheduled chunk runs `steps_per_loop` steps of
-    the unit of whichever worker takes it (`Assignment`), clipped to what that unit's jobs
-    still need. A worker whose jobs are done idles; when some unit has made no progress for
-    `stall_secs` (its workers lost), idle workers take over its remaining steps, so no job is
-    ever left untrained and the chief never waits forever. A worker that fails has its chunk
-    rescheduled by the coordinator, and rejoins when it is restarted.
-    """
-
-    def __init__(self, *, runtime: Runtime, iteration: Iteration, iterator, budget: int,
-                 steps_per_loop: int, stall_secs: float):
-        self.runtime = runtime
-        self.iteration = iteration
-        self.iterator = iterator
-        self.budget = budget
-        self.steps_per_loop = steps_per_loop
-        self.stall_secs = stall_secs
-        self.assignment = runtime.assignment(len(iteration.subnetworks))
-        self.units = self.assignment.distinct
-        with runtime.strategy.scope():
-            self.steal = tf.Variable(False, trainable=False, name="steal")
-        # steps[worker][unit index] actually run (a unit taken over counts for its taker).
-        self.steps = collections.defaultdict(collections.Counter)
-        self._chunk = None
-        self._progress = (None, time.monotonic())
-        self._stealing = False  # what `steal` holds, without a read from the ps
-
-    def _build_chunk(self) -> Callable:
-        iteration, units, budget = self.iteration, self.units, self.budget
-        unit_of_worker = tf.constant(
-            [self.assignment.unit_index(w) for w in range(len(self.assignment.units))],
-            tf.int64)
-        runs = [iteration.steps_fn(u) for u in units]
-        jobs = [iteration.unit_jobs(u) for u in units]
-        idle = len(units)
-
-        def remaining():
-            left = []
-            for trained, candidates in jobs:
-                parts = []
-                if candidates:
-                    parts.append(budget - iteration.step)
-                if trained:
-                    parts.append(budget - tf.reduce_min(
-                        tf.gather(iteration.subnetwork_steps, trained)))
-                left.append(tf.maximum(tf.reduce_max(tf.stack(parts)), 0) if parts
-                            else tf.constant(0, tf.int64))
-            return tf.stack(left + [tf.constant(0, tf.int64)])
-
-        def chunk(iterator, steps):
-            worker = tf.distribute.coordinator.experimental_get_current_worker_index()
-            left = remaining()
-            own = tf.gather(unit_of_worker, worker)
-            neediest = tf.argmax(left, output_type=tf.int64)
-            target = tf.where(left[own] > 0, own,
-                              tf.where(self.steal & (left[neediest] > 0), neediest, idle))
-            count = tf.minimum(steps, tf.gather(left, target))
-            done = tf.switch_case(
-                tf.cast(target, tf.int32),
-                [lambda run=run: run(iterator, count) for run in runs]
-                + [lambda: tf.constant(0, tf.int64)])
-            return worker, target, done
-
-        return tf.function(chunk, autograph=False)
-
-    def counters(self) -> tuple[int, tuple[int, ...]]:
-        """The ensemble's and each subnetwork's steps so far (read from the parameter
-        servers once per chunk)."""
-        return (int(self.iteration.step.numpy()),
-                tuple(int(n) for n in self.iteration.subnetwork_steps.numpy()))
-
-    def remaining(self, counters: tuple[int, tuple[int, ...]]) -> int:
-        """The most steps any active job still needs."""
-        step, subnetwork_steps = counters
-        needs = []
-        for unit in self.units:
-            trained, candidates = self.iteration.unit_jobs(unit)
-            if candidates:
-                needs.append(self.budget - step)
-            needs += [self.budget - subnetwork_steps[i] for i in trained]
-        return max([0] + needs)
-
-    def run(self, *, on_progress: Callable[[], None], on_diverged: Callable[[list], None]):
-        """Schedules chunks until every job has its budget; calls `on_progress` between them."""
-        coordinator = self.runtime.coordinator
-        workers = len(self.assignment.units)
-        inflight = collections.deque()
-        left = self.remaining(self.counters())
-        while left > 0 or inflight:
-            if self._chunk is None:
-                self._chunk = self._build_chunk()
-            try:
-                while left > 0 and len(inflight) < 2 * workers:
-                    steps = min(self.steps_per_loop, max(1, math.ceil(left / workers)))
-                    inflight.append(coordinator.schedule(
-                        self._chunk, args=(self.iterator, tf.constant(steps, tf.int64))))
-                worker, target, done = _fetch(inflight.popleft())
-            except tf.errors.OpError as e:
-                if not lost_workers_only(e):
-                    raise
-                # The coordinator retries a lost worker's chunks; an error it passes on
-                # anyway (and the chunks it cancels with it) loses only that chunk's steps,
-                # which the counters on the ps say are still to do.
-                if not isinstance(e, tf.errors.CancelledError):
-                    logging.log_every_n_seconds(
-                        logging.WARNING, "A chunk failed with a lost worker; its steps are "
-                        "scheduled again (%s: %s).", 10, type(e).__name__,
-                        str(e).splitlines()[0][:200])
-                continue
-            if target < len(self.units):
-                self.steps[int(worker)][int(target)] += int(done)
-            else:
-                time.sleep(_IDLE_PAUSE_SECS)
-            diverged = self.iteration.stop_diverged()
-            if diverged:
-                on_diverged(diverged)
-                self._chunk = None
-            counters = self.counters()
-            left = self.remaining(counters) if not self.iteration.is_exhausted else 0
-            self._watch_stall(left, counters)
-            on_progress()
-
-    def _watch_stall(self, left: int, counters: tuple[int, tuple[int, ...]]) -> None:
-        last, since = self._progress
-        if counters != last:
-            self._progress = (counters, time.monotonic())
-        elif left > 0 and time.monotonic() - since > self.stall_secs and not self._stealing:
-            logging.warning("No progress for %.0f s (a worker lost?): idle workers take over "
-                            "the remaining steps.", self.stall_secs)
-            self.steal.assign(True)
-            self._stealing = True
-
-    def record(self, worker_names: Callable[[int], str]) -> list[dict]:
-        """Per unit: its assigned workers, and the steps each worker ran of it."""
-        k = len(self.iteration.subnetworks)
-        return [{"unit": unit.describe(k),
-                 "trains": _jobs(self.iteration, unit),
-                 "assigned_to": [worker_names(w) for w in self.assignment.workers_of(unit)],
-                 "steps_by_worker": {worker_names(w): counts[u]
-                                     for w, counts in sorted(self.steps.items())
-                                     if counts[u]},
-                 "subnetwork_variables_on_ps": {
-                     self.iteration.subnetworks[i].name: _ps_tasks(
-                         self.iteration.subnetworks[i].trainable_variables)
-                     for i in unit.subnetworks}}
-                for u, unit in enumerate(self.units)]
-
-
-def _ps_tasks(variables) -> list[int]:
-    """The parameter servers that hold `variables` (Keras variables wrap a tf.Variable)."""
-    devices = [tf.DeviceSpec.from_string(getattr(v, "value", v).device) for v in variables]
-    return sorted({d.task for d in devices if d.job == "ps"})
-
-
-def _jobs(iteration: Iteration, unit) -> list[str]:
-    return (["ensemble"] if unit.ensemble else []) + [
-        iteration.subnetworks[i].name for i in unit.subnetworks]
-
-
-def _fetch(remote_value) -> list[int]:
-    return [int(v) for v in remote_value.fetch()]
-
-
+# -- lost replicas ----------------------------------------------------------------------------
 LOST_REPLICA_ERRORS = (tf.errors.UnavailableError, tf.errors.AbortedError,
                        tf.errors.CancelledError)
 

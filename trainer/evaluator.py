@@ -1,26 +1,39 @@
 """The evaluator replica: evaluates each new checkpoint on the eval data, outside the cluster.
 
-It reads what the chief writes to the job dir (never the cluster's servers): the finished
-iterations' records and frozen ensembles, and the periodic checkpoints of the running
-iteration. For each new checkpoint it computes every candidate's and every new subnetwork's
-eval metrics and writes them to `eval/iteration-<t>.json` (one entry per checkpoint) and to
-TensorBoard (`logs/iteration-<t>/<candidate>/eval`). An iteration that finished before any of
-its checkpoints was evaluated (the evaluator started late, or the iteration was short) is
-evaluated once from its frozen chosen ensemble, so every iteration has its evaluation. It stops
-once the chief's report says the job is complete.
+It reads what the chief writes to the job dir (never the cluster's servers): the schema, the
+finished iterations' records and frozen ensembles, and the periodic checkpoints of the running
+iteration. It rebuilds the models from the schema and the flags, and reads only the eval rows
+(streamed, each once per evaluation); it never reads the training data (unless the eval rows
+are held out of it). For each new checkpoint it computes every candidate's and every new
+subnetwork's eval metrics and writes them to `eval/iteration-<t>.json` (one entry per
+checkpoint) and to TensorBoard (`logs/iteration-<t>/<candidate>/eval`). An iteration that
+finished before any of its checkpoints was evaluated (the evaluator started late, or the
+iteration was short) is evaluated once from its frozen chosen ensemble, so every iteration has
+its evaluation. It stops once the chief's report says the job is complete.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
 import tensorflow as tf
 from absl import logging
 
+from trainer import evaluation
 from trainer import job_dir as job_dir_lib
 from trainer import training
-from trainer.report import finite_metrics
 from trainer.config import RunConfig
+from trainer.factory import Models
+from trainer.input.job import JobInput
+from trainer.record import IterationRecord, finite_metrics
+
+
+@dataclasses.dataclass(frozen=True)
+class _Evaluator:
+    job: job_dir_lib.JobDir
+    data: JobInput
+    models: Models
 
 
 def run(config: RunConfig, *, poll_secs: float = 5.0,
@@ -31,7 +44,8 @@ def run(config: RunConfig, *, poll_secs: float = 5.0,
     while not job.exists():  # the chief creates the job dir once its input is checked
         logging.info("Evaluator: waiting for the chief to create %s.", job.root)
         _sleep(poll_secs, deadline)
-    trainer = training.Trainer(config, training.load_inputs(config, job), job)
+    data = training.prepare_input(config, job, scan_if_new=False, open_train=False)
+    evaluator = _Evaluator(job, data, Models(config, data.schema))
     evaluations, seen = [], set()
     iterations: dict[int, object] = {}  # built once per iteration; checkpoints are read in
     finished = 0  # the finished iterations known to have an evaluation on disk
@@ -41,20 +55,22 @@ def run(config: RunConfig, *, poll_secs: float = 5.0,
         t = len(records)
         for i in range(finished, t):
             if not tf.io.gfile.exists(_eval_path(job, i)):  # missed while it ran
-                evaluation = _evaluate_frozen(trainer, records[:i + 1])
-                evaluations.append(evaluation)
-                _publish(job, i, evaluation)
+                evaluation_ = _evaluate_frozen(evaluator, records[:i + 1])
+                evaluations.append(evaluation_)
+                _publish(job, i, evaluation_)
         finished = t
         latest = tf.train.latest_checkpoint(job.iteration_checkpoints(t))
         if latest and latest not in seen:
             seen.add(latest)
             if t not in iterations:
-                iterations = {t: trainer.build_iteration(
-                    t, trainer.restore(records) if records else None)}
-            evaluation = _evaluate(trainer, iterations[t], latest)
-            if evaluation is not None:
-                evaluations.append(evaluation)
-                _publish(job, t, evaluation)
+                previous = evaluator.models.restore(records, job) if records else None
+                proposal = evaluator.models.search.propose(
+                    t, [m.builder for m in previous.members] if previous else [])
+                iterations = {t: evaluator.models.iteration(proposal, previous)}
+            evaluation_ = _evaluate(evaluator, iterations[t], latest)
+            if evaluation_ is not None:
+                evaluations.append(evaluation_)
+                _publish(job, t, evaluation_)
         if complete:
             logging.info("Evaluator: the job is complete after %d evaluations.",
                          len(evaluations))
@@ -62,7 +78,7 @@ def run(config: RunConfig, *, poll_secs: float = 5.0,
         _sleep(poll_secs, deadline)
 
 
-def _evaluate(trainer: training.Trainer, iteration, checkpoint: str) -> dict | None:
+def _evaluate(evaluator: _Evaluator, iteration, checkpoint: str) -> dict | None:
     try:
         iteration.checkpoint().read(checkpoint).expect_partial()
     except (tf.errors.NotFoundError, tf.errors.DataLossError) as e:
@@ -70,39 +86,38 @@ def _evaluate(trainer: training.Trainer, iteration, checkpoint: str) -> dict | N
         logging.info("Evaluator: could not read %s (%s); waiting for the next.", checkpoint,
                      str(e).splitlines()[0][:200])
         return None
-    candidate_logits, subnetwork_logits = iteration.predict_logits(trainer.x_eval)
-    evaluation = {
+    evaluated = evaluation.evaluate_iteration(iteration, evaluator.data.eval_encoded())
+    result = {
         "iteration": iteration.number, "step": int(iteration.step.numpy()),
-        "checkpoint": checkpoint,
-        "candidates": {c.name: _metrics(trainer, logits)
-                       for c, logits in zip(iteration.candidates, candidate_logits)},
-        "subnetworks": {s.name: _metrics(trainer, logits)
-                        for s, logits in zip(iteration.subnetworks, subnetwork_logits)}}
-    _summarize(trainer, evaluation)
-    return evaluation
+        "checkpoint": checkpoint, "examples": evaluated.examples,
+        "candidates": {c.name: finite_metrics(m)
+                       for c, m in zip(iteration.candidates, evaluated.candidates)},
+        "subnetworks": {s.name: finite_metrics(m)
+                        for s, m in zip(iteration.subnetworks, evaluated.subnetworks)}}
+    _summarize(evaluator.job, result)
+    return result
 
 
-def _evaluate_frozen(trainer: training.Trainer, records: list[dict]) -> dict:
+def _evaluate_frozen(evaluator: _Evaluator, records: list[IterationRecord]) -> dict:
     """The last of `records`' iterations, finished: its chosen ensemble, frozen."""
     record = records[-1]
-    logits = trainer.restore(records).logits(trainer.x_eval).numpy()
-    evaluation = {
-        "iteration": record["iteration"], "step": record["steps"],
-        "checkpoint": trainer.job.frozen_prefix(record["iteration"]),
-        "candidates": {record["chosen"]: _metrics(trainer, logits)},
+    frozen = evaluator.models.restore(records, evaluator.job)
+    metrics = evaluation.evaluate_frozen(frozen, evaluator.models.head,
+                                         evaluator.data.eval_encoded())
+    result = {
+        "iteration": record.iteration, "step": record.steps,
+        "checkpoint": evaluator.job.frozen_prefix(record.iteration),
+        "examples": metrics.count,
+        "candidates": {record.chosen: finite_metrics(metrics.result())},
         "subnetworks": {}}
-    _summarize(trainer, evaluation)
-    return evaluation
+    _summarize(evaluator.job, result)
+    return result
 
 
-def _metrics(trainer: training.Trainer, logits) -> dict:
-    return finite_metrics(trainer.head.metrics(trainer.inputs.eval.labels, logits))
-
-
-def _summarize(trainer: training.Trainer, evaluation: dict) -> None:
+def _summarize(job: job_dir_lib.JobDir, evaluation: dict) -> None:
     """Writes an evaluation to TensorBoard and logs its best candidate."""
     t, step = evaluation["iteration"], evaluation["step"]
-    root = job_dir_lib.join(trainer.job.logs, f"iteration-{t}")
+    root = job_dir_lib.join(job.logs, f"iteration-{t}")
     for group, prefix in (("candidates", ""), ("subnetworks", "subnetwork_")):
         for name, metrics in evaluation[group].items():
             writer = tf.summary.create_file_writer(job_dir_lib.join(root, prefix + name,
@@ -112,9 +127,12 @@ def _summarize(trainer: training.Trainer, evaluation: dict) -> None:
                     if value is not None:
                         tf.summary.scalar(metric, value)
             writer.close()
-    best = min(evaluation["candidates"].items(), key=lambda kv: kv[1]["loss"])
-    logging.info("Evaluator: iteration %d step %d: best eval loss %.4f (%s).", t, step,
-                 best[1]["loss"], best[0])
+    finite = [(m["loss"], name) for name, m in evaluation["candidates"].items()
+              if m["loss"] is not None]
+    if finite:
+        loss, name = min(finite)
+        logging.info("Evaluator: iteration %d step %d: best eval loss %.4f (%s).", t, step,
+                     loss, name)
 
 
 def _eval_path(job: job_dir_lib.JobDir, t: int) -> str:

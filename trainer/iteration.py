@@ -18,8 +18,11 @@ import numpy as np
 import tensorflow as tf
 
 from trainer import ensemble as ens
+from trainer.ensemble.objective import training_objective
+from trainer.features import Encoded, encoded
 from trainer.heads import Head
-from trainer.model import Builder, Subnetwork
+from trainer.model import Builder, Inputs, Subnetwork
+from trainer.model.embedding import LazyAdam
 from trainer.placement import Unit, everything
 
 PREVIOUS = "previous_ensemble"
@@ -58,6 +61,21 @@ class FrozenEnsemble:
 
     def logits(self, features: tf.Tensor) -> tf.Tensor:
         return self.weights([m.subnetwork(features, training=False) for m in self.members])
+
+
+@dataclasses.dataclass(frozen=True)
+class Snapshot:
+    """An iteration's state as plain values: the ensemble's and each new subnetwork's steps,
+    each candidate's debiased moving-average objective and each subnetwork's training loss,
+    what diverged, and the candidates still training."""
+
+    step: int
+    subnetwork_steps: tuple[int, ...]
+    objectives: tuple[float, ...]
+    subnetwork_losses: tuple[float, ...]
+    candidate_diverged: tuple[bool, ...]
+    subnetwork_diverged: tuple[bool, ...]
+    active_candidates: tuple[int, ...]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -106,25 +124,30 @@ class Layout:
 class Iteration:
     """The candidates of iteration `number` and the loop that trains them."""
 
-    def __init__(self, *, number: int, head: Head, input_dim: int, seed: int,
+    def __init__(self, *, number: int, head: Head, inputs: Inputs, seed: int,
                  builders: Sequence[Builder], specs: Sequence[ens.CandidateSpec],
                  ensemblers: Sequence[ens.Ensembler], previous: FrozenEnsemble | None,
                  options: TrainOptions, strategy: tf.distribute.Strategy,
                  layout: Layout = Layout()):
         self.number = number
         self.head = head
+        self.inputs = inputs
         self.previous = previous
         self.options = options
         self.strategy = strategy
         self.builders = tuple(builders)
         self.units = layout.units or (everything(len(builders)),)
         with strategy.scope():
-            subnetworks = []
+            subnetworks, self.embedding_optimizers = [], {}
             for i, b in enumerate(builders):
                 with layout.subnetwork_scope(i):
-                    subnetworks.append(Subnetwork(
-                        b, input_dim=input_dim, logits_dimension=head.logits_dimension,
-                        seed=seed + 1000 * number + 10 * i, name=member_key(number, b)))
+                    subnetwork = Subnetwork(
+                        b, inputs=inputs, logits_dimension=head.logits_dimension,
+                        seed=seed + 1000 * number + 10 * i, name=member_key(number, b))
+                    if subnetwork.embedding_tables:  # moments beside their tables
+                        self.embedding_optimizers[i] = LazyAdam(
+                            subnetwork.embedding_tables, learning_rate=options.learning_rate)
+                subnetworks.append(subnetwork)
             self.subnetworks = tuple(subnetworks)
             self.candidates = self._make_candidates(specs, ensemblers)
             count = len(self.candidates)
@@ -173,7 +196,8 @@ class Iteration:
         return tuple(candidates)
 
     def _subnetwork_variables(self, indices) -> list[tf.Variable]:
-        return [v for i in indices for v in self.subnetworks[i].trainable_variables]
+        """What the Keras optimizer trains (embedding tables are `LazyAdam`'s)."""
+        return [v for i in indices for v in self.subnetworks[i].dense_variables]
 
     def _mixture_variables(self, indices) -> list[tf.Variable]:
         return [v for i in indices if not self.candidates[i].is_previous
@@ -190,7 +214,9 @@ class Iteration:
             subnetworks={s.name: s.checkpoint_variables() for s in self.subnetworks},
             mixture_weights={c.name: c.weights for c in self.candidates if not c.is_previous},
             subnetwork_optimizer=self.subnetwork_optimizer,
-            mixture_optimizer=self.mixture_optimizer)
+            mixture_optimizer=self.mixture_optimizer,
+            embedding_optimizers={str(i): tf.train.Checkpoint(**o.variables())
+                                  for i, o in self.embedding_optimizers.items()})
 
     # -- forward --------------------------------------------------------------------------
     def _forward(self, features, *, trained, candidates):
@@ -234,6 +260,8 @@ class Iteration:
         trained, candidates = self.unit_jobs(unit)
         subnetwork_vars = self._subnetwork_variables(trained)
         mixture_vars = self._mixture_variables(candidates)
+        embedded = [i for i in trained if i in self.embedding_optimizers]
+        tables = [t for i in embedded for t in self.subnetworks[i].embedding_tables]
         global_batch = self.options.batch_size
         head = self.head
         replicas = self.strategy.num_replicas_in_sync
@@ -245,20 +273,25 @@ class Iteration:
                                                          global_batch_size=global_batch)
                               for i in trained]
                 objectives = [
-                    tf.nn.compute_average_loss(head.loss(labels, logits[c]),
-                                               global_batch_size=global_batch)
-                    + self.candidates[c].weights.penalty() / replicas
+                    training_objective(head.loss(labels, logits[c]),
+                                       self.candidates[c].weights.penalty(),
+                                       global_batch_size=global_batch, replicas=replicas)
                     for c in candidates]
                 total = tf.add_n([tf.constant(0.0)] + sub_losses + [
                     o for c, o in zip(candidates, objectives)
                     if not self.candidates[c].is_previous])
-            grads = tape.gradient(total, subnetwork_vars + mixture_vars)
+            grads = tape.gradient(total, subnetwork_vars + mixture_vars + tables)
             if subnetwork_vars:
                 self.subnetwork_optimizer.apply_gradients(
                     zip(grads[:len(subnetwork_vars)], subnetwork_vars))
             if mixture_vars:
-                self.mixture_optimizer.apply_gradients(
-                    zip(grads[len(subnetwork_vars):], mixture_vars))
+                self.mixture_optimizer.apply_gradients(zip(
+                    grads[len(subnetwork_vars):len(subnetwork_vars) + len(mixture_vars)],
+                    mixture_vars))
+            table_grads = iter(grads[len(subnetwork_vars) + len(mixture_vars):])
+            for i in embedded:
+                own = self.subnetworks[i].embedding_tables
+                self.embedding_optimizers[i].apply([next(table_grads) for _ in own], own)
             return (tf.stack(sub_losses) if trained else tf.zeros([0]),
                     tf.stack(objectives) if candidates else tf.zeros([0]))
 
@@ -355,6 +388,17 @@ class Iteration:
         """Zero-debiased EMA of each new subnetwork's training loss."""
         return _debiased(self.subnetwork_loss_ema.numpy(), self.subnetwork_steps.numpy())
 
+    def snapshot(self) -> Snapshot:
+        """The iteration's counters and statistics now, as plain values."""
+        return Snapshot(
+            step=int(self.step.numpy()),
+            subnetwork_steps=tuple(int(n) for n in self.subnetwork_steps.numpy()),
+            objectives=tuple(float(v) for v in self.moving_average_objectives()),
+            subnetwork_losses=tuple(float(v) for v in self.subnetwork_train_losses()),
+            candidate_diverged=tuple(bool(d) for d in self.candidate_diverged.numpy()),
+            subnetwork_diverged=tuple(bool(d) for d in self.subnetwork_diverged.numpy()),
+            active_candidates=tuple(self.active()[1]))
+
     def scores(self, objectives: Sequence[float]) -> list[ens.Score]:
         """Each candidate's score for selection: its objective and whether it diverged."""
         diverged = self.candidate_diverged.numpy()
@@ -362,35 +406,47 @@ class Iteration:
                 for c, o, d in zip(self.candidates, objectives, diverged)]
 
     # -- evaluation -----------------------------------------------------------------------
-    def predict_logits(self, features: np.ndarray, *, batch_size: int = 8192
-                       ) -> tuple[np.ndarray, np.ndarray]:
-        """Logits of every candidate [C, N, L] and every new subnetwork [S, N, L]."""
+    def predict_fn(self) -> Callable[[Encoded], tuple[tf.Tensor, tf.Tensor]]:
+        """fn(features) -> (logits of every candidate [C, N, L], of every new subnetwork
+        [S, N, L]), compiled once."""
         if self._predict is None:
             every_subnetwork = list(range(len(self.subnetworks)))
             every_candidate = list(range(len(self.candidates)))
 
-            def predict(x):
-                new, logits = self._forward(x, trained=(), candidates=every_candidate)
+            def predict(features):
+                new, logits = self._forward(features, trained=(), candidates=every_candidate)
                 return (tf.stack([logits[c] for c in every_candidate]),
                         tf.stack([(new[i] if i in new else self.subnetworks[i](
-                            x, training=False))[1] for i in every_subnetwork]))
+                            features, training=False))[1] for i in every_subnetwork]))
 
-            self._predict = tf.function(predict, autograph=False, input_signature=[
-                tf.TensorSpec([None, features.shape[1]], tf.float32)])
-        parts = [self._predict(features[i:i + batch_size])
-                 for i in range(0, len(features), batch_size)]
-        return (np.concatenate([p[0].numpy() for p in parts], axis=1),
-                np.concatenate([p[1].numpy() for p in parts], axis=1))
+            self._predict = compile_encoded(predict, self.inputs)
+        return self._predict
 
     def freeze(self, candidate_index: int) -> FrozenEnsemble:
         """The chosen candidate as the next iteration's frozen previous ensemble."""
         candidate = self.candidates[candidate_index]
-        if candidate.is_previous:
+        if self.previous is not None and candidate.is_previous:
             return self.previous
-        members = list(self.previous.members) if candidate.keep_previous else []
+        members = list(self.previous.members) if self.previous and candidate.keep_previous \
+            else []
         members += [FrozenMember(self.number, self.builders[i], self.subnetworks[i])
                     for i in candidate.new_subnetworks]
+        assert candidate.ensembler is not None  # only the previous ensemble has none
         return FrozenEnsemble(tuple(members), candidate.weights, candidate.ensembler)
+
+
+def compile_encoded(fn: Callable[[Encoded], object], inputs: Inputs
+                    ) -> Callable[[Encoded], object]:
+    """`fn` compiled once for encoded batches of any size (the parts are passed apart: a
+    signature of a dict whose keys depend on the schema would do, but less plainly)."""
+    dense = tf.TensorSpec([None, inputs.dense_width], tf.float32)
+    if inputs.embedded:
+        ids = tf.TensorSpec([None, len(inputs.embedded)], tf.int64)
+        compiled = tf.function(lambda d, i: fn(encoded(d, i)), autograph=False,
+                               input_signature=[dense, ids])
+        return lambda features: compiled(features["dense"], features["ids"])
+    compiled = tf.function(lambda d: fn(encoded(d)), autograph=False, input_signature=[dense])
+    return lambda features: compiled(features["dense"])
 
 
 def _debiased(ema: np.ndarray, steps) -> np.ndarray:

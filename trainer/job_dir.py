@@ -34,11 +34,14 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+import shutil
+import tempfile
 import uuid
 
 import tensorflow as tf
 
 from trainer import storage
+from trainer.record import IterationRecord
 
 _RECORD = re.compile(r"iteration-(\d+)\.json$")
 _TEMP_MARK = ".tmp-"
@@ -171,18 +174,29 @@ class JobDir:
     def record_path(self, t: int) -> str:
         return join(self.checkpoints, f"iteration-{t}.json")
 
-    def records(self) -> list[dict]:
-        """The records of finished iterations 0..t-1, in order (stops at the first gap)."""
+    def records(self) -> list[IterationRecord]:
+        """The records of finished iterations 0..t-1, in order (stops at the first gap).
+
+        Raises:
+            InputError: a record file that this trainer does not read (another version).
+        """
         if not tf.io.gfile.isdir(self.checkpoints):
             return []
         numbers = sorted(int(m.group(1)) for name in tf.io.gfile.listdir(self.checkpoints)
                          if (m := _RECORD.match(name)))
-        records = []
+        records: list[IterationRecord] = []
         for t in numbers:
             if t != len(records):
                 break
-            records.append(read_json(self.record_path(t)))
+            path = self.record_path(t)
+            records.append(IterationRecord.from_json(read_json(path), path=path))
         return records
+
+    def publish_record(self, record: IterationRecord) -> None:
+        """Publishes a finished iteration's record (its frozen weights are written first: the
+        record is what makes the iteration finished) and drops its periodic checkpoints."""
+        write_json(self.record_path(record.iteration), record.to_json())
+        self.drop_iteration_checkpoints(record.iteration)
 
     def model_temp(self) -> str:
         return f"{self.model}{_TEMP_MARK}{uuid.uuid4().hex[:8]}"
@@ -206,3 +220,34 @@ def _delete(path: str) -> None:
         tf.io.gfile.rmtree(path)
     else:
         tf.io.gfile.remove(path)
+
+
+class ReplicaWrites:
+    """Where this replica writes. The chief writes into the job dir. Another replica of a
+    synchronous cluster must take part in every checkpoint (each saves its share), so it
+    writes the same files into a scratch dir of its own that nothing reads, deleted by
+    `close`; it publishes no records and writes no summaries."""
+
+    def __init__(self, job: JobDir, *, chief: bool):
+        self.job = job
+        self.is_chief = chief
+        self._root = job.checkpoints if chief else tempfile.mkdtemp(prefix="replica-")
+
+    def iteration_checkpoints(self, t: int) -> str:
+        return join(self._root, f"iteration-{t}")
+
+    def frozen_prefix(self, t: int) -> str:
+        return join(self._root, f"frozen-{t}", "ensemble")
+
+    @property
+    def logs(self) -> str | None:
+        """The TensorBoard dir (None: no summaries from this replica)."""
+        return self.job.logs if self.is_chief else None
+
+    def publish_record(self, record: IterationRecord) -> None:
+        if self.is_chief:
+            self.job.publish_record(record)
+
+    def close(self) -> None:
+        if not self.is_chief:
+            shutil.rmtree(self._root, ignore_errors=True)

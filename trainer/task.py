@@ -13,7 +13,6 @@ from absl import app, flags, logging
 
 from trainer import cluster as cluster_lib
 from trainer import config as config_lib
-from trainer import data as data_lib
 from trainer import distributed
 from trainer import evaluator
 from trainer import ensemble as ens
@@ -23,6 +22,8 @@ from trainer import report as report_lib
 from trainer import training
 from trainer.environment import Environment
 from trainer.errors import InputError, TrainingError
+from trainer.input import files as files_lib
+from trainer.input.options import BadRows, InputOptions
 from trainer.iteration import OPTIMIZERS, TrainOptions
 from trainer.placement import Placement
 from trainer.schema import ColumnChoices, HeadType
@@ -46,7 +47,21 @@ flags.DEFINE_enum("head", "auto", ["auto"] + [h.value for h in HeadType],
                   "The kind of label (default: inferred from the label values).")
 flags.DEFINE_integer("num_bins", 16, "Quantile bins of the piecewise-linear encoding of "
                      "each numeric column (0: standardised value only).")
-flags.DEFINE_integer("max_vocabulary_size", 1000, "Most frequent categories kept per column.")
+flags.DEFINE_integer("max_vocabulary_size", 100_000, "Most frequent categories kept per "
+                     "column; the others share one out-of-vocabulary id.")
+flags.DEFINE_integer("one_hot_max_size", 64, "Categorical columns with at most this many "
+                     "categories are one-hot encoded; larger ones get a learned embedding in "
+                     "each subnetwork (its cost per example does not grow with the vocabulary).")
+flags.DEFINE_integer("embedding_dim", 16, "Largest embedding width (a column of n categories "
+                     "gets min(embedding_dim, 1.6 n^0.56)).")
+flags.DEFINE_enum("bad_rows", BadRows.ERROR.value, [b.value for b in BadRows],
+                  "A row that cannot be used (wrong field count, a number that is not one, a "
+                  "missing label): error stops the job before training, naming its file and "
+                  "line; skip skips such rows and counts them per file in report.json.")
+flags.DEFINE_float("cache_mb", 256.0, "Keep the encoded training rows in memory when a "
+                   "reader's share fits in this many MB (else stream them from the files every "
+                   "epoch; 0: always stream).")
+flags.DEFINE_integer("shuffle_buffer", 65_536, "Rows shuffled together when streaming.")
 # -- the search -------------------------------------------------------------------------------
 flags.DEFINE_list("generator", ["dnn", "cross"], "Search spaces: any of dnn, cross, linear; "
                   "several propose the union of their candidates.")
@@ -125,9 +140,9 @@ def build_config(f=FLAGS, environment: Environment | None = None) -> config_lib.
     environment = environment or Environment()
     train_data, eval_data, label = f.train_data, f.eval_data, f.label_column
     if train_data is None:
-        train_data = data_lib.CENSUS_TRAIN
-        eval_data = eval_data or data_lib.CENSUS_TEST
-        label = label or data_lib.CENSUS_LABEL
+        train_data = files_lib.CENSUS_TRAIN
+        eval_data = eval_data or files_lib.CENSUS_TEST
+        label = label or files_lib.CENSUS_LABEL
     elif not label:
         raise InputError("--label_column is required with --train_data: name the column to "
                          "predict.")
@@ -182,16 +197,17 @@ def build_config(f=FLAGS, environment: Environment | None = None) -> config_lib.
     columns = ColumnChoices(
         label=label, numeric=tuple(f.numeric_columns), categorical=tuple(f.categorical_columns),
         ignore=tuple(f.ignore_columns), head=None if f.head == "auto" else HeadType(f.head),
-        num_bins=f.num_bins, max_vocabulary_size=f.max_vocabulary_size)
-    if f.num_bins < 0 or f.max_vocabulary_size < 1:
-        raise InputError(f"--num_bins ({f.num_bins}) must be >= 0 and "
-                         f"--max_vocabulary_size ({f.max_vocabulary_size}) >= 1.")
+        num_bins=f.num_bins, max_vocabulary_size=f.max_vocabulary_size,
+        one_hot_max_size=f.one_hot_max_size, embedding_dim=f.embedding_dim)
     if f.layer_size < 1 or f.initial_num_layers < 0 or not 0 <= f.dropout < 1:
         raise InputError(f"--layer_size ({f.layer_size}) must be >= 1, --initial_num_layers "
                          f"({f.initial_num_layers}) >= 0 and --dropout ({f.dropout}) in [0, 1).")
     return config_lib.RunConfig(
-        data=config_lib.DataConfig(train_data=train_data, eval_data=eval_data,
-                                   columns=columns, holdout_fraction=f.holdout_fraction),
+        data=config_lib.DataConfig(
+            train_data=train_data, eval_data=eval_data, columns=columns,
+            holdout_fraction=f.holdout_fraction,
+            input=InputOptions(bad_rows=BadRows(f.bad_rows), cache_mb=f.cache_mb,
+                               shuffle_buffer=f.shuffle_buffer)),
         search=config_lib.SearchConfig(
             generator=generator, ensemblers=tuple(ensemblers), strategies=strategies,
             selection=ens.Selection(f.selection), force_grow=f.force_grow,

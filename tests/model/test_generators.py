@@ -7,8 +7,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from trainer.errors import InputError
+from trainer.features import encoded
 from trainer.model import (CrossBuilder, CrossGenerator, DNNBuilder, DNNGenerator,
-                           IterationContext, LinearBuilder, LinearGenerator, Subnetwork,
+                           IterationContext, Inputs, LinearBuilder, LinearGenerator, Subnetwork,
                            UnionGenerator, find_builder)
 from trainer.model.subnetwork import Generator, propose
 
@@ -108,7 +110,7 @@ def test_find_builder():
 
 
 def test_find_builder_error_names_what_was_recorded_and_what_is_proposed():
-    with pytest.raises(ValueError) as info:
+    with pytest.raises(InputError) as info:  # bad input: a resume with other flags
         find_builder(DNNGenerator(), context(2, DNNBuilder(1)), "dnn_7x64")
     message = str(info.value)
     for part in ("dnn_7x64", "iteration 2", "dnn_1x64", "dnn_2x64", "--job_dir"):
@@ -163,10 +165,10 @@ INPUT_DIM = 6
 ])
 @pytest.mark.parametrize("logits_dim", [1, 3])
 def test_subnetwork_output_shapes(builder, last_dim, logits_dim):
-    net = Subnetwork(builder, input_dim=INPUT_DIM, logits_dimension=logits_dim, seed=3,
+    net = Subnetwork(builder, inputs=Inputs(INPUT_DIM), logits_dimension=logits_dim, seed=3,
                      name="s")
     features = tf.constant(np.random.default_rng(0).normal(size=(5, INPUT_DIM)), tf.float32)
-    last, logits = net(features)
+    last, logits = net(encoded(features))
     assert tuple(last.shape) == (5, last_dim)
     assert tuple(logits.shape) == (5, logits_dim)
     assert net.last_layer_dim == last_dim
@@ -177,16 +179,16 @@ def test_subnetwork_output_shapes(builder, last_dim, logits_dim):
 
 
 def test_linear_subnetwork_last_layer_is_the_features():
-    net = Subnetwork(LinearBuilder(), input_dim=3, logits_dimension=1, seed=0, name="lin")
+    net = Subnetwork(LinearBuilder(), inputs=Inputs(3), logits_dimension=1, seed=0, name="lin")
     features = tf.constant([[1.0, -2.0, 3.0]])
-    np.testing.assert_array_equal(net(features)[0].numpy(), features.numpy())
+    np.testing.assert_array_equal(net(encoded(features))[0].numpy(), features.numpy())
 
 
 def test_subnetwork_is_deterministic_in_seed():
-    features = tf.ones([2, INPUT_DIM])
+    features = encoded(tf.ones([2, INPUT_DIM]))
 
     def logits(seed):
-        return Subnetwork(DNNBuilder(1, 4), input_dim=INPUT_DIM, logits_dimension=1, seed=seed,
+        return Subnetwork(DNNBuilder(1, 4), inputs=Inputs(INPUT_DIM), logits_dimension=1, seed=seed,
                           name="s")(features)[1].numpy()
 
     np.testing.assert_array_equal(logits(7), logits(7))
@@ -194,9 +196,9 @@ def test_subnetwork_is_deterministic_in_seed():
 
 
 def test_dropout_only_in_training():
-    net = Subnetwork(DNNBuilder(1, 64, dropout=0.5), input_dim=INPUT_DIM, logits_dimension=1,
+    net = Subnetwork(DNNBuilder(1, 64, dropout=0.5), inputs=Inputs(INPUT_DIM), logits_dimension=1,
                      seed=0, name="s")
-    features = tf.ones([4, INPUT_DIM])
+    features = encoded(tf.ones([4, INPUT_DIM]))
     np.testing.assert_array_equal(net(features)[0].numpy(), net(features)[0].numpy())
     trained = net(features, training=True)[0].numpy()
     assert (trained == 0).sum() > (net(features)[0].numpy() == 0).sum()

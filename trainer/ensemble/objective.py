@@ -22,3 +22,16 @@ def complexity_penalty(weights: Sequence[tf.Tensor], complexities: Sequence[floa
     for w, r in zip(weights, complexities):
         penalty += (adanet_lambda * r + adanet_beta) * tf.reduce_sum(tf.abs(w))
     return penalty
+
+
+def training_objective(losses: tf.Tensor, penalty: tf.Tensor, *, global_batch_size: int,
+                       replicas: int) -> tf.Tensor:
+    """One replica's share of F on its part of a batch: its per-example losses summed over the
+    global batch size, plus its share of the penalty (the replicas' shares add up to F)."""
+    return (tf.nn.compute_average_loss(losses, global_batch_size=global_batch_size)
+            + penalty / replicas)
+
+
+def selection_objective(mean_loss: float, penalty: float) -> float:
+    """F over a whole data set: the mean loss plus the complexity penalty."""
+    return mean_loss + penalty

@@ -36,6 +36,11 @@ from typing import Sequence
 import keras
 import tensorflow as tf
 
+from trainer.errors import InputError
+from trainer.features import Encoded
+from trainer.model import embedding
+from trainer.schema import Embedded
+
 
 class Builder(abc.ABC):
     """Makes one subnetwork: a Keras body whose output is the subnetwork's last layer."""
@@ -103,43 +108,70 @@ def find_builder(generator: Generator, context: IterationContext, name: str) -> 
     for builder in builders:
         if builder.name == name:
             return builder
-    raise ValueError(
+    raise InputError(
         f"the job dir records subnetwork '{name}' from iteration {context.iteration}, but the "
         f"generator now proposes {[b.name for b in builders]} there. The generator changed "
         "since the job dir was written: use the flags of the first run or a new --job_dir.")
 
 
-class Subnetwork(keras.Model):
-    """A builder's body plus a linear logits layer: returns (last_layer, logits)."""
+@dataclasses.dataclass(frozen=True)
+class Inputs:
+    """What the subnetworks take (see `trainer.features.Encoded`): `dense_width` float inputs
+    and the ids of the `embedded` columns."""
 
-    def __init__(self, builder: Builder, *, input_dim: int, logits_dimension: int, seed: int,
+    dense_width: int
+    embedded: tuple[Embedded, ...] = ()
+
+    @property
+    def width(self) -> int:
+        """The width of what a builder's body gets: the dense inputs and the embeddings."""
+        return self.dense_width + sum(e.dim for e in self.embedded)
+
+
+class Subnetwork(tf.Module):
+    """A builder's body plus a linear logits layer: returns (last_layer, logits). Embedded
+    columns are looked up in the subnetwork's own tables (`embedding_tables`, trained by
+    `LazyAdam`, not by the Keras optimizer) and joined to the dense inputs."""
+
+    def __init__(self, builder: Builder, *, inputs: Inputs, logits_dimension: int, seed: int,
                  name: str):
         super().__init__(name=name)
         self.builder = builder
-        self.body = builder.build_body(input_dim=input_dim, seed=seed)
+        self.inputs = inputs
+        self._tables = embedding.make_tables(inputs.embedded, seed=seed + 2)
+        self.body = builder.build_body(input_dim=inputs.width, seed=seed)
         self.logits_layer = keras.layers.Dense(
             logits_dimension, kernel_initializer=keras.initializers.GlorotUniform(seed + 1),
             name="logits")
-        self.build((None, input_dim))
+        self.logits_layer(self.body(tf.zeros([1, inputs.width])))  # creates the variables
 
-    def build(self, input_shape):
-        features = tf.zeros([1, input_shape[-1]])
-        self.logits_layer(self.body(features))
-        super().build(input_shape)
-
-    def call(self, features, training=False):
-        last_layer = self.body(features, training=training)
+    def __call__(self, features: Encoded, training: bool = False):
+        x = features["dense"]
+        if self._tables:
+            x = tf.concat([x, *embedding.lookup(self._tables, features["ids"])], axis=-1)
+        last_layer = self.body(x, training=training)
         return last_layer, self.logits_layer(last_layer)
+
+    @property
+    def embedding_tables(self) -> list[tf.Variable]:
+        return list(self._tables)
+
+    @property
+    def dense_variables(self) -> list:
+        """The trainable variables the Keras optimizer updates (all but the tables)."""
+        return list(self.body.trainable_variables) + list(self.logits_layer.trainable_variables)
 
     def checkpoint_variables(self) -> dict[str, tf.Variable]:
         """Every variable, keyed by creation order, for `tf.train.Checkpoint`.
 
         Keras 3 layers do not expose layers kept in Python lists (a `Sequential`'s layers, a
-        list of sublayers) as checkpoint dependencies, so checkpointing the model object
-        silently drops their weights. A builder makes the same variables in the same order
-        every time, so the position is a stable key.
+        list of sublayers) as checkpoint dependencies, so checkpointing the body silently
+        drops their weights. A builder makes the same variables in the same order every time,
+        so the position is a stable key.
         """
-        return {str(i): getattr(v, "value", v) for i, v in enumerate(self.variables)}
+        keras_variables = list(self.body.variables) + list(self.logits_layer.variables)
+        variables = self._tables + [getattr(v, "value", v) for v in keras_variables]
+        return {str(i): v for i, v in enumerate(variables)}
 
     @property
     def last_layer_dim(self) -> int:

@@ -1,0 +1,142 @@
+"""An iteration's training bookkeeping, the same for every train loop: progress lines,
+TensorBoard summaries of the training objectives, periodic checkpoints, and how long it took.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import math
+import time
+
+import tensorflow as tf
+from absl import logging
+
+from trainer import job_dir as job_dir_lib
+from trainer.iteration import Iteration, Snapshot
+from trainer.record import IterationRecord
+
+PROGRESS_EVERY_SECS = 5.0
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainingTime:
+    """How an iteration's training went, in seconds."""
+
+    seconds: float  # the whole training phase
+    first_step_seconds: float  # building and compiling the train loop, and the first step
+    steps_per_sec: float | None  # after the first step (None if there was no other)
+    # From the end of the previous iteration's training to this one's first step (select,
+    # freeze, build and compile); None for the first iteration this process trains.
+    pause_before: float | None = None
+    first_step_at: float | None = None  # when the first step was done (time.monotonic())
+
+
+def rate(steps: int, seconds: float) -> float | None:
+    return steps / seconds if steps > 0 and seconds > 0 else None
+
+
+def progress_line(number: int, names: tuple[str, ...], snapshot: Snapshot, total: int,
+                  steps_per_sec: float | None, batch_size: int) -> str:
+    """'iteration 1 step 300/3000 (10%) | 700 steps/s, 44,800 examples/s | 0:00:04 left |
+    best <candidate> <objective>'."""
+    step = snapshot.step
+    steps_per_sec = steps_per_sec or 0.0
+    left = (total - step) / steps_per_sec if steps_per_sec > 0 else float("inf")
+    alive = snapshot.active_candidates
+    best = min(alive, key=lambda i: snapshot.objectives[i]) if alive else None
+    best_text = (f" | best {names[best]} {snapshot.objectives[best]:.4f}"
+                 if best is not None else "")
+    eta = str(datetime.timedelta(seconds=round(left))) if math.isfinite(left) else "?"
+    return (f"iteration {number} step {step}/{total} ({step / total:.0%}) | "
+            f"{steps_per_sec:,.0f} steps/s, {steps_per_sec * batch_size:,.0f} examples/s | "
+            f"{eta} left{best_text}")
+
+
+class SummaryWriters:
+    """TensorBoard runs per candidate ensemble and per new subnetwork of an iteration."""
+
+    def __init__(self, logs: str | None, iteration: Iteration):
+        """Writes nothing when `logs` is None (replicas other than the chief)."""
+        self.candidates: list = []
+        self.subnetworks: list = []
+        if logs is None:
+            return
+        root = job_dir_lib.join(logs, f"iteration-{iteration.number}")
+        self.candidates = [tf.summary.create_file_writer(job_dir_lib.join(root, c.name))
+                           for c in iteration.candidates]
+        self.subnetworks = [tf.summary.create_file_writer(
+            job_dir_lib.join(root, f"subnetwork_{s.name}")) for s in iteration.subnetworks]
+
+    def write_training(self, snapshot: Snapshot) -> None:
+        for writer, value in zip(self.candidates, snapshot.objectives):
+            with writer.as_default(step=snapshot.step):
+                tf.summary.scalar("adanet_objective", value)
+        for writer, value in zip(self.subnetworks, snapshot.subnetwork_losses):
+            with writer.as_default(step=snapshot.step):
+                tf.summary.scalar("loss", value)
+
+    def write_eval(self, record: IterationRecord) -> None:
+        for writers, entries in ((self.candidates, record.candidates),
+                                 (self.subnetworks, record.subnetworks)):
+            for writer, entry in zip(writers, entries):
+                with writer.as_default(step=record.steps):
+                    for name, value in entry.eval.items():
+                        if value is not None:
+                            tf.summary.scalar(f"eval/{name}", value)
+
+    def close(self) -> None:
+        for writer in self.candidates + self.subnetworks:
+            writer.close()
+
+
+class Progress:
+    """An iteration's training bookkeeping: the time to the first step (building and
+    compiling), a progress line and training summaries every `PROGRESS_EVERY_SECS`, a
+    checkpoint every `checkpoint_every_secs`, and at the end a last line, summaries and
+    checkpoint, and the `TrainingTime` (its pause counted from `previous_end`, when the
+    previous iteration's training ended)."""
+
+    def __init__(self, *, iteration: Iteration, manager: tf.train.CheckpointManager,
+                 writers: SummaryWriters, total: int, batch_size: int,
+                 checkpoint_every_secs: float, options: tf.train.CheckpointOptions | None,
+                 previous_end: float | None):
+        self.iteration, self.manager, self.writers = iteration, manager, writers
+        self.total, self.batch_size = total, batch_size
+        self.checkpoint_every_secs, self.options = checkpoint_every_secs, options
+        self.previous_end = previous_end
+        self.started = self.last_line = self.last_checkpoint = time.monotonic()
+        self.first: float | None = None  # when the first step was done
+        self.first_step = int(iteration.step.numpy())  # the step count then
+
+    def update(self, step: int) -> None:
+        """After a chunk of steps: `step` is the iteration's step count now."""
+        now = time.monotonic()
+        if self.first is None:
+            self.first, self.first_step = now, step
+        if now - self.last_line >= PROGRESS_EVERY_SECS:
+            self._line(step, now)
+        if now - self.last_checkpoint >= self.checkpoint_every_secs:
+            self.manager.save(checkpoint_number=step, options=self.options)
+            self.last_checkpoint = now
+
+    def finish(self, step: int) -> TrainingTime:
+        ended = time.monotonic()
+        self._line(step, ended)
+        self.manager.save(checkpoint_number=step, options=self.options)
+        first = self.first or ended
+        pause = (None if self.first is None or self.previous_end is None
+                 else self.first - self.previous_end)
+        return TrainingTime(seconds=time.monotonic() - self.started,
+                            first_step_seconds=first - self.started,
+                            steps_per_sec=rate(step - self.first_step, ended - first),
+                            pause_before=pause, first_step_at=self.first)
+
+    def _line(self, step: int, now: float) -> None:
+        first = self.first or now
+        snapshot = self.iteration.snapshot()
+        logging.info(progress_line(
+            self.iteration.number, tuple(c.name for c in self.iteration.candidates),
+            snapshot, self.total, rate(step - self.first_step, now - first), self.batch_size))
+        self.writers.write_training(snapshot)
+        self.last_line = now
