@@ -80,7 +80,7 @@ def main() -> None:
     from absl import flags, logging
     import tensorflow as tf
 
-    from trainer import job_dir as job_dir_lib
+    from bench import census as census_lib
     from trainer import task, training
 
     logging.set_verbosity(logging.WARNING)
@@ -105,14 +105,14 @@ def main() -> None:
                for m in report["architecture"]["members"]]
     best_member = max(m["accuracy"] for m in members)
 
-    jd = job_dir_lib.JobDir(job)
-    trainer = training.Trainer(config, training.load_inputs(config, jd), jd)
+    data = census_lib.census_input(config, job)  # the job's own schema
+    x_train, y_train = census_lib.arrays(data.train_encoded())
+    x_eval, y_eval = census_lib.arrays(data.eval_encoded())
     search = config.search
     budget = search.max_iterations * search.max_iteration_steps
     started = time.monotonic()
     keras_accuracy, keras_steps = keras_baseline(
-        trainer.x_train, trainer.inputs.train.labels, trainer.x_eval, trainer.inputs.eval.labels,
-        steps=budget, batch_size=config.train.batch_size,
+        x_train, y_train, x_eval, y_eval, steps=budget, batch_size=config.train.batch_size,
         learning_rate=config.train.learning_rate, seed=config.seed)
     keras_seconds = time.monotonic() - started
 

@@ -41,7 +41,7 @@ sys.path.insert(0, REPO)
 
 from deploy import batch  # noqa: E402
 from deploy.instances import Predictor  # noqa: E402
-from trainer.data import CENSUS_LABEL, CENSUS_TEST  # noqa: E402
+from trainer.input.files import CENSUS_LABEL, CENSUS_TEST  # noqa: E402
 
 
 def _flags() -> argparse.Namespace:

@@ -22,6 +22,7 @@ to a real bucket. Figures (median of --repeats, and every sample) go to `storage
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import platform
@@ -39,12 +40,14 @@ import tensorflow as tf  # noqa: E402
 
 from tests.gcs import running_gcs  # noqa: E402
 from tests.support import parsed_flags  # noqa: E402
-from trainer import ensemble as ens  # noqa: E402
 from trainer import job_dir as job_dir_lib  # noqa: E402
 from trainer import task, training  # noqa: E402
+from trainer.config import RunConfig  # noqa: E402
+from trainer.factory import Models  # noqa: E402
+from trainer.input.job import JobInput  # noqa: E402
 from trainer.iteration import Iteration  # noqa: E402
-from trainer.model import IterationContext  # noqa: E402
-from trainer.model.subnetwork import propose  # noqa: E402
+from trainer.record import (Architecture, CandidateRecord, IterationRecord,  # noqa: E402
+                            Seconds)
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -55,30 +58,34 @@ def parse_args(argv=None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def census_iteration() -> tuple[training.Trainer, Iteration]:
-    """Iteration 0 of the default search on census, built as `Trainer.run_iteration` does."""
+@dataclasses.dataclass(frozen=True)
+class Census:
+    config: RunConfig
+    data: JobInput
+
+
+def census_iteration() -> tuple[Census, Iteration]:
+    """Iteration 0 of the default search on census, built as the controller builds it."""
     with parsed_flags([]):
         config = task.build_config()
     job = job_dir_lib.JobDir(tempfile.mkdtemp(prefix="bench-storage-job-"))
-    inputs = training.load_inputs(config, job)
-    trainer = training.Trainer(config, inputs, job)
-    search = config.search
-    builders = propose(search.generator, IterationContext(0, ()))
-    specs = ens.candidate_specs(search.strategies, [b.name for b in builders],
-                                has_previous=False)
-    iteration = Iteration(number=0, head=trainer.head, input_dim=trainer.input_dim,
-                          seed=config.seed, builders=builders, specs=specs,
-                          ensemblers=search.ensemblers, previous=None, options=config.train,
-                          strategy=trainer.strategy)
-    return trainer, iteration
+    data = training.prepare_input(config, job)
+    models = Models(config, data.schema)
+    return Census(config, data), models.iteration(models.search.propose(0, []), None)
 
 
-def write_metadata(job: job_dir_lib.JobDir, trainer: training.Trainer) -> None:
-    """The files a resume reads, with the census run's real contents."""
+def write_metadata(job: job_dir_lib.JobDir, census: Census) -> None:
+    """The files a resume reads, with the census run's real contents (a minimal record)."""
     job.create()
-    job_dir_lib.write_atomically(job.schema, trainer.inputs.schema.to_json())
-    job_dir_lib.write_json(job.run, {"fingerprint": trainer.config.fingerprint()})
-    job_dir_lib.write_json(job.record_path(0), {"iteration": 0, "architecture": {}})
+    job_dir_lib.write_atomically(job.schema, census.data.schema.to_json())
+    job_dir_lib.write_json(job.run, {"fingerprint": census.config.fingerprint()})
+    record = IterationRecord(
+        iteration=0, steps=0, steps_per_sec=None, batch_size=64, selection="moving_average",
+        chosen="c", eval_examples=0, candidates=(CandidateRecord("c", "mean", (), None, False,
+                                                                 {}),),
+        subnetworks=(), placement=(), architecture=Architecture("mean", (), {}),
+        seconds=Seconds(0.0, 0.0, 0.0, 0.0))
+    job_dir_lib.write_json(job.record_path(0), record.to_json())
 
 
 def read_metadata(job: job_dir_lib.JobDir) -> None:
@@ -96,10 +103,10 @@ def time_it(fn, repeats: int) -> list[float]:
     return samples
 
 
-def measure(root: str, trainer: training.Trainer, iteration: Iteration,
+def measure(root: str, census: Census, iteration: Iteration,
             repeats: int) -> dict:
     job = job_dir_lib.JobDir(root)
-    write_metadata(job, trainer)
+    write_metadata(job, census)
     checkpoint = iteration.checkpoint()
     manager = tf.train.CheckpointManager(checkpoint, job.iteration_checkpoints(0),
                                          max_to_keep=1)
@@ -126,10 +133,9 @@ def main(argv=None) -> None:
     with running_gcs() as gcs:
         os.environ.update(gcs.env())  # before this process's first gs:// access
         bucket = gcs.new_bucket("bench")
-        trainer, iteration = census_iteration()
-        iterator = iter(training.train_dataset(
-            trainer.x_train, trainer.inputs.train.labels,
-            batch_size=trainer.config.train.batch_size, seed=1))
+        census, iteration = census_iteration()
+        iterator = iter(census.data.training(
+            readers=1, shard=None, batch_size=census.config.train.batch_size, seed=1))
         iteration.train(iterator, args.train_steps)
         results = {
             "what": "checkpoint save / restore of census iteration 0 (default search)",
@@ -139,9 +145,9 @@ def main(argv=None) -> None:
                          "all on loopback",
             "emulator_startup_s": gcs.startup_seconds,
             "repeats": args.repeats,
-            "local": measure(tempfile.mkdtemp(prefix="bench-storage-"), trainer, iteration,
+            "local": measure(tempfile.mkdtemp(prefix="bench-storage-"), census, iteration,
                              args.repeats),
-            "gcs": measure(f"gs://{bucket}/job", trainer, iteration, args.repeats),
+            "gcs": measure(f"gs://{bucket}/job", census, iteration, args.repeats),
         }
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "storage.json"), "w") as f:

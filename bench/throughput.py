@@ -62,14 +62,15 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 from absl import logging as absl_logging  # noqa: E402
 
+from bench import census as census_lib  # noqa: E402
 from trainer import config as config_lib  # noqa: E402
-from trainer import data as data_lib  # noqa: E402
 from trainer import ensemble as ens  # noqa: E402
 from trainer import training  # noqa: E402
-from trainer.features import Preprocessor  # noqa: E402
 from trainer.heads import Head  # noqa: E402
+from trainer.input import files as files_lib  # noqa: E402
 from trainer.iteration import FrozenEnsemble, Iteration, TrainOptions  # noqa: E402
-from trainer.model import DNNBuilder, DNNGenerator, IterationContext, Subnetwork  # noqa: E402
+from trainer.model import (DNNBuilder, DNNGenerator, Inputs, IterationContext,  # noqa: E402
+                           Subnetwork)
 from trainer.schema import ColumnChoices  # noqa: E402
 
 LEARNING_RATE = 0.001  # --learning_rate's default
@@ -122,20 +123,26 @@ def parse_args(argv=None) -> argparse.Namespace:
 # -- data -------------------------------------------------------------------------------------
 def load_census():
     """The census training data, encoded as `Trainer` encodes it."""
-    table = data_lib.read(data_lib.CENSUS_TRAIN, flag="--train_data")
-    schema = data_lib.schema_from(table, ColumnChoices(label=data_lib.CENSUS_LABEL),
-                                  source=data_lib.CENSUS_TRAIN)
-    examples = data_lib.examples_from(table, schema, flag="--train_data")
-    x = training.encode(Preprocessor(schema), examples)
-    return schema, x, examples.labels
+    data = census_lib.census_input(census_config())
+    x, y = census_lib.arrays(data.train_encoded())
+    return data.schema, x, y
 
 
 def batches(x, y, batch_size: int):
-    """A fresh iterator over the trainer's own pipeline, made as `Trainer.train_iteration`
-    makes it (same seed for every variant: the same batches in the same order)."""
-    strategy = tf.distribute.get_strategy()
-    return iter(strategy.experimental_distribute_dataset(
-        training.train_dataset(x, y, batch_size=batch_size, seed=SEED)))
+    """A fresh iterator over the same shuffled batches for every variant (same seed)."""
+    return census_lib.batches(x, y, batch_size, SEED)
+
+
+def census_data() -> config_lib.DataConfig:
+    return config_lib.DataConfig(train_data=files_lib.CENSUS_TRAIN,
+                                 eval_data=files_lib.CENSUS_TEST,
+                                 columns=ColumnChoices(label=files_lib.CENSUS_LABEL))
+
+
+def census_config() -> config_lib.RunConfig:
+    return config_lib.RunConfig(data=census_data(), search=default_search(),
+                                train=TrainOptions(batch_size=64, learning_rate=LEARNING_RATE),
+                                job_dir=tempfile.mkdtemp(prefix="adanet-bench-"), seed=SEED)
 
 
 # -- the variants -----------------------------------------------------------------------------
@@ -152,7 +159,7 @@ def make_iteration(number: int, head: Head, input_dim: int, builders, batch_size
     search = default_search()
     specs = ens.candidate_specs(search.strategies, [b.name for b in builders],
                                 has_previous=previous is not None)
-    return Iteration(number=number, head=head, input_dim=input_dim, seed=SEED,
+    return Iteration(number=number, head=head, inputs=Inputs(input_dim), seed=SEED,
                      builders=builders, specs=specs, ensemblers=search.ensemblers,
                      previous=previous,
                      options=TrainOptions(batch_size=batch_size, learning_rate=LEARNING_RATE),
@@ -200,10 +207,10 @@ class Hand:
         self.in_graph = in_graph
         # The architectures and initialisation seeds Iteration uses at iteration 0.
         self.subnetworks = [
-            Subnetwork(b, input_dim=input_dim, logits_dimension=head.logits_dimension,
+            Subnetwork(b, inputs=Inputs(input_dim), logits_dimension=head.logits_dimension,
                        seed=SEED + 10 * i, name=f"hand_{b.name}")
             for i, b in enumerate(builders)]
-        self.variables = [v for s in self.subnetworks for v in s.trainable_variables]
+        self.variables = [v for s in self.subnetworks for v in s.dense_variables]
         self.optimizer = keras.optimizers.Adam(learning_rate=LEARNING_RATE)
         self.optimizer.build(self.variables)
         frozen = [m.subnetwork for m in previous.members] if previous else []
@@ -327,9 +334,7 @@ def pause(args) -> dict:
     with tempfile.TemporaryDirectory(prefix="adanet-bench-") as job_dir:
         search = default_search()
         config = config_lib.RunConfig(
-            data=config_lib.DataConfig(
-                train_data=data_lib.CENSUS_TRAIN, eval_data=data_lib.CENSUS_TEST,
-                columns=ColumnChoices(label=data_lib.CENSUS_LABEL)),
+            data=census_data(),
             search=config_lib.SearchConfig(
                 generator=search.generator, ensemblers=search.ensemblers,
                 strategies=search.strategies, max_iterations=args.pause_iterations,
