@@ -47,8 +47,7 @@ def test_sdist_installs_beside_tensorflow_and_runs(tmp_path):
 def _venv_beside(tf_python: Path, root: Path) -> Path:
     """A fresh venv that sees the TensorFlow venv's packages (a .pth file), as an image's
     Python sees its preinstalled TensorFlow."""
-    subprocess.run([venvs.python311(), "-m", "venv", str(root)], check=True)
-    python = root / "bin" / "python"
+    python = venvs.new_venv(root)
     site = subprocess.run([str(tf_python), "-c", "import sysconfig; "
                            "print(sysconfig.get_paths()['purelib'])"], capture_output=True,
                           text=True, check=True).stdout.strip()

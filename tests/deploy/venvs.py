@@ -36,11 +36,23 @@ def tf_venv(version: str) -> Path:
     if python.exists() and _imports_tensorflow(python):
         return python
     shutil.rmtree(root, ignore_errors=True)
-    subprocess.run([python311(), "-m", "venv", str(root)], check=True)
+    new_venv(root)
     spec = "tensorflow-cpu" if version == "latest" else f"tensorflow-cpu=={version}"
     result = subprocess.run([str(python), "-m", "pip", "install", "--quiet", spec],
                             capture_output=True, text=True)
     assert result.returncode == 0, f"pip install {spec} failed:\n{result.stderr[-3000:]}"
+    return python
+
+
+def new_venv(root: Path) -> Path:
+    """A Python 3.11 venv at `root` with pip upgraded, as the Makefile does for `.venv`: the pip
+    that Python 3.11 bundles checks certificates against certifi only, so behind a proxy with
+    its own certificate authority every index but the local ones fails; newer pip uses the
+    system's trust store. Returns its python."""
+    subprocess.run([python311(), "-m", "venv", str(root)], check=True)
+    python = root / "bin" / "python"
+    subprocess.run([str(python), "-m", "pip", "install", "--quiet", "--upgrade", "pip"],
+                   check=True)
     return python
 
 
