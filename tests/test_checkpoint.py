@@ -10,7 +10,8 @@ import tensorflow as tf
 from trainer import ensemble as ens
 from trainer.features import encoded
 from trainer.heads import Head
-from trainer.iteration import FrozenEnsemble, FrozenMember, Iteration, TrainOptions
+from trainer.config import TrainOptions
+from trainer.iteration import FrozenEnsemble, FrozenMember, Iteration
 from trainer.model import CrossBuilder, DNNBuilder, Inputs, LinearBuilder, Subnetwork
 from trainer.schema import Embedded, HeadType, Label
 

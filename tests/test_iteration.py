@@ -17,7 +17,8 @@ from trainer import task, training
 from trainer.factory import Models
 from trainer.features import Preprocessor, encoded
 from trainer.heads import Head
-from trainer.iteration import Iteration, TrainOptions
+from trainer.config import TrainOptions
+from trainer.iteration import Iteration
 from trainer.model import Builder, DNNBuilder, Inputs
 from trainer.schema import Embedded, HeadType, Label
 

@@ -8,7 +8,6 @@ from trainer import ensemble as ens
 from trainer import job_dir as job_dir_lib
 from trainer.errors import InputError
 from trainer.input.options import InputOptions
-from trainer.iteration import TrainOptions
 from trainer.model import Generator
 from trainer.placement import Placement
 from trainer.schema import ColumnChoices
@@ -29,6 +28,21 @@ class DataConfig:
     def input_flags(self) -> list[tuple[str, str | None]]:
         """(flag, comma-separated files or globs) of every input, for the preflight check."""
         return [("--train_data", self.train_data), ("--eval_data", self.eval_data)]
+
+
+OPTIMIZER_NAMES = ("adam", "sgd", "rmsprop", "adagrad")
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainOptions:
+    """How every candidate trains: the global batch size, the learning rate and optimizer
+    (one of OPTIMIZER_NAMES) of the subnetworks, and the mixture weights' learning rate (None:
+    the same)."""
+
+    batch_size: int
+    learning_rate: float
+    optimizer: str = "adam"
+    mixture_learning_rate: float | None = None
 
 
 @dataclasses.dataclass(frozen=True)

@@ -18,6 +18,7 @@ import numpy as np
 import tensorflow as tf
 
 from trainer import ensemble as ens
+from trainer.config import OPTIMIZER_NAMES, TrainOptions
 from trainer.ensemble.objective import training_objective
 from trainer.features import Encoded, encoded
 from trainer.heads import Head
@@ -93,16 +94,8 @@ class Candidate:
         return self.ensembler is None
 
 
-@dataclasses.dataclass(frozen=True)
-class TrainOptions:
-    batch_size: int
-    learning_rate: float
-    optimizer: str = "adam"
-    mixture_learning_rate: float | None = None
-
-
-OPTIMIZERS = {"adam": keras.optimizers.Adam, "sgd": keras.optimizers.SGD,
-              "rmsprop": keras.optimizers.RMSprop, "adagrad": keras.optimizers.Adagrad}
+OPTIMIZERS = dict(zip(OPTIMIZER_NAMES, (keras.optimizers.Adam, keras.optimizers.SGD,
+                                        keras.optimizers.RMSprop, keras.optimizers.Adagrad)))
 
 
 def make_optimizer(name: str, learning_rate: float) -> keras.optimizers.Optimizer:

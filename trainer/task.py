@@ -24,7 +24,7 @@ from trainer.environment import Environment
 from trainer.errors import InputError, TrainingError
 from trainer.input import files as files_lib
 from trainer.input.options import BadRows, InputOptions
-from trainer.iteration import OPTIMIZERS, TrainOptions
+from trainer.config import OPTIMIZER_NAMES, TrainOptions
 from trainer.placement import Placement
 from trainer.schema import ColumnChoices, HeadType
 
@@ -92,7 +92,7 @@ flags.DEFINE_integer("batch_size", 64, "Examples per train step.")
 flags.DEFINE_float("learning_rate", 0.001, "Learning rate of the subnetworks.")
 flags.DEFINE_float("mixture_learning_rate", None, "Learning rate of the mixture weights "
                    "(default: --learning_rate).")
-flags.DEFINE_enum("optimizer", "adam", list(OPTIMIZERS), "Optimizer.")
+flags.DEFINE_enum("optimizer", "adam", list(OPTIMIZER_NAMES), "Optimizer.")
 flags.DEFINE_integer("seed", 42, "Seed of initialisation, data order and hold-out split.")
 flags.DEFINE_string("job_dir", None, "Where checkpoints, logs, the model and the "
                     "report go (local, gs://BUCKET/... or /gcs/BUCKET/...). Re-running with the "
