@@ -6,7 +6,7 @@ Run from the repo root::
     .venv/bin/python bench/cluster.py --workers=2 --placements=round_robin --append
 
 For each worker count in --workers and placement in --placements it starts a real cluster on
-loopback (`trainer.launch.LocalCluster`: a chief, the workers, --ps parameter servers, each a
+loopback (`trainer.local_cluster.LocalCluster`: a chief, the workers, --ps parameter servers, each a
 `python -m trainer.task` process with its own TF_CONFIG) and trains one iteration of the
 default search on the census data: k = 4 new subnetworks (dnn_0x64, dnn_1x64, cross_1x64,
 cross_2x64) and their candidate ensembles, --steps steps per job. A single process with no
@@ -40,7 +40,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
-from trainer.launch import ClusterShape, LocalCluster  # noqa: E402
+from trainer.local_cluster import ClusterShape, LocalCluster  # noqa: E402
 
 SEARCH = ("--generator=dnn,cross", "--max_iterations=1", "--checkpoint_every_secs=600")
 

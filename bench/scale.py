@@ -48,7 +48,7 @@ if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
 from trainer.input.files import CENSUS_LABEL, CENSUS_TEST, CENSUS_TRAIN  # noqa: E402
-from trainer.launch import ClusterShape, LocalCluster  # noqa: E402
+from trainer.local_cluster import ClusterShape, LocalCluster  # noqa: E402
 
 SEARCH = ("--max_iterations=1", "--checkpoint_every_secs=600")
 ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONUNBUFFERED="1")

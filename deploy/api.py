@@ -15,6 +15,8 @@ import re
 import sys
 from typing import Callable, Sequence
 
+from trainer import paths
+
 DEFAULT_REGION = "us-central1"
 _REGION = re.compile(r"^[a-z]+-[a-z]+\d+$")
 _PROJECT = re.compile(r"^[a-z][a-z0-9-]{4,28}[a-z0-9]$|^\d+$")
@@ -104,8 +106,11 @@ def positive(name: str, value: int) -> int:
 
 
 def gcs_uri(name: str, value: str) -> str:
-    if not (value or "").startswith("gs://") or len(value) <= len("gs://"):
-        raise DeployError(f"{name} ({value!r}) must be a Cloud Storage URI, gs://BUCKET/PATH.")
+    try:
+        paths.split_gcs(value or "")
+    except ValueError:
+        raise DeployError(f"{name} ({value!r}) must be a Cloud Storage URI, gs://BUCKET/PATH."
+                          ) from None
     return value
 
 

@@ -1,8 +1,13 @@
-"""Files on local disk or in Cloud Storage (`gs://bucket/path`), behind four functions.
+"""Files on local disk or in Cloud Storage (`gs://bucket/path`) for `deploy/`, behind four
+functions.
 
 `gs://` goes through google-cloud-storage, which honours `STORAGE_EMULATOR_HOST` (so tests run
-against a local emulator); local writes are atomic (a temporary file, then a rename), and a
-Cloud Storage object only appears once its upload is complete, so readers never see half a file.
+against a local emulator) and needs no TensorFlow: submitting and publishing never load it.
+The trainer reads and lists through `tf.io.gfile` instead (`trainer/storage.py`,
+`trainer/input/files.py`), the filesystem its tf.data pipelines and checkpoints use; what a
+path names is decided in one place for both (`trainer/paths.py`). Local writes are atomic (a
+temporary file, then a rename), and a Cloud Storage object only appears once its upload is
+complete, so readers never see half a file.
 """
 
 from __future__ import annotations
@@ -13,21 +18,7 @@ import gzip
 import os
 import tempfile
 
-GCS_PREFIX = "gs://"
-
-
-def is_gcs(uri: str) -> bool:
-    return uri.startswith(GCS_PREFIX)
-
-
-def split_gcs(uri: str) -> tuple[str, str]:
-    """`gs://bucket/a/b` -> ("bucket", "a/b"); fails on anything that is not a gs:// URI."""
-    if not is_gcs(uri) or len(uri) <= len(GCS_PREFIX):
-        raise ValueError(f"'{uri}' is not a Cloud Storage URI; write gs://BUCKET/PATH.")
-    bucket, _, name = uri[len(GCS_PREFIX):].partition("/")
-    if not bucket:
-        raise ValueError(f"'{uri}' names no bucket; write gs://BUCKET/PATH.")
-    return bucket, name
+from trainer.paths import GCS_PREFIX, is_gcs, split_gcs
 
 
 def _client(client=None):

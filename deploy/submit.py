@@ -23,6 +23,8 @@ import sys
 import tempfile
 
 from deploy import api, storage
+from trainer import job_spec
+from trainer.errors import InputError
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIG = os.path.join(REPO, "config.yaml")
@@ -57,17 +59,16 @@ class Submission:
 
 
 def load_config(path: str = CONFIG) -> dict:
-    """config.yaml as a plain dict (YAML anchors expanded into independent copies)."""
-    import yaml
+    """config.yaml as plain JSON values, read as the local launcher reads it
+    (`trainer.job_spec`).
 
+    Raises:
+        DeployError: the file is missing, not YAML or not a CustomJobSpec.
+    """
     try:
-        with open(path) as f:
-            spec = yaml.safe_load(f)
-    except OSError as e:
-        raise api.DeployError(f"cannot read --config {path}: {e.strerror}.") from None
-    if not isinstance(spec, dict) or not isinstance(spec.get("workerPoolSpecs"), list):
-        raise api.DeployError(f"{path} is not a CustomJobSpec: it needs a workerPoolSpecs list.")
-    return json.loads(json.dumps(spec))
+        return job_spec.load_job_spec(path)
+    except InputError as e:
+        raise api.DeployError(str(e)) from None
 
 
 def resolve(spec: dict, *, package_uri: str, output_dir: str | None = None,

@@ -9,8 +9,10 @@ import dataclasses
 import io
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -121,3 +123,34 @@ def minimal_record(iteration: int, **changes):
         subnetworks=(), placement=(), architecture=Architecture("mean", (), {}),
         seconds=Seconds(1.0, 1.0, 0.1, 0.1))
     return dataclasses.replace(record, **changes)
+
+
+# -- processes ------------------------------------------------------------------------------
+
+DUMMY_TASK = "tests.cluster_task"  # a stand-in for the trainer that starts in milliseconds
+
+
+def wait_for(predicate, timeout: float = 10.0, what: str = "condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.02)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+def is_alive(pid: int) -> bool:
+    """Running (a zombie, dead but not yet reaped, counts as gone)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def kill_quietly(pid: int) -> None:
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass

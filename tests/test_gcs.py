@@ -18,7 +18,7 @@ import tensorflow as tf
 from tests.support import (FAST_FLAGS, REPO, minimal_record, run_in_process, run_task,
                            task_env)
 from trainer import job_dir as job_dir_lib
-from trainer import storage
+from trainer import paths, storage
 from trainer.environment import Environment
 from trainer.errors import InputError
 
@@ -102,9 +102,9 @@ def test_publish_without_atomic_rename_copies_into_a_local_folder(tmp_path):
     ("runs/adanet", None, False, True),
 ])
 def test_paths_are_classified(path, bucket, fuse, atomic):
-    assert storage.bucket_of(path) == bucket
-    assert storage.is_fuse(path) is fuse
-    assert storage.has_atomic_rename(path) is atomic
+    assert paths.bucket_of(path) == bucket
+    assert paths.is_fuse(path) is fuse
+    assert paths.has_atomic_rename(path) is atomic
 
 
 # -- retries ---------------------------------------------------------------------------------

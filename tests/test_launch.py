@@ -1,104 +1,27 @@
-"""trainer.launch: a local cluster of real processes running `tests.cluster_task`, a stand-in
-for the trainer that starts in milliseconds. Every test stops what it started, pass or fail."""
+"""trainer.launch: the command line, as parsed and as a real process running
+`tests.cluster_task`. Every test stops what it started, pass or fail."""
 
 from __future__ import annotations
 
-import contextlib
-import io
-import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import threading
-import time
-from pathlib import Path
 
 import pytest
 
-from tests.support import REPO
-from trainer import launch
+from tests.support import DUMMY_TASK as DUMMY
+from tests.support import REPO, is_alive, kill_quietly, wait_for
 from trainer.errors import InputError
-from trainer.launch import ClusterShape, LocalCluster, Task
+from tests.test_job_spec import write
+from trainer import launch
+from trainer.local_cluster import ClusterShape
 
 pytestmark = pytest.mark.timeout(30)
 
-DUMMY = "tests.cluster_task"
-FULL = ClusterShape(workers=2, ps=1, evaluator=True)
 LABELS = ["chief", "worker 0", "worker 1", "ps 0", "evaluator"]
-
-
-# -- helpers ----------------------------------------------------------------------------------
-
-def wait_for(predicate, timeout: float = 10.0, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.02)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-
-
-def is_alive(pid: int) -> bool:
-    """Running (a zombie, dead but not yet reaped, counts as gone)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
-
-
-def kill_quietly(pid: int) -> None:
-    try:
-        os.kill(pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-
-
-def env_line(lines: list[str]) -> dict:
-    """The last `env {...}` line a cluster_task printed, decoded (TF_CONFIG parsed too)."""
-    found = [json.loads(line[4:]) for line in lines if line.startswith("env ")]
-    assert found, f"no env line in {lines}"
-    env = found[-1]
-    for key in ("TF_CONFIG", "CLUSTER_SPEC"):
-        env[key] = json.loads(env[key]) if env[key] else None
-    return env
-
-
-def ready_count(cluster: LocalCluster, task: Task) -> int:
-    return cluster.output(task.role, task.index).count("ready")
-
-
-def all_ready(cluster: LocalCluster) -> bool:
-    return all(ready_count(cluster, t) >= 1 for t in cluster.shape.tasks())
-
-
-@pytest.fixture
-def make_cluster():
-    """LocalCluster factory running the dummy task; stops every cluster at teardown."""
-    clusters = []
-
-    def make(shape: ClusterShape, *args: str, **kwargs) -> LocalCluster:
-        kwargs.setdefault("sink", None)
-        kwargs.setdefault("grace", 2.0)
-        cluster = LocalCluster(shape, module=DUMMY, args=args, cwd=REPO, **kwargs)
-        clusters.append(cluster)
-        return cluster
-
-    yield make
-    for cluster in clusters:
-        try:
-            cluster.stop()
-        finally:  # even if stop() is broken, nothing outlives the test
-            for task in cluster.shape.tasks():
-                with contextlib.suppress(RuntimeError):
-                    process = cluster.process(task.role, task.index)
-                    if process.poll() is None:
-                        process.kill()
-                        process.wait()
 
 
 class Launcher:
@@ -157,277 +80,7 @@ def launcher():
         process.cleanup()
 
 
-# -- what each process is told: pure functions ------------------------------------------------
-
-ADDRESSES = {Task("chief"): "h:1", Task("worker", 0): "h:2", Task("worker", 1): "h:3",
-             Task("ps", 0): "h:4", Task("evaluator"): "h:5"}
-
-
-@pytest.mark.parametrize("task, expected_task", [
-    (Task("chief"), {"type": "chief", "index": 0}),
-    (Task("worker", 1), {"type": "worker", "index": 1}),
-    (Task("ps", 0), {"type": "ps", "index": 0}),
-    (Task("evaluator"), {"type": "evaluator", "index": 0}),
-])
-def test_tf_config_has_vertex_shape_and_no_evaluator_in_cluster(task, expected_task):
-    assert launch.tf_config(ADDRESSES, task) == {
-        "cluster": {"chief": ["h:1"], "worker": ["h:2", "h:3"], "ps": ["h:4"]},
-        "task": expected_task, "environment": "cloud"}
-
-
-def test_tf_config_omits_empty_roles():
-    config = launch.tf_config({Task("chief"): "h:1", Task("ps", 0): "h:4"}, Task("ps", 0))
-    assert config["cluster"] == {"chief": ["h:1"], "ps": ["h:4"]}
-
-
-@pytest.mark.parametrize("task, pool", [(Task("chief"), 0), (Task("worker", 1), 1),
-                                        (Task("ps", 0), 2), (Task("evaluator"), 3)])
-def test_cluster_spec_keys_pools_by_position(task, pool):
-    assert launch.cluster_spec(ADDRESSES, task) == {
-        "cluster": {"workerpool0": ["h:1"], "workerpool1": ["h:2", "h:3"],
-                    "workerpool2": ["h:4"], "workerpool3": ["h:5"]},
-        "environment": "cloud",
-        "task": {"type": f"workerpool{pool}", "index": task.index}}
-
-
-@pytest.mark.parametrize("before, after", [
-    (None, "127.0.0.1,localhost"),
-    ("", "127.0.0.1,localhost"),
-    ("example.com", "example.com,127.0.0.1,localhost"),
-    ("localhost, .corp", "localhost,.corp,127.0.0.1"),
-])
-def test_no_proxy_gets_loopback_appended(before, after):
-    assert launch.with_loopback_no_proxy(before) == after
-
-
-def test_lone_chief_environment_drops_inherited_cluster_variables():
-    env = launch.task_environment({"TF_CONFIG": "{}", "CLUSTER_SPEC": "{}", "A": "1"}, None,
-                                  Task("chief"))
-    assert "TF_CONFIG" not in env and "CLUSTER_SPEC" not in env
-    assert env["A"] == "1" and env["GRPC_FAIL_FAST"] == "use_caller"
-
-
-def test_free_ports_are_distinct_and_bindable():
-    ports = launch.free_ports(8)
-    assert len(set(ports)) == 8
-    for port in ports:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", port))
-
-
-@pytest.mark.parametrize("make, error", [
-    (lambda: Task("master"), ValueError),
-    (lambda: Task("chief", 1), ValueError),
-    (lambda: Task("worker", -1), ValueError),
-    (lambda: ClusterShape(workers=-1), InputError),
-    (lambda: ClusterShape(ps=1.5), InputError),
-])
-def test_bad_tasks_and_shapes_are_refused(make, error):
-    with pytest.raises(error):
-        make()
-
-
-@pytest.mark.parametrize("code, shell_code", [(0, 0), (3, 3), (-signal.SIGKILL, 137),
-                                              (-signal.SIGTERM, 143)])
-def test_a_chief_killed_by_a_signal_exits_like_a_shell(code, shell_code):
-    assert launch._exit_code(code) == shell_code
-
-
-def test_tasks_come_in_pool_order():
-    assert [t.label for t in FULL.tasks()] == LABELS
-
-
-# -- a real cluster through the Python API ----------------------------------------------------
-
-def test_every_role_gets_its_tf_config_and_a_free_port(make_cluster):
-    base = dict(os.environ, no_proxy="example.com", TF_CONFIG="inherited")
-    cluster = make_cluster(FULL, "--listen", "--sleep=-1", env=base)
-    cluster.start()
-    wait_for(lambda: all_ready(cluster), what="every task listening on its port")
-
-    envs = {t: env_line(cluster.output(t.role, t.index)) for t in FULL.tasks()}
-    addresses = [cluster.addresses[t] for t in FULL.tasks()]
-    assert len(set(addresses)) == len(addresses), "ports must be distinct"
-    cluster_part = {"chief": addresses[:1], "worker": addresses[1:3], "ps": addresses[3:4]}
-    for task, env in envs.items():
-        assert env["role"] == task.role and env["index"] == task.index
-        assert env["TF_CONFIG"] == {"cluster": cluster_part, "environment": "cloud",
-                                    "task": {"type": task.role, "index": task.index}}
-        assert env["CLUSTER_SPEC"]["cluster"]["workerpool3"] == addresses[4:]
-        assert env["CLUSTER_SPEC"]["task"] == {"type": f"workerpool{task.pool}",
-                                               "index": task.index}
-        assert env["GRPC_FAIL_FAST"] == "use_caller"
-        assert env["no_proxy"] == "example.com,127.0.0.1,localhost"
-        assert env["pid"] == cluster.process(task.role, task.index).pid
-
-
-def test_chief_and_evaluator_alone_still_get_tf_config(make_cluster):
-    cluster = make_cluster(ClusterShape(evaluator=True), "--sleep=-1")
-    cluster.start()
-    wait_for(lambda: all_ready(cluster), what="chief and evaluator")
-    evaluator = env_line(cluster.output("evaluator"))["TF_CONFIG"]
-    assert evaluator["cluster"] == {"chief": [cluster.addresses[Task("chief")]]}
-    assert evaluator["task"] == {"type": "evaluator", "index": 0}
-
-
-def test_lone_chief_runs_without_tf_config(make_cluster):
-    cluster = make_cluster(ClusterShape(), env=dict(os.environ, TF_CONFIG='{"x": 1}'))
-    cluster.start()
-    assert cluster.wait(timeout=10) == 0
-    cluster.stop()
-    env = env_line(cluster.output("chief"))
-    assert env["TF_CONFIG"] is None and env["CLUSTER_SPEC"] is None
-    assert env["GRPC_FAIL_FAST"] == "use_caller"
-    assert cluster.addresses == {}
-
-
-@pytest.mark.parametrize("code", [0, 3, 17])
-def test_wait_returns_the_chiefs_exit_code(make_cluster, code):
-    cluster = make_cluster(ClusterShape(workers=1), f"--exit_code={code}")
-    cluster.start()
-    assert cluster.wait(timeout=10) == code
-
-
-def test_wait_times_out_while_the_chief_runs(make_cluster):
-    cluster = make_cluster(ClusterShape(), "--sleep=-1")
-    cluster.start()
-    with pytest.raises(TimeoutError):
-        cluster.wait(timeout=0.3)
-
-
-def test_stop_ends_every_process(make_cluster):
-    cluster = make_cluster(FULL, "--sleep=0.3")
-    cluster.start()
-    assert cluster.wait(timeout=10) == 0
-    processes = [cluster.process(t.role, t.index) for t in FULL.tasks()]
-    assert all(p.poll() is None for p in processes[1:]), "servers run until stopped"
-    cluster.stop()
-    assert not [p.pid for p in processes if is_alive(p.pid)]
-    assert all(p.returncode == -signal.SIGTERM for p in processes[1:])
-
-
-def test_processes_ignoring_sigterm_are_killed_after_the_grace_period(make_cluster):
-    cluster = make_cluster(ClusterShape(workers=1, ps=1), "--ignore_sigterm", "--sleep=-1",
-                           grace=0.5)
-    cluster.start()
-    wait_for(lambda: all_ready(cluster), what="all tasks")
-    started = time.monotonic()
-    cluster.stop()
-    assert time.monotonic() - started < 3
-    assert [cluster.process(t.role, t.index).returncode for t in cluster.shape.tasks()] == [
-        -signal.SIGKILL] * 3
-
-
-def test_output_is_collected_per_task_with_stderr_merged(make_cluster):
-    sink = io.StringIO()
-    cluster = make_cluster(ClusterShape(workers=1, ps=1), "--stderr", "--sleep=0.2", sink=sink)
-    cluster.start()
-    cluster.wait(timeout=10)
-    cluster.stop()
-    assert "worker 0 on stderr" in cluster.output("worker", 0)
-    assert "ps 0 on stderr" in cluster.output("ps", 0)
-    assert "[chief] chief 0 on stderr" in sink.getvalue().splitlines()
-
-
-def test_a_failed_worker_is_reported_and_the_chief_goes_on(make_cluster):
-    sink = io.StringIO()
-    cluster = make_cluster(ClusterShape(workers=1, ps=1), "--others_exit=5",
-                           "--others_sleep=0.1", "--sleep=1.5", "--exit_code=0", sink=sink)
-    cluster.start()
-    assert cluster.wait(timeout=10) == 0
-    log = sink.getvalue()
-    assert "[launch] worker 0 failed with code 5 before the chief ended" in log
-    assert "[launch] ps 0 failed with code 5 before the chief ended" in log
-
-
-def test_a_killed_worker_restarts_on_the_same_port(make_cluster):
-    sink = io.StringIO()
-    cluster = make_cluster(ClusterShape(workers=1, ps=1), "--listen", "--sleep=-1", sink=sink)
-    cluster.start()
-    wait_for(lambda: all_ready(cluster), what="all tasks listening")
-    worker = Task("worker", 0)
-    before = env_line(cluster.output("worker", 0))
-    old = cluster.process("worker", 0)
-    old.send_signal(signal.SIGKILL)
-    assert old.wait(5) == -signal.SIGKILL
-    wait_for(lambda: "worker 0 failed with code -9 (SIGKILL)" in sink.getvalue(),
-             what="the failure report")
-
-    new = cluster.restart("worker", 0)
-    wait_for(lambda: ready_count(cluster, worker) == 2, what="the restarted worker listening")
-    after = env_line(cluster.output("worker", 0))
-    assert new.pid != old.pid and after["pid"] == new.pid
-    assert after["TF_CONFIG"] == before["TF_CONFIG"]
-    assert after["CLUSTER_SPEC"] == before["CLUSTER_SPEC"]
-    assert cluster.process("chief").poll() is None, "the chief was left alone"
-
-
-def test_restart_stops_a_running_task_first(make_cluster):
-    cluster = make_cluster(ClusterShape(ps=1), "--sleep=-1")
-    cluster.start()
-    old = cluster.process("ps", 0)
-    new = cluster.restart("ps", 0)
-    assert old.poll() == -signal.SIGTERM and new.poll() is None
-
-
-def test_unknown_task_is_a_clear_error(make_cluster):
-    cluster = make_cluster(ClusterShape(workers=1))
-    with pytest.raises(KeyError, match="worker 3 is not in this cluster"):
-        cluster.output("worker", 3)
-    with pytest.raises(RuntimeError, match="call start"):
-        cluster.process("worker", 0)
-
-
-# -- config.yaml ------------------------------------------------------------------------------
-
-def test_reads_the_repos_config_yaml():
-    job = launch.read_job_config(str(REPO / "config.yaml"))
-    assert job.shape == ClusterShape(workers=2, ps=1, evaluator=True)
-    assert job.args == ("--placement=replication", "--max_iterations=3",
-                        "--max_iteration_steps=3000")
-    assert job.module == "trainer.task"
-
-
-CHIEF_POOL = "  - {replicaCount: 1, containerSpec: {imageUri: x, args: [--a=1]}}\n"
-
-
-def write(tmp_path: Path, text: str) -> str:
-    path = tmp_path / "job.yaml"
-    path.write_text(text)
-    return str(path)
-
-
-def test_empty_pools_count_as_zero_and_container_args_are_used(tmp_path):
-    path = write(tmp_path, "workerPoolSpecs:\n" + CHIEF_POOL + "  - {}\n"
-                 "  - {replicaCount: '2', containerSpec: {imageUri: x}}\n  - {}\n")
-    job = launch.read_job_config(path)
-    assert job.shape == ClusterShape(workers=0, ps=2, evaluator=False)
-    assert job.args == ("--a=1",) and job.module is None
-
-
-@pytest.mark.parametrize("text, message", [
-    (None, "no such file"),
-    ("workerPoolSpecs: [", "not valid YAML"),
-    ("- 1\n- 2\n", "not a Vertex AI CustomJobSpec"),
-    ("displayName: x\n", "needs a top-level `workerPoolSpecs` list"),
-    ("jobSpec:\n  workerPoolSpecs: []\n", "CustomJob, not a CustomJobSpec"),
-    ("workerPoolSpecs: []\n", "has 0 pools"),
-    ("workerPoolSpecs:\n" + CHIEF_POOL * 5, "has 5 pools"),
-    ("workerPoolSpecs:\n  - {replicaCount: 2, containerSpec: {imageUri: x}}\n",
-     r"workerPoolSpecs[0].replicaCount (2) must be 1"),
-    ("workerPoolSpecs:\n  - {}\n", r"workerPoolSpecs[0].replicaCount (0) must be 1"),
-    ("workerPoolSpecs:\n" + CHIEF_POOL + "  - {replicaCount: -1, containerSpec: {}}\n",
-     r"workerPoolSpecs[1].replicaCount (-1) must be an integer >= 0"),
-    ("workerPoolSpecs:\n" + CHIEF_POOL + "  - {replicaCount: 1}\n",
-     r"workerPoolSpecs[1] needs exactly one of pythonPackageSpec or containerSpec"),
-    ("workerPoolSpecs:\n" + CHIEF_POOL + "  - [1]\n", r"workerPoolSpecs[1] must be a mapping"),
-])
-def test_bad_configs_name_the_problem(tmp_path, text, message):
-    path = str(tmp_path / "missing.yaml") if text is None else write(tmp_path, text)
-    with pytest.raises(InputError) as error:
-        launch.read_job_config(path)
-    assert message in str(error.value) and path in str(error.value)
-
+# -- flags ------------------------------------------------------------------------------------
 
 def test_flags_override_the_configs_sizes_and_args():
     config = f"--config={REPO / 'config.yaml'}"
@@ -453,6 +106,12 @@ def test_without_a_config_the_defaults_are_a_lone_trainer_task():
     options = launch.parse_command_line(["--", "--job_dir=x"])
     assert options.shape == ClusterShape() and options.module == "trainer.task"
     assert options.args == ("--job_dir=x",)
+
+
+@pytest.mark.parametrize("code, shell_code", [(0, 0), (3, 3), (-signal.SIGKILL, 137),
+                                              (-signal.SIGTERM, 143)])
+def test_a_chief_killed_by_a_signal_exits_like_a_shell(code, shell_code):
+    assert launch._exit_code(code) == shell_code
 
 
 # -- the command line, as a real process ------------------------------------------------------

@@ -23,36 +23,14 @@ import tensorflow as tf
 from absl import logging
 
 from trainer.errors import InputError
+from trainer.paths import FUSE_ROOT, bucket_of, has_atomic_rename, is_fuse, is_gcs
 
 T = TypeVar("T")
 
-FUSE_ROOT = "/gcs/"
 _CHECK = ("check the bucket name, that it exists, and the credentials "
           "(GOOGLE_APPLICATION_CREDENTIALS or the job's service account)")
 TRANSIENT_ERRORS = (tf.errors.UnavailableError, tf.errors.DeadlineExceededError,
                     tf.errors.ResourceExhaustedError, tf.errors.AbortedError)
-
-
-def is_gcs(path: str) -> bool:
-    return path.startswith("gs://")
-
-
-def is_fuse(path: str) -> bool:
-    """A Cloud Storage FUSE mount as Vertex AI makes them (`/gcs/BUCKET/...`)."""
-    return path.startswith(FUSE_ROOT)
-
-
-def has_atomic_rename(path: str) -> bool:
-    """Whether renaming a directory at `path` is one atomic step (a local POSIX filesystem)."""
-    return not (is_gcs(path) or is_fuse(path) or "://" in path)
-
-
-def bucket_of(path: str) -> str | None:
-    """`BUCKET` of `gs://BUCKET/...` or `/gcs/BUCKET/...`; None for other paths."""
-    for prefix in ("gs://", FUSE_ROOT):
-        if path.startswith(prefix):
-            return path[len(prefix):].split("/", 1)[0] or None
-    return None
 
 
 # -- retries --------------------------------------------------------------------------------

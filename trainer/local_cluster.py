@@ -1,0 +1,371 @@
+"""A cluster of real processes on this machine, shaped like a Vertex AI job.
+
+`LocalCluster` starts a chief, N workers, M parameter servers and optionally an evaluator as
+separate processes (`python -m MODULE ARGS`, the same arguments for every process, as on
+Vertex) on 127.0.0.1 with free ports. Each gets `TF_CONFIG` and `CLUSTER_SPEC` in Vertex's
+shapes, `GRPC_FAIL_FAST=use_caller` and loopback in `no_proxy`. A lone chief gets no
+`TF_CONFIG`, as on a single-replica Vertex job. Output lines are prefixed with the role
+(`[worker 0] `). `python -m trainer.launch` is its command line; tests and benchmarks use it
+directly:
+
+    with LocalCluster(ClusterShape(workers=2, ps=1), args=["--max_iterations=1"]) as cluster:
+        cluster.process("worker", 0).kill()
+        cluster.restart("worker", 0)       # same port, same TF_CONFIG
+        code = cluster.wait(timeout=600)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from typing import Sequence, TextIO
+
+from trainer.errors import InputError
+
+CHIEF, WORKER, PS, EVALUATOR = "chief", "worker", "ps", "evaluator"
+# Vertex's pools by position: workerPoolSpecs[i] holds the replicas of POOL_ROLES[i].
+POOL_ROLES = (CHIEF, WORKER, PS, EVALUATOR)
+DEFAULT_MODULE = "trainer.task"
+DEFAULT_HOST = "127.0.0.1"
+LOOPBACK_NO_PROXY = ("127.0.0.1", "localhost")
+# Variables the launcher sets per process; inherited values would mislead the processes.
+_CLUSTER_VARIABLES = ("TF_CONFIG", "CLUSTER_SPEC")
+
+
+# -- the shape of the cluster -----------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class Task:
+    """One replica: its role (`chief`, `worker`, `ps`, `evaluator`) and index in the role."""
+
+    role: str
+    index: int = 0
+
+    def __post_init__(self):
+        if self.role not in POOL_ROLES:
+            raise ValueError(f"role {self.role!r} is not one of {', '.join(POOL_ROLES)}.")
+        if self.index < 0 or (self.role in (CHIEF, EVALUATOR) and self.index != 0):
+            raise ValueError(f"{self.role} index ({self.index}) must be 0"
+                             + ("" if self.role in (CHIEF, EVALUATOR) else " or more") + ".")
+
+    @property
+    def label(self) -> str:
+        """How output lines of this task are prefixed: `chief`, `worker 0`, `evaluator`."""
+        return self.role if self.role in (CHIEF, EVALUATOR) else f"{self.role} {self.index}"
+
+    @property
+    def pool(self) -> int:
+        """The position of this task's pool in `workerPoolSpecs`."""
+        return POOL_ROLES.index(self.role)
+
+
+@dataclasses.dataclass(frozen=True)
+class ClusterShape:
+    """How many replicas of each role: always one chief, `workers`, `ps`, maybe an evaluator."""
+
+    workers: int = 0
+    ps: int = 0
+    evaluator: bool = False
+
+    def __post_init__(self):
+        for name in ("workers", "ps"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise InputError(f"`{name}` ({value!r}) must be an integer >= 0.")
+
+    @property
+    def is_single_process(self) -> bool:
+        """Only a chief: like a single-replica Vertex job, it gets no TF_CONFIG."""
+        return self.workers == 0 and self.ps == 0 and not self.evaluator
+
+    def tasks(self) -> tuple[Task, ...]:
+        """Every task, in pool order: chief, workers, ps, evaluator."""
+        return ((Task(CHIEF),)
+                + tuple(Task(WORKER, i) for i in range(self.workers))
+                + tuple(Task(PS, i) for i in range(self.ps))
+                + ((Task(EVALUATOR),) if self.evaluator else ()))
+
+
+# -- what each process is told ----------------------------------------------------------------
+
+def tf_config(addresses: dict[Task, str], task: Task) -> dict:
+    """`TF_CONFIG` for `task` in Vertex's shape.
+
+    `cluster` lists chief, workers and ps (empty roles omitted) and never the evaluator; the
+    evaluator only learns its role from `task`.
+    """
+    cluster: dict[str, list[str]] = {}
+    for other in sorted(addresses, key=lambda t: (t.pool, t.index)):
+        if other.role != EVALUATOR:
+            cluster.setdefault(other.role, []).append(addresses[other])
+    return {"cluster": cluster, "task": {"type": task.role, "index": task.index},
+            "environment": "cloud"}
+
+
+def cluster_spec(addresses: dict[Task, str], task: Task) -> dict:
+    """`CLUSTER_SPEC` for `task` in Vertex's shape: the cluster keyed `workerpool0..3`,
+    the evaluator's pool included."""
+    cluster: dict[str, list[str]] = {}
+    for other in sorted(addresses, key=lambda t: (t.pool, t.index)):
+        cluster.setdefault(f"workerpool{other.pool}", []).append(addresses[other])
+    return {"cluster": cluster, "environment": "cloud",
+            "task": {"type": f"workerpool{task.pool}", "index": task.index}}
+
+
+def with_loopback_no_proxy(no_proxy: str | None) -> str:
+    """`no_proxy` with 127.0.0.1 and localhost appended (gRPC honours proxy variables, and a
+    cluster whose traffic goes into a proxy hangs)."""
+    entries = [e.strip() for e in (no_proxy or "").split(",") if e.strip()]
+    return ",".join(entries + [h for h in LOOPBACK_NO_PROXY if h not in entries])
+
+
+def task_environment(base: dict[str, str], addresses: dict[Task, str] | None,
+                     task: Task) -> dict[str, str]:
+    """The environment of one process: `base` plus the cluster variables.
+
+    `addresses=None` is a lone chief: no TF_CONFIG or CLUSTER_SPEC, even if `base` has them.
+    """
+    env = {k: v for k, v in base.items() if k not in _CLUSTER_VARIABLES}
+    env["PYTHONUNBUFFERED"] = "1"  # lines reach the launcher as they are printed
+    env["GRPC_FAIL_FAST"] = "use_caller"
+    no_proxy = with_loopback_no_proxy(base.get("no_proxy") or base.get("NO_PROXY"))
+    env["no_proxy"] = env["NO_PROXY"] = no_proxy
+    if addresses is not None:
+        env["TF_CONFIG"] = json.dumps(tf_config(addresses, task))
+        env["CLUSTER_SPEC"] = json.dumps(cluster_spec(addresses, task))
+    return env
+
+
+def free_ports(count: int, host: str = DEFAULT_HOST) -> list[int]:
+    """`count` distinct ports that are free on `host` right now.
+
+    All sockets stay bound until every port is chosen, so the kernel cannot hand out one port
+    twice; they are closed on return, just before the processes start. A process that binds
+    its port much later (TensorFlow imports for seconds) can in rare cases lose it to another
+    program; the kernel picks bind(0) ports at random, which makes that unlikely.
+    """
+    with contextlib.ExitStack() as stack:
+        sockets = [stack.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
+                   for _ in range(count)]
+        for s in sockets:
+            s.bind((host, 0))
+        return [s.getsockname()[1] for s in sockets]
+
+
+# -- the processes ----------------------------------------------------------------------------
+
+@dataclasses.dataclass
+class _Launch:
+    """One start of one task's process; `stopping` is set when the launcher ends it."""
+
+    process: subprocess.Popen
+    reader: threading.Thread | None = None
+    stopping: threading.Event = dataclasses.field(default_factory=threading.Event)
+
+
+def exit_description(code: int) -> str:
+    if code < 0:
+        with contextlib.suppress(ValueError):
+            return f"code {code} ({signal.Signals(-code).name})"
+    return f"code {code}"
+
+
+def _signal_group(process: subprocess.Popen, sig: int) -> None:
+    """Sends `sig` to the process's group (it leads its own session), ignoring gone ones."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(process.pid, sig)
+
+
+class LocalCluster:
+    """Chief, workers, ps and an evaluator as processes on loopback, like a Vertex AI job.
+
+    Every process runs `python -m MODULE ARGS` with its own TF_CONFIG; ports are chosen once,
+    so a restarted task keeps its address (Vertex restarts a replica under the same hostname).
+    Use as a context manager: leaving the block stops every process.
+
+    Example:
+        with LocalCluster(ClusterShape(workers=1, ps=1), module="trainer.task") as cluster:
+            code = cluster.wait()
+    """
+
+    def __init__(self, shape: ClusterShape, *, module: str = DEFAULT_MODULE,
+                 args: Sequence[str] = (), env: dict[str, str] | None = None,
+                 cwd: str | os.PathLike | None = None, sink: TextIO | None = sys.stdout,
+                 grace: float = 5.0, host: str = DEFAULT_HOST):
+        # -- what runs
+        self.shape = shape
+        self.module = module
+        self.args = tuple(args)
+        self.cwd = cwd
+        # -- how it is watched
+        self.sink = sink  # where prefixed lines go (None: only collected)
+        self.grace = grace
+        self.host = host
+        self._base_env = dict(os.environ if env is None else env)
+        self._addresses: dict[Task, str] | None = None
+        self._launches: dict[Task, _Launch] = {}
+        self._lines: dict[Task, list[str]] = {t: [] for t in shape.tasks()}
+        self._write_lock = threading.Lock()
+        self._chief_done = threading.Event()
+        self._readers: list[threading.Thread] = []
+
+    # -- context manager
+    def __enter__(self) -> "LocalCluster":
+        self.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    # -- addresses and environments
+    @property
+    def addresses(self) -> dict[Task, str]:
+        """`host:port` of every task (empty for a lone chief, which needs no port)."""
+        return dict(self._addresses or {})
+
+    def environment(self, role: str, index: int = 0) -> dict[str, str]:
+        """The environment the task's process is started with."""
+        return task_environment(self._base_env, self._addresses, self._task(role, index))
+
+    def _task(self, role: str, index: int) -> Task:
+        task = Task(role, index)
+        if task not in self._lines:
+            raise KeyError(f"{task.label} is not in this cluster ({self.shape}).")
+        return task
+
+    # -- starting
+    def start(self) -> None:
+        """Chooses ports and starts every process; on a failure stops the ones started."""
+        if self._launches:
+            raise RuntimeError("the cluster is already started; use restart() for one task.")
+        tasks = self.shape.tasks()
+        if not self.shape.is_single_process:
+            ports = free_ports(len(tasks), self.host)
+            self._addresses = {t: f"{self.host}:{p}" for t, p in zip(tasks, ports)}
+        try:
+            for task in tasks:
+                self._spawn(task)
+        except BaseException:
+            self.stop()
+            raise
+
+    def _spawn(self, task: Task) -> subprocess.Popen:
+        env = task_environment(self._base_env, self._addresses, task)
+        # Each process leads its own session, so a Ctrl-C in the terminal reaches only the
+        # launcher, which then stops them all in order (and their children with them).
+        process = subprocess.Popen(
+            [sys.executable, "-m", self.module, *self.args], cwd=self.cwd, env=env,
+            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            start_new_session=True)
+        launch = _Launch(process)
+        self._launches[task] = launch
+        address = self._addresses[task] if self._addresses else "no TF_CONFIG"
+        self.log(f"{task.label}: pid {process.pid}, {address}")
+        launch.reader = threading.Thread(target=self._read, args=(task, launch),
+                                         name=f"read {task.label}", daemon=True)
+        self._readers.append(launch.reader)
+        launch.reader.start()
+        return process
+
+    # -- output
+    def log(self, message: str) -> None:
+        """Writes a launcher message (`[launch] ...`) to the sink."""
+        self._emit(f"[launch] {message}")
+
+    def _emit(self, line: str) -> None:
+        if self.sink is None:
+            return
+        with self._write_lock:
+            try:
+                self.sink.write(line + "\n")
+                self.sink.flush()
+            except (OSError, ValueError):
+                pass  # a closed sink must not stop the draining of the pipes
+
+    def _read(self, task: Task, launch: _Launch) -> None:
+        """Prefixes and forwards every line of one process, then reports an early exit."""
+        for raw in iter(launch.process.stdout.readline, b""):
+            line = raw.decode("utf-8", errors="replace").rstrip("\r\n")
+            self._lines[task].append(line)
+            self._emit(f"[{task.label}] {line}")
+        launch.process.stdout.close()
+        code = launch.process.wait()
+        if task.role != CHIEF and not launch.stopping.is_set() and not self._chief_done.is_set():
+            verdict = "failed" if code else "ended"
+            self.log(f"{task.label} {verdict} with {exit_description(code)} before the chief "
+                     "ended; the others keep running (the chief may recover).")
+
+    def output(self, role: str, index: int = 0) -> list[str]:
+        """Every line the task has printed so far (stdout and stderr, all its starts)."""
+        return list(self._lines[self._task(role, index)])
+
+    # -- the processes
+    def process(self, role: str, index: int = 0) -> subprocess.Popen:
+        """The task's current process (for pids, signals and return codes)."""
+        task = self._task(role, index)
+        if task not in self._launches:
+            raise RuntimeError(f"{task.label} has not been started; call start() first.")
+        return self._launches[task].process
+
+    def restart(self, role: str, index: int = 0) -> subprocess.Popen:
+        """Starts the task again with the same port and TF_CONFIG, stopping it first if it
+        still runs. Returns the new process."""
+        task = self._task(role, index)
+        old = self._launches.get(task)
+        if old is None:
+            raise RuntimeError(f"{task.label} has not been started; call start() first.")
+        self._terminate([old])
+        self.log(f"restarting {task.label}")
+        return self._spawn(task)
+
+    def wait(self, timeout: float | None = None) -> int:
+        """Waits for the chief to exit and returns its exit code (negative: killed by that
+        signal). Other processes keep running until stop().
+
+        Raises:
+            TimeoutError: the chief still runs after `timeout` seconds.
+        """
+        try:
+            code = self.process(CHIEF).wait(timeout)
+        except subprocess.TimeoutExpired:
+            raise TimeoutError(f"the chief still runs after {timeout} s.") from None
+        self._chief_done.set()
+        return code
+
+    def stop(self) -> None:
+        """Stops every process (SIGTERM, SIGKILL after `grace` seconds) and drains output."""
+        self._chief_done.set()
+        running = [launch for launch in self._launches.values()
+                   if launch.process.poll() is None]
+        if running:
+            self.log(f"stopping {len(running)} process(es)")
+        self._terminate(list(self._launches.values()))
+        for reader in self._readers:
+            reader.join(timeout=self.grace)
+
+    def _terminate(self, launches: list[_Launch]) -> None:
+        """SIGTERM to each process group, then SIGKILL to those alive after `grace` seconds."""
+        for launch in launches:
+            launch.stopping.set()
+            if launch.process.poll() is None:
+                _signal_group(launch.process, signal.SIGTERM)
+        deadline = time.monotonic() + self.grace
+        for launch in launches:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                launch.process.wait(max(0.0, deadline - time.monotonic()))
+        for launch in launches:
+            if launch.process.poll() is None:
+                _signal_group(launch.process, signal.SIGKILL)
+                launch.process.wait()
+            # The group may hold children that outlived their leader.
+            _signal_group(launch.process, signal.SIGKILL)
+
+

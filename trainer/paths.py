@@ -1,0 +1,50 @@
+"""What a path names: Cloud Storage (`gs://BUCKET/NAME`), a Cloud Storage FUSE mount
+(`/gcs/BUCKET/NAME`, as Vertex AI mounts buckets), or a local file. Pure string functions,
+shared by the trainer and `deploy/` (no TensorFlow, no client library)."""
+
+from __future__ import annotations
+
+GCS_PREFIX = "gs://"
+FUSE_ROOT = "/gcs/"
+
+
+def is_gcs(path: str) -> bool:
+    return path.startswith(GCS_PREFIX)
+
+
+def is_fuse(path: str) -> bool:
+    """A Cloud Storage FUSE mount as Vertex AI makes them (`/gcs/BUCKET/...`)."""
+    return path.startswith(FUSE_ROOT)
+
+
+def has_atomic_rename(path: str) -> bool:
+    """Whether renaming a directory at `path` is one atomic step (a local POSIX filesystem)."""
+    return not (is_gcs(path) or is_fuse(path) or "://" in path)
+
+
+def bucket_of(path: str) -> str | None:
+    """`BUCKET` of `gs://BUCKET/...` or `/gcs/BUCKET/...`; None for other paths."""
+    for prefix in (GCS_PREFIX, FUSE_ROOT):
+        if path.startswith(prefix):
+            return path[len(prefix):].split("/", 1)[0] or None
+    return None
+
+
+def split_gcs(uri: str) -> tuple[str, str]:
+    """The bucket and object name of a gs:// URI.
+
+    Args:
+        uri: `gs://BUCKET/NAME`.
+
+    Returns:
+        `("BUCKET", "NAME")`; NAME may be empty.
+
+    Raises:
+        ValueError: `uri` is not a gs:// URI or names no bucket.
+    """
+    bucket = bucket_of(uri) if is_gcs(uri) else None
+    if not is_gcs(uri) or len(uri) <= len(GCS_PREFIX):
+        raise ValueError(f"'{uri}' is not a Cloud Storage URI; write gs://BUCKET/PATH.")
+    if not bucket:
+        raise ValueError(f"'{uri}' names no bucket; write gs://BUCKET/PATH.")
+    return bucket, uri[len(GCS_PREFIX) + len(bucket) + 1:]
