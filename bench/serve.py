@@ -11,7 +11,7 @@ Figures (on the machine it runs on, CPU only):
               over one keep-alive connection, against `python -m deploy.serve` in its own
               process (the client is this process, so they do not share a GIL).
   throughput  instances/s with --batch instances per request from --clients threads.
-  batch       instances/s of `deploy.batch.predict_local` over the census test set (16,281
+  batch       instances/s of `deploy.batch_local.predict_local` over the census test set (16,281
               CSV rows: read, check, predict, write the results), the model already loaded;
               the median of --batch_repeats runs.
 
@@ -39,7 +39,7 @@ import numpy as np
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
-from deploy import batch  # noqa: E402
+from deploy import batch_local  # noqa: E402
 from deploy.instances import Predictor  # noqa: E402
 from trainer.input.files import CENSUS_LABEL, CENSUS_TEST  # noqa: E402
 
@@ -145,7 +145,7 @@ def batch_speed(predictor: Predictor, repeats: int) -> dict:
     runs = []
     for _ in range(repeats):
         with tempfile.TemporaryDirectory() as out:
-            runs.append(batch.predict_local(
+            runs.append(batch_local.predict_local(
                 model_dir=predictor.model_dir, sources=[CENSUS_TEST], output_prefix=out,
                 instances_format="csv", excluded_fields=[CENSUS_LABEL], predictor=predictor))
     seconds = float(np.median([r.seconds for r in runs]))

@@ -38,7 +38,7 @@ def predict_endpoint(cloud: api.Cloud, endpoint: str, instances: list) -> list:
     return list(response.predictions)
 
 
-def predict_local(url: str, instances: list, *, route: str = "/predict",
+def predict_at_url(url: str, instances: list, *, route: str = "/predict",
                   timeout: float = 60) -> list:
     """Predictions from the local server at `url` (e.g. http://127.0.0.1:8080)."""
     request = urllib.request.Request(
@@ -94,7 +94,7 @@ def _run(argv: list[str] | None) -> int:
         if args.dry_run:
             api.show([request])
             return 0
-        predictions = predict_local(args.local_url, instances)
+        predictions = predict_at_url(args.local_url, instances)
     else:
         cloud = api.cloud_from(args)
         if args.dry_run:

@@ -15,7 +15,7 @@ import sys
 import numpy as np
 import pytest
 
-from deploy import api, batch
+from deploy import api, batch, batch_csv, batch_local, batch_vertex
 from deploy.instances import NUMBER
 from tests.support import REPO
 
@@ -39,7 +39,7 @@ def test_jsonl_bad_lines_are_reported_and_the_rest_predicted(tmp_path, predictor
     wrong_type = dict(rows[0], age="forty")
     source = _write_jsonl(tmp_path / "in.jsonl", rows,
                           bad_lines=[(3, "{not json"), (7, json.dumps(wrong_type))])
-    result = batch.predict_local(model_dir="", sources=[source], predictor=predictor,
+    result = batch_local.predict_local(model_dir="", sources=[source], predictor=predictor,
                                  output_prefix=str(tmp_path / "out"), batch_size=8,
                                  num_shards=3, model_name="census")
     assert os.path.basename(result.output_dir).startswith("prediction-census-")
@@ -67,7 +67,7 @@ def test_csv_with_an_excluded_label_and_bad_rows(tmp_path, predictor, census_row
             writer.writerow([*row.values(), "<=50K"])
         writer.writerow(["1", "2"])  # line 12: too few fields
         writer.writerow(["x", *list(census_rows[0].values())[1:], "<=50K"])  # line 13
-    result = batch.predict_local(model_dir="", sources=[str(path)], predictor=predictor,
+    result = batch_local.predict_local(model_dir="", sources=[str(path)], predictor=predictor,
                                  output_prefix=str(tmp_path / "out"), instances_format="csv",
                                  excluded_fields=["income_bracket"])
     results, errors = batch.read_results(result.output_dir)
@@ -83,7 +83,7 @@ def test_gcs_in_and_out_through_the_emulator(gcs, tmp_path, predictor, census_ro
         bucket.blob(f"in/part-{part}.jsonl").upload_from_string(
             "".join(json.dumps(r) + "\n" for r in census_rows[part * 5:part * 5 + 5]))
     bucket.blob("in/other.txt").upload_from_string("not an input")
-    result = batch.predict_local(model_dir="", sources=["gs://test-bucket/in/*.jsonl"],
+    result = batch_local.predict_local(model_dir="", sources=["gs://test-bucket/in/*.jsonl"],
                                  output_prefix="gs://test-bucket/out", predictor=predictor)
     assert result.output_dir.startswith("gs://test-bucket/out/prediction-model-")
     results, errors = batch.read_results(result.output_dir)
@@ -92,10 +92,10 @@ def test_gcs_in_and_out_through_the_emulator(gcs, tmp_path, predictor, census_ro
 
 def test_nothing_is_written_for_bad_arguments(tmp_path, predictor):
     with pytest.raises(api.DeployError, match="--instances_format \\('parquet'\\)"):
-        batch.predict_local(model_dir="", sources=["x"], output_prefix=str(tmp_path / "o"),
+        batch_local.predict_local(model_dir="", sources=["x"], output_prefix=str(tmp_path / "o"),
                             instances_format="parquet", predictor=predictor)
     with pytest.raises(FileNotFoundError, match="matches no file"):
-        batch.predict_local(model_dir="", sources=[str(tmp_path / "none-*.jsonl")],
+        batch_local.predict_local(model_dir="", sources=[str(tmp_path / "none-*.jsonl")],
                             output_prefix=str(tmp_path / "o"), predictor=predictor)
     assert not (tmp_path / "o").exists()
 
@@ -103,10 +103,10 @@ def test_nothing_is_written_for_bad_arguments(tmp_path, predictor):
 def test_vertex_job_through_the_sdk_matches_the_dry_run(cloud_sdk):
     fake, cloud = cloud_sdk
     model = fake.add_model(cloud.parent, "m")
-    job = batch.VertexBatchJob(display_name="census-batch", model=model.rsplit("/", 1)[1],
+    job = batch_vertex.VertexBatchJob(display_name="census-batch", model=model.rsplit("/", 1)[1],
                                sources=("gs://test-bucket/in/*.jsonl",),
                                output_prefix="gs://test-bucket/out", max_replica_count=4)
-    created = batch.submit_vertex(cloud, job)
+    created = batch_vertex.submit_vertex(cloud, job)
     assert created.resource_name.startswith(f"{cloud.parent}/batchPredictionJobs/")
     assert fake.bodies("batchPredictionJobs.create") == [job.request(cloud).body]
 
@@ -121,15 +121,15 @@ def test_bad_vertex_jobs_fail_before_any_request(changes, message):
     options = dict(display_name="b", model="1", sources=("gs://b/in.jsonl",),
                    output_prefix="gs://b/out")
     with pytest.raises(api.DeployError, match=message):
-        batch.VertexBatchJob(**{**options, **changes})
+        batch_vertex.VertexBatchJob(**{**options, **changes})
 
 
 def test_a_csv_job_is_not_sent_as_csv(cloud_sdk):
     fake, cloud = cloud_sdk
-    job = batch.VertexBatchJob(display_name="b", model="1", sources=("gs://b/in.csv",),
+    job = batch_vertex.VertexBatchJob(display_name="b", model="1", sources=("gs://b/in.csv",),
                                output_prefix="gs://b/out", instances_format="csv")
     with pytest.raises(api.DeployError, match="convert them first"):
-        batch.submit_vertex(cloud, job)
+        batch_vertex.submit_vertex(cloud, job)
     assert fake.requests == []
 
 
@@ -144,10 +144,10 @@ def _census_csv_lines(count: int) -> list[str]:
 
 
 def _csv_job(sources, *, model="1", excluded_fields=("income_bracket",), model_dir=None
-             ) -> batch.CsvVertexJob:
-    job = batch.VertexBatchJob(display_name="census-csv", model=model, sources=tuple(sources),
+             ) -> batch_csv.CsvVertexJob:
+    job = batch_vertex.VertexBatchJob(display_name="census-csv", model=model, sources=tuple(sources),
                                output_prefix="gs://test-bucket/out", instances_format="csv")
-    return batch.CsvVertexJob.of(job, excluded_fields=excluded_fields, model_dir=model_dir)
+    return batch_csv.CsvVertexJob.of(job, excluded_fields=excluded_fields, model_dir=model_dir)
 
 
 def _objects(gcs, prefix: str) -> dict[str, str]:
@@ -170,7 +170,7 @@ def test_vertex_csv_job_reads_jsonl_objects_converted_in_the_bucket(
     csv_job = _csv_job(["gs://test-bucket/in/*.csv", "gs://test-bucket/in/*.csv.gz"],
                        model=model)
 
-    conversion, created = batch.submit_vertex_csv(cloud, csv_job)
+    conversion, created = batch_csv.submit_vertex_csv(cloud, csv_job)
 
     directory = csv_job.instances_dir
     assert directory.startswith("gs://test-bucket/out/instances-")
@@ -232,7 +232,7 @@ def test_bad_csv_fails_before_anything_is_written(gcs, predictor, text, excluded
     gcs.bucket("test-bucket").blob("in/a.csv").upload_from_string(text)
     csv_job = _csv_job(["gs://test-bucket/in/a.csv"], excluded_fields=excluded)
     with pytest.raises(api.DeployError, match=message):
-        batch.convert_csv(csv_job, predictor.fields)
+        batch_csv.convert_csv(csv_job, predictor.fields)
     assert _objects(gcs, "out/") == {}
 
 
@@ -244,7 +244,7 @@ def test_a_bad_header_stops_the_job_before_any_write_or_request(cloud_sdk, gcs, 
     bucket.blob("in/b.csv").upload_from_string("\n".join([header.replace("age,", ""), *rows]))
     csv_job = _csv_job(["gs://test-bucket/in/*.csv"], model_dir=census_model)
     with pytest.raises(api.DeployError, match="b.csv: the header has no column age"):
-        batch.submit_vertex_csv(cloud, csv_job)
+        batch_csv.submit_vertex_csv(cloud, csv_job)
     assert _objects(gcs, "out/") == {} and fake.requests == []
 
 
@@ -305,7 +305,7 @@ def test_csv_text_that_needs_escaping_and_bytes_that_are_not_utf8(tmp_path, pred
             values[1] = '"' + odd[i].replace('"', '""') + '"'
         lines.append(",".join(values))
     path.write_bytes(("\n".join(lines) + "\n").encode().replace(b"Private", b"Priv\xffate"))
-    result = batch.predict_local(model_dir="", sources=[str(path)], predictor=predictor,
+    result = batch_local.predict_local(model_dir="", sources=[str(path)], predictor=predictor,
                                  output_prefix=str(tmp_path / "out"), instances_format="csv",
                                  batch_size=4, num_shards=2)
     text = b"".join(open(f, "rb").read() for f in result.result_files).decode("utf-8")

@@ -35,7 +35,7 @@ def _post(url: str, data: bytes) -> tuple[int, dict]:
 
 
 def test_predictions_match_the_model_and_have_every_output(server, predictor, census_rows):
-    predictions = predict.predict_local(server.url, census_rows[:5])
+    predictions = predict.predict_at_url(server.url, census_rows[:5])
     assert predictions == predictor.predict(census_rows[:5])
     assert set(predictions[0]) == {"probabilities", "class_ids", "classes", "logits"}
     assert predictions[0]["classes"] in ("<=50K", ">50K")
@@ -58,8 +58,8 @@ def test_malformed_instances_get_a_400_naming_the_field(server, census_rows, cha
     bad = dict(census_rows[1])
     change(bad)
     with pytest.raises(predict.PredictionError, match="400: " + message):
-        predict.predict_local(server.url, [census_rows[0], bad])
-    assert len(predict.predict_local(server.url, census_rows[:2])) == 2  # still serving
+        predict.predict_at_url(server.url, [census_rows[0], bad])
+    assert len(predict.predict_at_url(server.url, census_rows[:2])) == 2  # still serving
 
 
 @pytest.mark.parametrize("body, message", [
@@ -78,7 +78,7 @@ def test_requests_over_1_5_mb_are_refused_and_the_server_keeps_serving(server, c
     assert len(big) > serve.MAX_REQUEST_BYTES
     status, answer = _post(server.url + "/predict", big)
     assert status == 400 and "limit is 1572864 (1.5 MB)" in answer["error"]
-    assert len(predict.predict_local(server.url, census_rows[:3])) == 3
+    assert len(predict.predict_at_url(server.url, census_rows[:3])) == 3
 
 
 def test_unknown_routes_get_a_404(server):
@@ -105,7 +105,7 @@ def test_the_command_serves_the_vertex_contract(census_model, census_rows):
     try:
         url = f"http://127.0.0.1:{port}"
         _wait_healthy(url + "/ping", process)
-        answer = predict.predict_local(url, census_rows[:2], route="/v1/predict")
+        answer = predict.predict_at_url(url, census_rows[:2], route="/v1/predict")
         assert len(answer) == 2 and "probabilities" in answer[0]
     finally:
         process.terminate()

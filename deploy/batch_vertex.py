@@ -1,0 +1,70 @@
+"""A Vertex AI BatchPredictionJob over JSON Lines files in a bucket (`python -m deploy.batch
+vertex`); CSV sources are converted first (`deploy/batch_csv.py`)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from deploy import api, batch_local
+
+
+@dataclasses.dataclass(frozen=True)
+class VertexBatchJob:
+    """A BatchPredictionJob over files in a bucket; `request()` is its REST request."""
+
+    display_name: str
+    model: str
+    sources: tuple[str, ...]
+    output_prefix: str
+    instances_format: str = "jsonl"
+    machine_type: str = "n2-standard-4"
+    starting_replica_count: int = 1
+    max_replica_count: int = 1
+
+    def __post_init__(self):
+        batch_local.check_format(self.instances_format)
+        if not self.sources:
+            raise api.DeployError("--source is empty: give gs:// files or globs.")
+        for source in self.sources:
+            api.gcs_uri("--source", source)
+        api.gcs_uri("--output_prefix", self.output_prefix)
+        api.positive("--starting_replica_count", self.starting_replica_count)
+        api.positive("--max_replica_count", self.max_replica_count)
+        if self.max_replica_count < self.starting_replica_count:
+            raise api.DeployError(f"--max_replica_count ({self.max_replica_count}) is below "
+                                  f"--starting_replica_count ({self.starting_replica_count}).")
+
+    def body(self, cloud: api.Cloud) -> dict:
+        return {
+            "displayName": self.display_name,
+            "model": cloud.resource("models", self.model),
+            "inputConfig": {"instancesFormat": self.instances_format,
+                            "gcsSource": {"uris": list(self.sources)}},
+            "outputConfig": {"predictionsFormat": "jsonl",
+                             "gcsDestination": {"outputUriPrefix": self.output_prefix}},
+            "dedicatedResources": {"machineSpec": {"machineType": self.machine_type},
+                                   "startingReplicaCount": self.starting_replica_count,
+                                   "maxReplicaCount": self.max_replica_count},
+            "manualBatchTuningParameters": {},  # what the SDK sends: the service's default
+        }
+
+    def request(self, cloud: api.Cloud) -> api.ApiRequest:
+        return api.ApiRequest("POST", cloud.url(f"{cloud.parent}/batchPredictionJobs"),
+                              self.body(cloud))
+
+
+def submit_vertex(cloud: api.Cloud, job: VertexBatchJob):
+    """Creates the BatchPredictionJob and returns at once (the SDK's job object). A job over
+    CSV sources goes through `CsvVertexJob` instead (their rows converted first)."""
+    from google.cloud import aiplatform
+
+    if job.instances_format == "csv":
+        raise api.DeployError("Vertex sends CSV rows to the model as arrays, which its named "
+                              "inputs do not take: convert them first (CsvVertexJob).")
+    cloud.init_sdk()
+    return aiplatform.BatchPredictionJob.submit(
+        job_display_name=job.display_name, model_name=cloud.resource("models", job.model),
+        instances_format=job.instances_format, predictions_format="jsonl",
+        gcs_source=list(job.sources), gcs_destination_prefix=job.output_prefix,
+        machine_type=job.machine_type, starting_replica_count=job.starting_replica_count,
+        max_replica_count=job.max_replica_count)
