@@ -1,8 +1,8 @@
 """This replica's role and its cluster, from Vertex AI's `TF_CONFIG` (or `CLUSTER_SPEC`).
 
 `parse(tf_config, cluster_spec)` is the one function that turns those variables into a frozen
-`Cluster`; it fails with an `InputError` naming the bad key. Vertex's shapes
-(../shared/notes/vertex.md): `cluster` holds `chief` (legacy: `master`), `worker` and `ps`;
+`Cluster`; it fails with an `InputError` naming the bad key. Vertex's shapes (as
+Vertex AI documents them for custom training): `cluster` holds `chief` (legacy: `master`), `worker` and `ps`;
 the evaluator is never in `cluster` and only its `task` says `evaluator`; `task.trial` is a
 string under hyperparameter tuning. `CLUSTER_SPEC` carries the same pools as `workerpool0..3`.
 """

@@ -123,10 +123,7 @@ def make_runtime(cluster: Cluster, placement: PlacementStrategy, *,
         logging.info("Connected to %d workers and %d parameter servers; placement: %s.",
                      cluster.num_workers, cluster.num_ps, placement.name)
         return Runtime(cluster, strategy, placement, coordinator)
-    if cluster.is_distributed:
-        if placement.name != "replication":
-            raise TrainingError(  # checked earlier as bad input; kept as an invariant
-                "round_robin placement needs parameter servers.")
+    if cluster.is_distributed:  # round_robin without ps was refused as bad input (training.py)
         strategy = tf.distribute.MultiWorkerMirroredStrategy(cluster_resolver=cluster.resolver())
         logging.info("MultiWorkerMirroredStrategy over %d replicas.",
                      strategy.num_replicas_in_sync)

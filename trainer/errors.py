@@ -2,8 +2,10 @@
 
 `InputError`: the user's data, flags or job dir are wrong. Raised before any work starts and
 before anything is written; the program stops with exit code 2 and the message.
-`TrainingError`: training started but cannot go on (every candidate diverged). Finished
-iterations stay in the job dir; a re-run with changed flags in a new job dir is the fix.
+`TrainingError`: training started but cannot go on: every candidate diverged, the cluster's
+servers did not come up within the timeout, a parameter server was lost, or the input files
+changed since they were scanned. Finished iterations stay in the job dir; depending on the
+message, a restart resumes (lost servers) or a re-run with changed flags or data is the fix.
 """
 
 
@@ -12,4 +14,4 @@ class InputError(ValueError):
 
 
 class TrainingError(RuntimeError):
-    """Training cannot continue; what was finished is kept."""
+    """Training cannot continue; what was finished is kept (see the module doc)."""

@@ -4,7 +4,8 @@ An iteration trains `k` new subnetworks and the candidate ensembles' mixture wei
 these is a *job*; a `Unit` is the set of jobs one worker trains together in each step. A
 placement strategy maps the workers of a cluster to units (`assign`) and each subnetwork to a
 group of parameter servers (`ps_group`). Both are pure functions of small integers: they are
-tested as truth tables, and the training loop (`trainer/training.py`) executes them.
+tested as truth tables, and the coordinated train loop (`trainer/loops.py`,
+`CoordinatedLoop`) executes them.
 
 Every job trains for the iteration's step budget, whatever the placement, so the search is
 the same; what changes is the work per step and per worker, stated in each docstring.
