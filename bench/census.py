@@ -31,8 +31,12 @@ def batches(x: np.ndarray, y: np.ndarray, batch_size: int, seed: int):
     """Endless shuffled batches of the arrays, through the default strategy (the same seed
     gives the same batches)."""
     rows = len(x)
-    dataset = (tf.data.Dataset.range(rows).shuffle(rows, seed=seed).repeat()
-               .batch(batch_size, drop_remainder=True)
-               .map(lambda i: ({"dense": tf.gather(x, i)}, tf.gather(y, i)))
-               .prefetch(tf.data.AUTOTUNE))
+    dataset = (
+        tf.data.Dataset.range(rows)
+        .shuffle(rows, seed=seed)
+        .repeat()
+        .batch(batch_size, drop_remainder=True)
+        .map(lambda i: ({"dense": tf.gather(x, i)}, tf.gather(y, i)))
+        .prefetch(tf.data.AUTOTUNE)
+    )
     return iter(tf.distribute.get_strategy().experimental_distribute_dataset(dataset))

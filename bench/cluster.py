@@ -40,19 +40,25 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
-from trainer.local_cluster import ClusterShape, LocalCluster  # noqa: E402
+from trainer.local_cluster import ClusterShape, LocalCluster
 
 SEARCH = ("--generator=dnn,cross", "--max_iterations=1", "--checkpoint_every_secs=600")
 
 
-def run_one(*, workers: int, ps: int, placement: str, steps: int, batch_size: int,
-            job_dir: str, log) -> dict:
-    args = (f"--job_dir={job_dir}", f"--max_iteration_steps={steps}",
-            f"--batch_size={batch_size}", f"--placement={placement}") + SEARCH
+def run_one(
+    *, workers: int, ps: int, placement: str, steps: int, batch_size: int, job_dir: str, log
+) -> dict:
+    args = (
+        f"--job_dir={job_dir}",
+        f"--max_iteration_steps={steps}",
+        f"--batch_size={batch_size}",
+        f"--placement={placement}",
+    ) + SEARCH
     shape = ClusterShape(workers=workers, ps=ps) if workers else ClusterShape()
     started = time.monotonic()
-    with LocalCluster(shape, module="trainer.task", args=args, cwd=ROOT, sink=log,
-                      grace=10) as cluster:
+    with LocalCluster(
+        shape, module="trainer.task", args=args, cwd=ROOT, sink=log, grace=10
+    ) as cluster:
         code = cluster.wait(timeout=1800)
     wall = time.monotonic() - started
     if code != 0:
@@ -61,30 +67,39 @@ def run_one(*, workers: int, ps: int, placement: str, steps: int, batch_size: in
         record = json.load(f)["iterations"][0]
     seconds = record["seconds"]
     steady = seconds["training"] - seconds["first_step"]
-    worker_steps = sum(n for unit in record["placement"]
-                       for n in unit["steps_by_worker"].values())
+    worker_steps = sum(n for unit in record["placement"] for n in unit["steps_by_worker"].values())
     first_chunk = 1 if not workers else 0  # one process: the first call runs one step
     job_steps = record["steps"] - first_chunk
-    return {"workers": workers, "ps": ps if workers else 0,
-            "placement": placement if workers else "single process",
-            "steps_per_job": record["steps"], "batch_size": batch_size,
-            "first_step_s": seconds["first_step"], "training_s": seconds["training"],
-            "setup_s": wall - seconds["total"],
-            "job_steps_per_s": job_steps / steady if steady > 0 else None,
-            "examples_per_s": ((worker_steps - first_chunk) * batch_size / steady
-                               if steady > 0 else None),
-            "steps_by_unit": {u["unit"]: u["steps_by_worker"] for u in record["placement"]},
-            "wall_s": wall}
+    return {
+        "workers": workers,
+        "ps": ps if workers else 0,
+        "placement": placement if workers else "single process",
+        "steps_per_job": record["steps"],
+        "batch_size": batch_size,
+        "first_step_s": seconds["first_step"],
+        "training_s": seconds["training"],
+        "setup_s": wall - seconds["total"],
+        "job_steps_per_s": job_steps / steady if steady > 0 else None,
+        "examples_per_s": (
+            (worker_steps - first_chunk) * batch_size / steady if steady > 0 else None
+        ),
+        "steps_by_unit": {u["unit"]: u["steps_by_worker"] for u in record["placement"]},
+        "wall_s": wall,
+    }
 
 
 def table(rows: list[dict]) -> str:
-    lines = [f"{'placement':<15}{'workers':>8}{'ps':>4}{'first step s':>14}"
-             f"{'job steps/s':>13}{'examples/s':>12}{'setup s':>9}",
-             "-" * 75]
+    lines = [
+        f"{'placement':<15}{'workers':>8}{'ps':>4}{'first step s':>14}"
+        f"{'job steps/s':>13}{'examples/s':>12}{'setup s':>9}",
+        "-" * 75,
+    ]
     for r in rows:
-        lines.append(f"{r['placement']:<15}{r['workers']:>8}{r['ps']:>4}"
-                     f"{r['first_step_s']:>14.1f}{r['job_steps_per_s'] or 0:>13.0f}"
-                     f"{r['examples_per_s'] or 0:>12,.0f}{r['setup_s']:>9.1f}")
+        lines.append(
+            f"{r['placement']:<15}{r['workers']:>8}{r['ps']:>4}"
+            f"{r['first_step_s']:>14.1f}{r['job_steps_per_s'] or 0:>13.0f}"
+            f"{r['examples_per_s'] or 0:>12,.0f}{r['setup_s']:>9.1f}"
+        )
     return "\n".join(lines)
 
 
@@ -98,8 +113,7 @@ def main() -> None:
     parser.add_argument("--no_baseline", action="store_true")
     parser.add_argument("--out", default=os.path.join(ROOT, "bench/results/cluster.json"))
     parser.add_argument("--append", action="store_true", help="add rows to --out")
-    parser.add_argument("--log", default=os.path.join(tempfile.gettempdir(),
-                                                      "bench-cluster.log"))
+    parser.add_argument("--log", default=os.path.join(tempfile.gettempdir(), "bench-cluster.log"))
     args = parser.parse_args()
     rows = []
     if args.append and os.path.exists(args.out):
@@ -109,14 +123,25 @@ def main() -> None:
     runs += [(int(w), p) for w in args.workers.split(",") for p in args.placements.split(",")]
     with open(args.log, "w") as log, tempfile.TemporaryDirectory() as tmp:
         for i, (workers, placement) in enumerate(runs):
-            row = run_one(workers=workers, ps=args.ps, placement=placement, steps=args.steps,
-                          batch_size=args.batch_size, job_dir=os.path.join(tmp, str(i)),
-                          log=log)
+            row = run_one(
+                workers=workers,
+                ps=args.ps,
+                placement=placement,
+                steps=args.steps,
+                batch_size=args.batch_size,
+                job_dir=os.path.join(tmp, str(i)),
+                log=log,
+            )
             rows.append(row)
             print(table([row]).splitlines()[-1], flush=True)
-    result = {"machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
-                          "python": platform.python_version()},
-              "rows": rows}
+    result = {
+        "machine": {
+            "cpus": os.cpu_count(),
+            "platform": platform.platform(),
+            "python": platform.python_version(),
+        },
+        "rows": rows,
+    }
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
     with open(args.out, "w") as f:
         json.dump(result, f, indent=1)

@@ -39,9 +39,9 @@ import numpy as np
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
-from deploy import batch_local  # noqa: E402
-from deploy.instances import Predictor  # noqa: E402
-from trainer.input.files import CENSUS_LABEL, CENSUS_TEST  # noqa: E402
+from deploy import batch_local
+from deploy.instances import Predictor
+from trainer.input.files import CENSUS_LABEL, CENSUS_TEST
 
 
 def _flags() -> argparse.Namespace:
@@ -61,8 +61,9 @@ def _model_dir(flag: str | None) -> str:
         return flag
     job_dir = os.path.join(REPO, "runs", "bench-serve")
     if not os.path.exists(os.path.join(job_dir, "model", "saved_model.pb")):
-        subprocess.run([sys.executable, "-m", "trainer.task", f"--job_dir={job_dir}"],
-                       cwd=REPO, check=True)
+        subprocess.run(
+            [sys.executable, "-m", "trainer.task", f"--job_dir={job_dir}"], cwd=REPO, check=True
+        )
     return os.path.join(job_dir, "model")
 
 
@@ -72,8 +73,10 @@ def _census_instances(predictor: Predictor, count: int) -> list[dict]:
 
     with gzip.open(CENSUS_TEST, "rt") as f:
         rows = [r for _, r in zip(range(count), csv.DictReader(f, skipinitialspace=True))]
-    return [predictor.fields.from_text(i, {k: v for k, v in r.items() if k != CENSUS_LABEL})
-            for i, r in enumerate(rows)]
+    return [
+        predictor.fields.from_text(i, {k: v for k, v in r.items() if k != CENSUS_LABEL})
+        for i, r in enumerate(rows)
+    ]
 
 
 def _start_server(model_dir: str) -> tuple[subprocess.Popen, int]:
@@ -81,8 +84,11 @@ def _start_server(model_dir: str) -> tuple[subprocess.Popen, int]:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
-    server = subprocess.Popen([sys.executable, "-m", "deploy.serve", f"--model_dir={model_dir}",
-                               f"--port={port}"], cwd=REPO, env=env)
+    server = subprocess.Popen(
+        [sys.executable, "-m", "deploy.serve", f"--model_dir={model_dir}", f"--port={port}"],
+        cwd=REPO,
+        env=env,
+    )
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         try:
@@ -95,8 +101,12 @@ def _start_server(model_dir: str) -> tuple[subprocess.Popen, int]:
 
 
 def _post(connection: http.client.HTTPConnection, instances: list[dict]) -> None:
-    connection.request("POST", "/predict", json.dumps({"instances": instances}),
-                       {"Content-Type": "application/json"})
+    connection.request(
+        "POST",
+        "/predict",
+        json.dumps({"instances": instances}),
+        {"Content-Type": "application/json"},
+    )
     response = connection.getresponse()
     body = response.read()
     if response.status != 200:
@@ -114,12 +124,17 @@ def latency(port: int, instances: list[dict], requests: int) -> dict:
         times.append(time.perf_counter() - start)
     connection.close()
     ms = np.array(times) * 1000
-    return {"requests": requests, "p50_ms": float(np.percentile(ms, 50)),
-            "p99_ms": float(np.percentile(ms, 99)), "mean_ms": float(ms.mean())}
+    return {
+        "requests": requests,
+        "p50_ms": float(np.percentile(ms, 50)),
+        "p99_ms": float(np.percentile(ms, 99)),
+        "mean_ms": float(ms.mean()),
+    }
 
 
-def throughput(port: int, instances: list[dict], batch_size: int, clients: int,
-               seconds: float) -> dict:
+def throughput(
+    port: int, instances: list[dict], batch_size: int, clients: int, seconds: float
+) -> dict:
     chunk = instances[:batch_size]
 
     def client(deadline: float) -> int:
@@ -136,8 +151,12 @@ def throughput(port: int, instances: list[dict], batch_size: int, clients: int,
     with concurrent.futures.ThreadPoolExecutor(clients) as pool:
         counts = list(pool.map(client, [start + seconds] * clients))
     elapsed = time.perf_counter() - start
-    return {"batch": batch_size, "clients": clients, "seconds": elapsed,
-            "instances_per_s": sum(counts) / elapsed}
+    return {
+        "batch": batch_size,
+        "clients": clients,
+        "seconds": elapsed,
+        "instances_per_s": sum(counts) / elapsed,
+    }
 
 
 def batch_speed(predictor: Predictor, repeats: int) -> dict:
@@ -145,14 +164,25 @@ def batch_speed(predictor: Predictor, repeats: int) -> dict:
     runs = []
     for _ in range(repeats):
         with tempfile.TemporaryDirectory() as out:
-            runs.append(batch_local.predict_local(
-                model_dir=predictor.model_dir, sources=[CENSUS_TEST], output_prefix=out,
-                instances_format="csv", excluded_fields=[CENSUS_LABEL], predictor=predictor))
+            runs.append(
+                batch_local.predict_local(
+                    model_dir=predictor.model_dir,
+                    sources=[CENSUS_TEST],
+                    output_prefix=out,
+                    instances_format="csv",
+                    excluded_fields=[CENSUS_LABEL],
+                    predictor=predictor,
+                )
+            )
     seconds = float(np.median([r.seconds for r in runs]))
-    return {"instances": runs[0].num_predictions, "errors": runs[0].num_errors,
-            "repeats": repeats, "seconds": seconds,
-            "all_seconds": [r.seconds for r in runs],
-            "instances_per_s": runs[0].num_predictions / seconds}
+    return {
+        "instances": runs[0].num_predictions,
+        "errors": runs[0].num_errors,
+        "repeats": repeats,
+        "seconds": seconds,
+        "all_seconds": [r.seconds for r in runs],
+        "instances_per_s": runs[0].num_predictions / seconds,
+    }
 
 
 def main() -> int:
@@ -162,28 +192,38 @@ def main() -> int:
     instances = _census_instances(predictor, 1000)
     server, port = _start_server(model_dir)
     try:
-        figures = {"latency": latency(port, instances, flags.requests),
-                   "throughput": throughput(port, instances, flags.batch, flags.clients,
-                                            flags.seconds)}
+        figures = {
+            "latency": latency(port, instances, flags.requests),
+            "throughput": throughput(port, instances, flags.batch, flags.clients, flags.seconds),
+        }
     finally:
         server.terminate()
         server.wait(timeout=30)
     figures["batch"] = batch_speed(predictor, flags.batch_repeats)
     import tensorflow as tf
 
-    figures["machine"] = {"nproc": os.cpu_count(), "python": platform.python_version(),
-                          "tensorflow": tf.__version__, "model_dir": os.path.relpath(model_dir,
-                                                                                     REPO)}
+    figures["machine"] = {
+        "nproc": os.cpu_count(),
+        "python": platform.python_version(),
+        "tensorflow": tf.__version__,
+        "model_dir": os.path.relpath(model_dir, REPO),
+    }
     os.makedirs(os.path.dirname(flags.out), exist_ok=True)
     with open(flags.out, "w") as f:
         json.dump(figures, f, indent=1)
     lat, thr, bat = figures["latency"], figures["throughput"], figures["batch"]
-    print(f"| local server, 1 instance/request ({lat['requests']} requests) | p50 "
-          f"{lat['p50_ms']:.2f} ms, p99 {lat['p99_ms']:.2f} ms |")
-    print(f"| local server, {thr['batch']} instances/request, {thr['clients']} clients | "
-          f"{thr['instances_per_s']:,.0f} instances/s |")
-    print(f"| local batch prediction, census test ({bat['instances']} rows, csv) | "
-          f"{bat['instances_per_s']:,.0f} instances/s ({bat['seconds']:.1f} s) |")
+    print(
+        f"| local server, 1 instance/request ({lat['requests']} requests) | p50 "
+        f"{lat['p50_ms']:.2f} ms, p99 {lat['p99_ms']:.2f} ms |"
+    )
+    print(
+        f"| local server, {thr['batch']} instances/request, {thr['clients']} clients | "
+        f"{thr['instances_per_s']:,.0f} instances/s |"
+    )
+    print(
+        f"| local batch prediction, census test ({bat['instances']} rows, csv) | "
+        f"{bat['instances_per_s']:,.0f} instances/s ({bat['seconds']:.1f} s) |"
+    )
     return 0
 
 

@@ -36,18 +36,17 @@ if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-import tensorflow as tf  # noqa: E402
+import tensorflow as tf
 
-from tests.gcs import running_gcs  # noqa: E402
-from tests.support import parsed_flags  # noqa: E402
-from trainer import job_dir as job_dir_lib  # noqa: E402
-from trainer import task, training  # noqa: E402
-from trainer.config import RunConfig  # noqa: E402
-from trainer.factory import Models  # noqa: E402
-from trainer.input.job import JobInput  # noqa: E402
-from trainer.iteration import Iteration  # noqa: E402
-from trainer.record import (Architecture, CandidateRecord, IterationRecord,  # noqa: E402
-                            Seconds)
+from tests.gcs import running_gcs
+from tests.support import parsed_flags
+from trainer import job_dir as job_dir_lib
+from trainer import task, training
+from trainer.config import RunConfig
+from trainer.factory import Models
+from trainer.input.job import JobInput
+from trainer.iteration import Iteration
+from trainer.record import Architecture, CandidateRecord, IterationRecord, Seconds
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -80,11 +79,19 @@ def write_metadata(job: job_dir_lib.JobDir, census: Census) -> None:
     job_dir_lib.write_atomically(job.schema, census.data.schema.to_json())
     job_dir_lib.write_json(job.run, {"fingerprint": census.config.fingerprint()})
     record = IterationRecord(
-        iteration=0, steps=0, steps_per_sec=None, batch_size=64, selection="moving_average",
-        chosen="c", eval_examples=0, candidates=(CandidateRecord("c", "mean", (), None, False,
-                                                                 {}),),
-        subnetworks=(), placement=(), architecture=Architecture("mean", (), {}),
-        seconds=Seconds(0.0, 0.0, 0.0, 0.0))
+        iteration=0,
+        steps=0,
+        steps_per_sec=None,
+        batch_size=64,
+        selection="moving_average",
+        chosen="c",
+        eval_examples=0,
+        candidates=(CandidateRecord("c", "mean", (), None, False, {}),),
+        subnetworks=(),
+        placement=(),
+        architecture=Architecture("mean", (), {}),
+        seconds=Seconds(0.0, 0.0, 0.0, 0.0),
+    )
     job_dir_lib.write_json(job.record_path(0), record.to_json())
 
 
@@ -103,29 +110,32 @@ def time_it(fn, repeats: int) -> list[float]:
     return samples
 
 
-def measure(root: str, census: Census, iteration: Iteration,
-            repeats: int) -> dict:
+def measure(root: str, census: Census, iteration: Iteration, repeats: int) -> dict:
     job = job_dir_lib.JobDir(root)
     write_metadata(job, census)
     checkpoint = iteration.checkpoint()
-    manager = tf.train.CheckpointManager(checkpoint, job.iteration_checkpoints(0),
-                                         max_to_keep=1)
-    save = time_it(lambda: manager.save(checkpoint_number=int(iteration.step.numpy())),
-                   repeats)
+    manager = tf.train.CheckpointManager(checkpoint, job.iteration_checkpoints(0), max_to_keep=1)
+    save = time_it(lambda: manager.save(checkpoint_number=int(iteration.step.numpy())), repeats)
 
     def restore():
-        latest = tf.train.CheckpointManager(checkpoint, job.iteration_checkpoints(0),
-                                            max_to_keep=1).latest_checkpoint
+        latest = tf.train.CheckpointManager(
+            checkpoint, job.iteration_checkpoints(0), max_to_keep=1
+        ).latest_checkpoint
         checkpoint.restore(latest).assert_existing_objects_matched()
 
     restored = time_it(restore, repeats)
     metadata = time_it(lambda: read_metadata(job), repeats)
-    size = sum(tf.io.gfile.stat(p).length
-               for p in tf.io.gfile.glob(manager.latest_checkpoint + "*"))
-    return {"root": root, "checkpoint_bytes": size,
-            "save_s": statistics.median(save), "restore_s": statistics.median(restored),
-            "resume_metadata_s": statistics.median(metadata),
-            "samples": {"save": save, "restore": restored, "metadata": metadata}}
+    size = sum(
+        tf.io.gfile.stat(p).length for p in tf.io.gfile.glob(manager.latest_checkpoint + "*")
+    )
+    return {
+        "root": root,
+        "checkpoint_bytes": size,
+        "save_s": statistics.median(save),
+        "restore_s": statistics.median(restored),
+        "resume_metadata_s": statistics.median(metadata),
+        "samples": {"save": save, "restore": restored, "metadata": metadata},
+    }
 
 
 def main(argv=None) -> None:
@@ -134,19 +144,26 @@ def main(argv=None) -> None:
         os.environ.update(gcs.env())  # before this process's first gs:// access
         bucket = gcs.new_bucket("bench")
         census, iteration = census_iteration()
-        iterator = iter(census.data.training(
-            readers=1, shard=None, batch_size=census.config.train.batch_size, seed=1))
+        iterator = iter(
+            census.data.training(
+                readers=1, shard=None, batch_size=census.config.train.batch_size, seed=1
+            )
+        )
         iteration.train(iterator, args.train_steps)
         results = {
             "what": "checkpoint save / restore of census iteration 0 (default search)",
-            "machine": {"platform": platform.platform(), "cpus": os.cpu_count(),
-                        "tensorflow": tf.__version__},
+            "machine": {
+                "platform": platform.platform(),
+                "cpus": os.cpu_count(),
+                "tensorflow": tf.__version__,
+            },
             "gcs_route": "TensorFlow GCS client -> mitmproxy (TLS) -> gcp-storage-emulator, "
-                         "all on loopback",
+            "all on loopback",
             "emulator_startup_s": gcs.startup_seconds,
             "repeats": args.repeats,
-            "local": measure(tempfile.mkdtemp(prefix="bench-storage-"), census, iteration,
-                             args.repeats),
+            "local": measure(
+                tempfile.mkdtemp(prefix="bench-storage-"), census, iteration, args.repeats
+            ),
             "gcs": measure(f"gs://{bucket}/job", census, iteration, args.repeats),
         }
     os.makedirs(args.out, exist_ok=True)
@@ -157,11 +174,16 @@ def main(argv=None) -> None:
 
 def table(results: dict) -> str:
     local, gcs = results["local"], results["gcs"]
-    rows = [("checkpoint save", "save_s"), ("checkpoint restore", "restore_s"),
-            ("resume metadata read", "resume_metadata_s")]
-    lines = [f"census iteration 0 checkpoint: {local['checkpoint_bytes'] / 1e6:.2f} MB, "
-             f"median of {results['repeats']}",
-             f"{'':24}{'local':>10}{'gs://':>10}"]
+    rows = [
+        ("checkpoint save", "save_s"),
+        ("checkpoint restore", "restore_s"),
+        ("resume metadata read", "resume_metadata_s"),
+    ]
+    lines = [
+        f"census iteration 0 checkpoint: {local['checkpoint_bytes'] / 1e6:.2f} MB, "
+        f"median of {results['repeats']}",
+        f"{'':24}{'local':>10}{'gs://':>10}",
+    ]
     for name, key in rows:
         lines.append(f"{name:24}{local[key] * 1e3:>8.1f}ms{gcs[key] * 1e3:>8.1f}ms")
     return "\n".join(lines)

@@ -13,7 +13,7 @@ import dataclasses
 import json
 import re
 import sys
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 from trainer import paths
 
@@ -39,11 +39,15 @@ class Cloud:
 
     def __post_init__(self):
         if not _PROJECT.match(self.project or ""):
-            raise DeployError(f"project ({self.project!r}) is not a Google Cloud project id or "
-                              "number; pass --project=MY_PROJECT.")
+            raise DeployError(
+                f"project ({self.project!r}) is not a Google Cloud project id or "
+                "number; pass --project=MY_PROJECT."
+            )
         if not _REGION.match(self.region or ""):
-            raise DeployError(f"region ({self.region!r}) is not a Vertex AI region such as "
-                              f"{DEFAULT_REGION}; pass --region.")
+            raise DeployError(
+                f"region ({self.region!r}) is not a Vertex AI region such as "
+                f"{DEFAULT_REGION}; pass --region."
+            )
 
     @property
     def parent(self) -> str:
@@ -59,8 +63,10 @@ class Cloud:
         if id_or_name.startswith("projects/"):
             return id_or_name
         if not _ID.match(id_or_name) and not id_or_name.startswith("{"):
-            raise DeployError(f"{collection[:-1]} ({id_or_name!r}) is neither a numeric id nor "
-                              f"a resource name like {self.parent}/{collection}/123.")
+            raise DeployError(
+                f"{collection[:-1]} ({id_or_name!r}) is neither a numeric id nor "
+                f"a resource name like {self.parent}/{collection}/123."
+            )
         return f"{self.parent}/{collection}/{id_or_name}"
 
     def init_sdk(self) -> None:
@@ -109,26 +115,35 @@ def gcs_uri(name: str, value: str) -> str:
     try:
         paths.split_gcs(value or "")
     except ValueError:
-        raise DeployError(f"{name} ({value!r}) must be a Cloud Storage URI, gs://BUCKET/PATH."
-                          ) from None
+        raise DeployError(
+            f"{name} ({value!r}) must be a Cloud Storage URI, gs://BUCKET/PATH."
+        ) from None
     return value
 
 
 # Command-line plumbing -------------------------------------------------------------------
 
+
 def parser(description: str) -> argparse.ArgumentParser:
-    return argparse.ArgumentParser(description=description,
-                                   formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    return argparse.ArgumentParser(
+        description=description, formatter_class=argparse.ArgumentDefaultsHelpFormatter
+    )
 
 
 def add_cloud_flags(p: argparse.ArgumentParser, *, project_required: bool = True) -> None:
     """--project, --region, --api_endpoint and --dry_run."""
     p.add_argument("--project", required=project_required, help="Google Cloud project id.")
     p.add_argument("--region", default=DEFAULT_REGION, help="Vertex AI region.")
-    p.add_argument("--api_endpoint", default=None,
-                   help="Another Vertex AI API endpoint (default: REGION-aiplatform...).")
-    p.add_argument("--dry_run", action="store_true",
-                   help="Print the exact REST requests as JSON and send nothing.")
+    p.add_argument(
+        "--api_endpoint",
+        default=None,
+        help="Another Vertex AI API endpoint (default: REGION-aiplatform...).",
+    )
+    p.add_argument(
+        "--dry_run",
+        action="store_true",
+        help="Print the exact REST requests as JSON and send nothing.",
+    )
 
 
 def cloud_from(args: argparse.Namespace) -> Cloud:

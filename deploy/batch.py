@@ -48,11 +48,16 @@ def _read_records(pattern: str) -> list[dict]:
         files = storage.expand([pattern])
     except FileNotFoundError:
         return []
-    return [json.loads(line) for f in files
-            for line in storage.read_bytes(f).decode().splitlines() if line]
+    return [
+        json.loads(line)
+        for f in files
+        for line in storage.read_bytes(f).decode().splitlines()
+        if line
+    ]
 
 
 # Command line ----------------------------------------------------------------------------
+
 
 def _run(argv: list[str] | None) -> int:
     p = api.parser(__doc__.split("\n\n")[0])
@@ -60,9 +65,12 @@ def _run(argv: list[str] | None) -> int:
     vertex = commands.add_parser("vertex", help="Create a Vertex AI BatchPredictionJob.")
     api.add_cloud_flags(vertex)
     vertex.add_argument("--model", required=True, help="Model id or resource name.")
-    vertex.add_argument("--model_dir", default=None,
-                        help="csv: the exported model whose inputs type the rows (default: the "
-                        "model's artifactUri).")
+    vertex.add_argument(
+        "--model_dir",
+        default=None,
+        help="csv: the exported model whose inputs type the rows (default: the "
+        "model's artifactUri).",
+    )
     vertex.add_argument("--display_name", default="adanet-batch-prediction")
     vertex.add_argument("--machine_type", default="n2-standard-4")
     vertex.add_argument("--starting_replica_count", type=int, default=1)
@@ -73,40 +81,56 @@ def _run(argv: list[str] | None) -> int:
     local.add_argument("--num_shards", type=int, default=1)
     local.add_argument("--model_name", default="model", help="Names the output directory.")
     for command in (vertex, local):
-        command.add_argument("--source", required=True,
-                             help="Comma-separated files or globs (gs:// or local).")
+        command.add_argument(
+            "--source", required=True, help="Comma-separated files or globs (gs:// or local)."
+        )
         command.add_argument("--output_prefix", required=True, help="Where outputs go.")
         command.add_argument("--instances_format", default="jsonl", choices=FORMATS)
-        command.add_argument("--excluded_fields", default="",
-                             help="Comma-separated columns to drop from each instance (a "
-                             "label); for a Vertex job, csv only.")
+        command.add_argument(
+            "--excluded_fields",
+            default="",
+            help="Comma-separated columns to drop from each instance (a "
+            "label); for a Vertex job, csv only.",
+        )
     args = p.parse_args(argv)
     sources = [s.strip() for s in args.source.split(",") if s.strip()]
     excluded = [f.strip() for f in args.excluded_fields.split(",") if f.strip()]
     if args.command == "vertex":
         return _run_vertex(args, sources, excluded)
     result = predict_local(
-        model_dir=args.model_dir, sources=sources, output_prefix=args.output_prefix,
-        instances_format=args.instances_format, model_name=args.model_name,
-        excluded_fields=excluded, batch_size=args.batch_size, num_shards=args.num_shards)
+        model_dir=args.model_dir,
+        sources=sources,
+        output_prefix=args.output_prefix,
+        instances_format=args.instances_format,
+        model_name=args.model_name,
+        excluded_fields=excluded,
+        batch_size=args.batch_size,
+        num_shards=args.num_shards,
+    )
     print(json.dumps(dataclasses.asdict(result), indent=2))
     return 0
 
 
 def _run_vertex(args, sources: list[str], excluded: list[str]) -> int:
     cloud = api.cloud_from(args)
-    job = VertexBatchJob(display_name=args.display_name, model=args.model,
-                         sources=tuple(sources), output_prefix=args.output_prefix,
-                         instances_format=args.instances_format,
-                         machine_type=args.machine_type,
-                         starting_replica_count=args.starting_replica_count,
-                         max_replica_count=args.max_replica_count)
+    job = VertexBatchJob(
+        display_name=args.display_name,
+        model=args.model,
+        sources=tuple(sources),
+        output_prefix=args.output_prefix,
+        instances_format=args.instances_format,
+        machine_type=args.machine_type,
+        starting_replica_count=args.starting_replica_count,
+        max_replica_count=args.max_replica_count,
+    )
     if job.instances_format == "csv":
         csv_job = CsvVertexJob.of(job, excluded_fields=excluded, model_dir=args.model_dir)
         return _run_vertex_csv(cloud, csv_job, args.dry_run)
     if excluded or args.model_dir:
-        raise api.DeployError("--excluded_fields and --model_dir apply to csv sources; "
-                              "jsonl instances go to the model as they are.")
+        raise api.DeployError(
+            "--excluded_fields and --model_dir apply to csv sources; "
+            "jsonl instances go to the model as they are."
+        )
     if args.dry_run:
         api.show([job.request(cloud)])
         return 0
@@ -117,8 +141,7 @@ def _run_vertex(args, sources: list[str], excluded: list[str]) -> int:
 def _run_vertex_csv(cloud: api.Cloud, csv_job: CsvVertexJob, dry_run: bool) -> int:
     if dry_run:
         api.show(csv_job.requests(cloud))
-        print(f"dry run: {csv_job.plan()}. Nothing was read, written or sent.",
-              file=sys.stderr)
+        print(f"dry run: {csv_job.plan()}. Nothing was read, written or sent.", file=sys.stderr)
         return 0
     conversion, created = submit_vertex_csv(cloud, csv_job)
     print(conversion.summary(), file=sys.stderr)

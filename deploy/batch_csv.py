@@ -44,13 +44,19 @@ class CsvVertexJob:
 
     def __post_init__(self):
         if self.job.instances_format != "csv":
-            raise api.DeployError(f"CsvVertexJob needs a csv job, got instances_format "
-                                  f"{self.job.instances_format!r}.")
+            raise api.DeployError(
+                f"CsvVertexJob needs a csv job, got instances_format {self.job.instances_format!r}."
+            )
         api.gcs_uri("instances_dir", self.instances_dir)
 
     @classmethod
-    def of(cls, job: VertexBatchJob, *, excluded_fields: Sequence[str] = (),
-           model_dir: str | None = None) -> "CsvVertexJob":
+    def of(
+        cls,
+        job: VertexBatchJob,
+        *,
+        excluded_fields: Sequence[str] = (),
+        model_dir: str | None = None,
+    ) -> CsvVertexJob:
         """`job` with its CSV converted under OUTPUT_PREFIX/instances-<time>/."""
         instances_dir = f"{job.output_prefix.rstrip('/')}/instances-{batch_local.timestamp()}"
         return cls(job, instances_dir, tuple(excluded_fields), model_dir)
@@ -58,8 +64,9 @@ class CsvVertexJob:
     @property
     def jsonl_job(self) -> VertexBatchJob:
         """The job Vertex runs: over the converted files."""
-        return dataclasses.replace(self.job, sources=(f"{self.instances_dir}/*.jsonl",),
-                                   instances_format="jsonl")
+        return dataclasses.replace(
+            self.job, sources=(f"{self.instances_dir}/*.jsonl",), instances_format="jsonl"
+        )
 
     @property
     def error_file(self) -> str:
@@ -73,15 +80,20 @@ class CsvVertexJob:
     def requests(self, cloud: api.Cloud) -> list[api.ApiRequest]:
         """What is sent: a GET on the model for its artifactUri (unless `model_dir` is given),
         then the job."""
-        get_model = [] if self.model_dir else [
-            api.ApiRequest("GET", cloud.url(cloud.resource("models", self.job.model)))]
+        get_model = (
+            []
+            if self.model_dir
+            else [api.ApiRequest("GET", cloud.url(cloud.resource("models", self.job.model)))]
+        )
         return [*get_model, self.jsonl_job.request(cloud)]
 
     def plan(self) -> str:
         """The files the conversion writes, in words (what --dry_run says)."""
-        return (f"would convert each CSV file of {', '.join(self.job.sources)} to "
-                f"{self.instances_dir}/NNNNN-NAME.jsonl (its index and name), one JSON object "
-                f"per row, and list the rows that do not fit the model in {self.error_file}")
+        return (
+            f"would convert each CSV file of {', '.join(self.job.sources)} to "
+            f"{self.instances_dir}/NNNNN-NAME.jsonl (its index and name), one JSON object "
+            f"per row, and list the rows that do not fit the model in {self.error_file}"
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -95,9 +107,11 @@ class Conversion:
     num_errors: int
 
     def summary(self) -> str:
-        return (f"CSV to JSON Lines: {self.num_rows} rows converted, {self.num_errors} rows "
-                f"with errors (listed in {self.error_file}); {len(self.files)} .jsonl file(s) "
-                f"in {self.instances_dir}/")
+        return (
+            f"CSV to JSON Lines: {self.num_rows} rows converted, {self.num_errors} rows "
+            f"with errors (listed in {self.error_file}); {len(self.files)} .jsonl file(s) "
+            f"in {self.instances_dir}/"
+        )
 
 
 def model_fields(cloud: api.Cloud, model: str, model_dir: str | None = None) -> Fields:
@@ -110,8 +124,9 @@ def model_fields(cloud: api.Cloud, model: str, model_dir: str | None = None) -> 
     cloud.init_sdk()
     artifact_uri = aiplatform.Model(cloud.resource("models", model)).uri
     if not artifact_uri:
-        raise api.DeployError(f"model {model} has no artifactUri; pass --model_dir, the "
-                              "exported model.")
+        raise api.DeployError(
+            f"model {model} has no artifactUri; pass --model_dir, the exported model."
+        )
     return _fields_at(artifact_uri, f"the artifactUri of model {model} ({artifact_uri!r})")
 
 
@@ -151,13 +166,15 @@ def convert_csv(csv_job: CsvVertexJob, fields: Fields) -> Conversion:
     num_rows = sum(map(len, converted.values()))
     if not num_rows:
         first = errors[0]["error"]["message"] if errors else "the files hold only a header"
-        raise api.DeployError(f"no CSV row of {', '.join(csv_job.job.sources)} fits the "
-                              f"model ({first}).")
+        raise api.DeployError(
+            f"no CSV row of {', '.join(csv_job.job.sources)} fits the model ({first})."
+        )
     for path, rows in converted.items():
         storage.write_bytes(path, _jsonl_bytes(rows))
     storage.write_bytes(csv_job.error_file, _jsonl_bytes(errors))
-    return Conversion(csv_job.instances_dir, tuple(converted), csv_job.error_file, num_rows,
-                      len(errors))
+    return Conversion(
+        csv_job.instances_dir, tuple(converted), csv_job.error_file, num_rows, len(errors)
+    )
 
 
 def submit_vertex_csv(cloud: api.Cloud, csv_job: CsvVertexJob):

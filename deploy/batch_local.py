@@ -26,7 +26,7 @@ import json
 import os
 import time
 import uuid
-from typing import Iterator, Sequence
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -50,10 +50,18 @@ class BatchResult:
     seconds: float
 
 
-def predict_local(*, model_dir: str, sources: Sequence[str], output_prefix: str,
-                  instances_format: str = "jsonl", excluded_fields: Sequence[str] = (),
-                  model_name: str = "model", batch_size: int = 4096, num_shards: int = 1,
-                  predictor: Predictor | None = None) -> BatchResult:
+def predict_local(
+    *,
+    model_dir: str,
+    sources: Sequence[str],
+    output_prefix: str,
+    instances_format: str = "jsonl",
+    excluded_fields: Sequence[str] = (),
+    model_name: str = "model",
+    batch_size: int = 4096,
+    num_shards: int = 1,
+    predictor: Predictor | None = None,
+) -> BatchResult:
     """Predicts every line of `sources` (local or gs:// files or globs) with the model in
     `model_dir` and writes Vertex's output layout under `output_prefix`. Bad arguments, and a
     CSV header that does not fit the model, fail before anything is written.
@@ -85,14 +93,21 @@ def predict_local(*, model_dir: str, sources: Sequence[str], output_prefix: str,
         result_files, error_file = output.publish()
     finally:
         output.discard()
-    return BatchResult(output.final_dir, result_files, error_file, output.results,
-                       output.errors, time.perf_counter() - started)
+    return BatchResult(
+        output.final_dir,
+        result_files,
+        error_file,
+        output.results,
+        output.errors,
+        time.perf_counter() - started,
+    )
 
 
 def check_format(instances_format: str) -> None:
     if instances_format not in FORMATS:
-        raise api.DeployError(f"--instances_format ({instances_format!r}) must be one of "
-                              f"{', '.join(FORMATS)}.")
+        raise api.DeployError(
+            f"--instances_format ({instances_format!r}) must be one of {', '.join(FORMATS)}."
+        )
 
 
 def csv_header(path: str) -> list[str]:
@@ -107,28 +122,38 @@ def check_header(path: str, header: list[str], fields: Fields, excluded: frozens
     """Fails naming the file and the columns when its header cannot fit the model."""
     expected = ", ".join(fields.kinds)
     if not header:
-        raise api.DeployError(f"{path} is empty: it needs a header row naming the model's "
-                              f"columns ({expected}), then rows.")
+        raise api.DeployError(
+            f"{path} is empty: it needs a header row naming the model's "
+            f"columns ({expected}), then rows."
+        )
     columns = set(header) - excluded
     missing = [name for name in fields.kinds if name not in columns]
     if len(missing) == len(fields.kinds):
-        raise api.DeployError(f"{path}: the first line ({','.join(header)}) names none of the "
-                              f"model's columns; it must be a header row naming them: "
-                              f"{expected}.")
+        raise api.DeployError(
+            f"{path}: the first line ({','.join(header)}) names none of the "
+            f"model's columns; it must be a header row naming them: "
+            f"{expected}."
+        )
     if missing:
         dropped = " once --excluded_fields are dropped" if excluded & set(missing) else ""
-        raise api.DeployError(f"{path}: the header has no column {', '.join(missing)}"
-                              f"{dropped}; the model takes {expected}.")
+        raise api.DeployError(
+            f"{path}: the header has no column {', '.join(missing)}"
+            f"{dropped}; the model takes {expected}."
+        )
     unknown = [name for name in header if name in columns and name not in fields.kinds]
     if unknown:
-        raise api.DeployError(f"{path}: the header names {', '.join(unknown)}, which the model "
-                              f"does not take; drop it with --excluded_fields="
-                              f"{','.join(unknown)}.")
+        raise api.DeployError(
+            f"{path}: the header names {', '.join(unknown)}, which the model "
+            f"does not take; drop it with --excluded_fields="
+            f"{','.join(unknown)}."
+        )
 
 
 def error_record(where: str, instance, reason: str) -> dict:
-    return {"instance": instance,
-            "error": {"code": INVALID_ARGUMENT, "message": f"{where}: {reason}"}}
+    return {
+        "instance": instance,
+        "error": {"code": INVALID_ARGUMENT, "message": f"{where}: {reason}"},
+    }
 
 
 def checked(fields: Fields, instance, excluded: frozenset, *, typed: bool):
@@ -151,8 +176,11 @@ def csv_row(path: str, line: int, text: str, header: list[str]):
     row = next(csv.reader([text], skipinitialspace=True), [])
     where = f"{path}:{line}"
     if len(row) != len(header):
-        return where, row, (f"{len(row)} fields, the header has {len(header)} (quote values "
-                            "that contain commas)")
+        return (
+            where,
+            row,
+            (f"{len(row)} fields, the header has {len(header)} (quote values that contain commas)"),
+        )
     return where, dict(zip(header, row)), None
 
 
@@ -163,8 +191,9 @@ def timestamp() -> str:
 
 
 # -- CSV: parsed and formatted by TensorFlow ----------------------------------------------------
-def _csv_batches(predictor: Predictor, headers: dict[str, list[str]], excluded: frozenset,
-                 batch_size: int) -> Iterator[tuple[bytes, int, list[dict]]]:
+def _csv_batches(
+    predictor: Predictor, headers: dict[str, list[str]], excluded: frozenset, batch_size: int
+) -> Iterator[tuple[bytes, int, list[dict]]]:
     """(result lines, how many, error records) for each batch of every file, the files with
     one header read by one dataset. Parsing, the model and the JSON lines all run in the
     dataset's parallel map."""
@@ -174,46 +203,61 @@ def _csv_batches(predictor: Predictor, headers: dict[str, list[str]], excluded: 
     fields = predictor.fields
     columns = rows_lib.Columns(
         numeric=tuple(n for n, k in fields.kinds.items() if k == NUMBER),
-        categorical=tuple(n for n, k in fields.kinds.items() if k != NUMBER))
+        categorical=tuple(n for n, k in fields.kinds.items() if k != NUMBER),
+    )
     groups: dict[tuple[str, ...], list[str]] = {}
     for path, header in headers.items():
         groups.setdefault(tuple(header), []).append(path)
     for header, paths in groups.items():
-        source = files_lib.Source("--source", ",".join(paths), tuple(paths), files_lib.CSV,
-                                  header)
+        source = files_lib.Source("--source", ",".join(paths), tuple(paths), files_lib.CSV, header)
         parser = rows_lib.RowParser(source, columns)
         shown = [n for n in header if n not in excluded]
 
-        def predict(file, line, text):
+        def predict(file, line, text, parser=parser, shown=shown):
             parsed = parser.parse(file, line, text)
             # A missing number is an error here, as in a request: JSON has no NaN.
             missing = [tf.math.is_nan(v) for v in parsed.numeric.values()]
-            bad = tf.reduce_any(tf.stack(list(parsed.not_a_number.values()) + missing
-                                         + [parsed.malformed]), axis=0) & ~parsed.blank
+            bad = (
+                tf.reduce_any(
+                    tf.stack(list(parsed.not_a_number.values()) + missing + [parsed.malformed]),
+                    axis=0,
+                )
+                & ~parsed.blank
+            )
             good = parsed.take(~bad & ~parsed.blank)
             instances, plain = _instance_json(good.features(), shown, fields)
             # Rows whose text needs escaping (and bad rows) are written by Python.
             tf_rows, python_rows, bad_rows = good.take(plain), good.take(~plain), parsed.take(bad)
-            return {"text": _prediction_json(tf.boolean_mask(instances, plain),
-                                             predictor.predict_tensors(tf_rows.features())),
-                    "count": tf.size(tf_rows.line),
-                    "python": (python_rows.file, python_rows.line, python_rows.text),
-                    "bad": (bad_rows.file, bad_rows.line, bad_rows.text)}
+            return {
+                "text": _prediction_json(
+                    tf.boolean_mask(instances, plain), predictor.predict_tensors(tf_rows.features())
+                ),
+                "count": tf.size(tf_rows.line),
+                "python": (python_rows.file, python_rows.line, python_rows.text),
+                "bad": (bad_rows.file, bad_rows.line, bad_rows.text),
+            }
 
-        dataset = (rows_lib.blocks(source, rows_lib.indexed_files(source), parallel=1,
-                                   deterministic=True)
-                   .rebatch(batch_size)
-                   .map(tf.autograph.experimental.do_not_convert(predict),
-                        num_parallel_calls=tf.data.AUTOTUNE)
-                   .prefetch(2))
+        dataset = (
+            rows_lib.blocks(source, rows_lib.indexed_files(source), parallel=1, deterministic=True)
+            .rebatch(batch_size)
+            .map(
+                tf.autograph.experimental.do_not_convert(predict),
+                num_parallel_calls=tf.data.AUTOTUNE,
+            )
+            .prefetch(2)
+        )
         for block in dataset:
             python, errors = [], []
-            for file, line, text in zip(*(np.concatenate([block[k][i].numpy() for k in
-                                                           ("bad", "python")])
-                                          for i in range(3))):
+            for file, line, text in zip(
+                *(
+                    np.concatenate([block[k][i].numpy() for k in ("bad", "python")])
+                    for i in range(3)
+                )
+            ):
                 path = paths[int(file)]
-                where, row, reason = csv_row(path, int(line), text.decode("utf-8", "replace"),
-                                             list(header))
+                where, row, reason = csv_row(
+                    path, int(line), text.decode("utf-8", "replace"), list(header)
+                )
                 if reason is None:
                     row, reason = checked(fields, row, excluded, typed=False)
                 if reason is None:
@@ -242,8 +286,7 @@ def _instance_json(features: dict, names: list[str], fields: Fields):
 
 
 def _quoted(text: tf.Tensor) -> tf.Tensor:
-    escaped = tf.strings.regex_replace(tf.strings.regex_replace(text, r"\\", r"\\\\"),
-                                       '"', '\\\\"')
+    escaped = tf.strings.regex_replace(tf.strings.regex_replace(text, r"\\", r"\\\\"), '"', '\\\\"')
     return tf.strings.join(['"', escaped, '"'])
 
 
@@ -267,8 +310,9 @@ def _prediction_json(instances: tf.Tensor, outputs: dict) -> tf.Tensor:
         if value.dtype == tf.string:  # class names: the training labels, escaped by json
             text = _quoted(value)
         elif value.dtype.is_floating:
-            text = tf.where(tf.math.is_finite(value), tf.strings.as_string(value, shortest=True),
-                            "null")
+            text = tf.where(
+                tf.math.is_finite(value), tf.strings.as_string(value, shortest=True), "null"
+            )
         else:
             text = tf.strings.as_string(value)
         key = ("{" if i == 0 else ", ") + json.dumps(name) + ": "
@@ -283,21 +327,24 @@ def _prediction_json(instances: tf.Tensor, outputs: dict) -> tf.Tensor:
 
 
 # -- JSON Lines: parsed by Python, a batch at a time ---------------------------------------------
-def _jsonl_batches(predictor: Predictor, files: list[str], excluded: frozenset,
-                   batch_size: int) -> Iterator[tuple[bytes, int, list[dict]]]:
+def _jsonl_batches(
+    predictor: Predictor, files: list[str], excluded: frozenset, batch_size: int
+) -> Iterator[tuple[bytes, int, list[dict]]]:
     from trainer.input import rows as rows_lib
 
     good, errors = [], []
     for path in files:
         for chunk, first in rows_lib.line_chunks(path):
-            for number, raw in enumerate(chunk.decode("utf-8-sig", "replace").split("\n"),
-                                         start=first):
+            for number, raw in enumerate(
+                chunk.decode("utf-8-sig", "replace").split("\n"), start=first
+            ):
                 if not raw.strip():
                     continue
                 where = f"{path}:{number}"
                 try:
-                    instance, reason = checked(predictor.fields, json.loads(raw), excluded,
-                                               typed=True)
+                    instance, reason = checked(
+                        predictor.fields, json.loads(raw), excluded, typed=True
+                    )
                 except json.JSONDecodeError as e:
                     instance, reason = raw, f"not JSON ({e})"
                 if reason is None:
@@ -315,8 +362,9 @@ def _predicted(predictor: Predictor, instances: list[dict]) -> bytes:
     if not instances:
         return b""
     predictions = predictor.predict_checked(instances)
-    return "".join(json.dumps({"instance": i, "prediction": p}) + "\n"
-                   for i, p in zip(instances, predictions)).encode()
+    return "".join(
+        json.dumps({"instance": i, "prediction": p}) + "\n" for i, p in zip(instances, predictions)
+    ).encode()
 
 
 # -- the output dir --------------------------------------------------------------------------
@@ -331,8 +379,7 @@ class _Output:
         self.final_dir = f"{prefix}/{name}"
         self.temp_dir = f"{prefix}/.tmp-{name}-{uuid.uuid4().hex[:8]}"
         tf.io.gfile.makedirs(self.temp_dir)
-        self.names = [f"prediction.results-{k:05d}-of-{num_shards:05d}"
-                      for k in range(num_shards)]
+        self.names = [f"prediction.results-{k:05d}-of-{num_shards:05d}" for k in range(num_shards)]
         self.error_name = "prediction.errors_stats-00000-of-00001"
         self._files = [tf.io.gfile.GFile(f"{self.temp_dir}/{n}", "wb") for n in self.names]
         self._errors = tf.io.gfile.GFile(f"{self.temp_dir}/{self.error_name}", "wb")
@@ -358,8 +405,10 @@ class _Output:
                 tf.io.gfile.copy(f"{self.temp_dir}/{name}", f"{self.final_dir}/{name}")
         else:
             os.rename(self.temp_dir, self.final_dir)
-        return (tuple(f"{self.final_dir}/{n}" for n in self.names),
-                f"{self.final_dir}/{self.error_name}")
+        return (
+            tuple(f"{self.final_dir}/{n}" for n in self.names),
+            f"{self.final_dir}/{self.error_name}",
+        )
 
     def discard(self) -> None:
         """Deletes the temporary dir (after a publish, or a failure)."""

@@ -31,26 +31,35 @@ class VertexBatchJob:
         api.positive("--starting_replica_count", self.starting_replica_count)
         api.positive("--max_replica_count", self.max_replica_count)
         if self.max_replica_count < self.starting_replica_count:
-            raise api.DeployError(f"--max_replica_count ({self.max_replica_count}) is below "
-                                  f"--starting_replica_count ({self.starting_replica_count}).")
+            raise api.DeployError(
+                f"--max_replica_count ({self.max_replica_count}) is below "
+                f"--starting_replica_count ({self.starting_replica_count})."
+            )
 
     def body(self, cloud: api.Cloud) -> dict:
         return {
             "displayName": self.display_name,
             "model": cloud.resource("models", self.model),
-            "inputConfig": {"instancesFormat": self.instances_format,
-                            "gcsSource": {"uris": list(self.sources)}},
-            "outputConfig": {"predictionsFormat": "jsonl",
-                             "gcsDestination": {"outputUriPrefix": self.output_prefix}},
-            "dedicatedResources": {"machineSpec": {"machineType": self.machine_type},
-                                   "startingReplicaCount": self.starting_replica_count,
-                                   "maxReplicaCount": self.max_replica_count},
+            "inputConfig": {
+                "instancesFormat": self.instances_format,
+                "gcsSource": {"uris": list(self.sources)},
+            },
+            "outputConfig": {
+                "predictionsFormat": "jsonl",
+                "gcsDestination": {"outputUriPrefix": self.output_prefix},
+            },
+            "dedicatedResources": {
+                "machineSpec": {"machineType": self.machine_type},
+                "startingReplicaCount": self.starting_replica_count,
+                "maxReplicaCount": self.max_replica_count,
+            },
             "manualBatchTuningParameters": {},  # what the SDK sends: the service's default
         }
 
     def request(self, cloud: api.Cloud) -> api.ApiRequest:
-        return api.ApiRequest("POST", cloud.url(f"{cloud.parent}/batchPredictionJobs"),
-                              self.body(cloud))
+        return api.ApiRequest(
+            "POST", cloud.url(f"{cloud.parent}/batchPredictionJobs"), self.body(cloud)
+        )
 
 
 def submit_vertex(cloud: api.Cloud, job: VertexBatchJob):
@@ -59,12 +68,19 @@ def submit_vertex(cloud: api.Cloud, job: VertexBatchJob):
     from google.cloud import aiplatform
 
     if job.instances_format == "csv":
-        raise api.DeployError("Vertex sends CSV rows to the model as arrays, which its named "
-                              "inputs do not take: convert them first (CsvVertexJob).")
+        raise api.DeployError(
+            "Vertex sends CSV rows to the model as arrays, which its named "
+            "inputs do not take: convert them first (CsvVertexJob)."
+        )
     cloud.init_sdk()
     return aiplatform.BatchPredictionJob.submit(
-        job_display_name=job.display_name, model_name=cloud.resource("models", job.model),
-        instances_format=job.instances_format, predictions_format="jsonl",
-        gcs_source=list(job.sources), gcs_destination_prefix=job.output_prefix,
-        machine_type=job.machine_type, starting_replica_count=job.starting_replica_count,
-        max_replica_count=job.max_replica_count)
+        job_display_name=job.display_name,
+        model_name=cloud.resource("models", job.model),
+        instances_format=job.instances_format,
+        predictions_format="jsonl",
+        gcs_source=list(job.sources),
+        gcs_destination_prefix=job.output_prefix,
+        machine_type=job.machine_type,
+        starting_replica_count=job.starting_replica_count,
+        max_replica_count=job.max_replica_count,
+    )

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -34,7 +35,7 @@ class Fields:
     kinds: dict[str, str]
 
     @classmethod
-    def from_signature(cls, fn) -> "Fields":
+    def from_signature(cls, fn) -> Fields:
         import tensorflow as tf
 
         _, specs = fn.structured_input_signature
@@ -45,25 +46,32 @@ class Fields:
             elif spec.dtype.is_floating or spec.dtype.is_integer:
                 kinds[name] = NUMBER
             else:
-                raise ValueError(f"input '{name}' has dtype {spec.dtype.name}; only numbers and "
-                                 "strings are served.")
+                raise ValueError(
+                    f"input '{name}' has dtype {spec.dtype.name}; only numbers and "
+                    "strings are served."
+                )
         return cls(kinds)
 
     def check(self, index: int, instance: Any) -> dict:
         """The instance if it fits, else InstanceError naming the index and the field."""
         if not isinstance(instance, dict):
-            raise InstanceError(index, f"is a {type(instance).__name__}, expected an object "
-                                f"with the fields {', '.join(self.kinds)}.")
+            raise InstanceError(
+                index,
+                f"is a {type(instance).__name__}, expected an object "
+                f"with the fields {', '.join(self.kinds)}.",
+            )
         unknown = sorted(set(instance) - set(self.kinds))
         if unknown:
-            raise InstanceError(index, f"unknown field '{unknown[0]}'; the model takes "
-                                f"{', '.join(self.kinds)}.")
+            raise InstanceError(
+                index, f"unknown field '{unknown[0]}'; the model takes {', '.join(self.kinds)}."
+            )
         for name, kind in self.kinds.items():
             if name not in instance:
                 raise InstanceError(index, f"missing field '{name}' ({kind}).")
             if not _fits(instance[name], kind):
-                raise InstanceError(index, f"field '{name}' must be a {kind}, got "
-                                    f"{instance[name]!r}.")
+                raise InstanceError(
+                    index, f"field '{name}' must be a {kind}, got {instance[name]!r}."
+                )
         return instance
 
     def from_text(self, index: int, row: dict[str, str]) -> dict:
@@ -75,8 +83,9 @@ class Fields:
                 try:
                     typed[name] = float(text)
                 except ValueError:
-                    raise InstanceError(index, f"field '{name}' must be a number, got "
-                                        f"{text!r}.") from None
+                    raise InstanceError(
+                        index, f"field '{name}' must be a number, got {text!r}."
+                    ) from None
             else:
                 typed[name] = text
         return self.check(index, typed)
@@ -85,8 +94,7 @@ class Fields:
 def _fits(value: Any, kind: str) -> bool:
     if kind == TEXT:
         return isinstance(value, str)
-    return (isinstance(value, (int, float)) and not isinstance(value, bool)
-            and math.isfinite(value))
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 class Predictor:
@@ -104,8 +112,7 @@ class Predictor:
     def check(self, instances: Sequence[Any]) -> list[dict]:
         """Every instance checked; raises InstanceError for the first bad one."""
         if not isinstance(instances, (list, tuple)):
-            raise InstanceError(0, "'instances' must be a list, got "
-                                f"{type(instances).__name__}.")
+            raise InstanceError(0, f"'instances' must be a list, got {type(instances).__name__}.")
         return [self.fields.check(i, x) for i, x in enumerate(instances)]
 
     def predict(self, instances: Sequence[Any]) -> list[dict]:
@@ -125,8 +132,11 @@ class Predictor:
         feeds = {}
         for name, kind in self.fields.kinds.items():
             column = [x[name] for x in instances]
-            feeds[name] = (tf.constant(np.asarray(column, dtype=np.float32)) if kind == NUMBER
-                           else tf.constant(column, dtype=tf.string))
+            feeds[name] = (
+                tf.constant(np.asarray(column, dtype=np.float32))
+                if kind == NUMBER
+                else tf.constant(column, dtype=tf.string)
+            )
         outputs = self._fn(**feeds)
         return rows_of({k: v.numpy() for k, v in outputs.items()})
 
@@ -139,8 +149,13 @@ def rows_of(outputs: dict[str, np.ndarray]) -> list[dict]:
 
 
 def _json_value(value):
-    value = value.tolist() if isinstance(value, np.ndarray) else value.item() \
-        if isinstance(value, np.generic) else value
+    value = (
+        value.tolist()
+        if isinstance(value, np.ndarray)
+        else value.item()
+        if isinstance(value, np.generic)
+        else value
+    )
     if isinstance(value, bytes):
         return value.decode("utf-8", errors="replace")
     if isinstance(value, list):

@@ -34,16 +34,21 @@ def predict_endpoint(cloud: api.Cloud, endpoint: str, instances: list) -> list:
 
     cloud.init_sdk()
     response = aiplatform.Endpoint(cloud.resource("endpoints", endpoint)).predict(
-        instances=instances)
+        instances=instances
+    )
     return list(response.predictions)
 
 
-def predict_at_url(url: str, instances: list, *, route: str = "/predict",
-                  timeout: float = 60) -> list:
+def predict_at_url(
+    url: str, instances: list, *, route: str = "/predict", timeout: float = 60
+) -> list:
     """Predictions from the local server at `url` (e.g. http://127.0.0.1:8080)."""
     request = urllib.request.Request(
-        url.rstrip("/") + route, data=json.dumps({"instances": instances}).encode(),
-        headers={"Content-Type": "application/json"}, method="POST")
+        url.rstrip("/") + route,
+        data=json.dumps({"instances": instances}).encode(),
+        headers={"Content-Type": "application/json"},
+        method="POST",
+    )
     try:
         with urllib.request.urlopen(request, timeout=timeout) as response:
             return json.load(response)["predictions"]
@@ -89,8 +94,9 @@ def _run(argv: list[str] | None) -> int:
         raise api.DeployError("give exactly one of --endpoint (Vertex AI) or --local_url.")
     instances = read_instances(args.instances)
     if args.local_url:
-        request = api.ApiRequest("POST", args.local_url.rstrip("/") + "/predict",
-                                 {"instances": instances})
+        request = api.ApiRequest(
+            "POST", args.local_url.rstrip("/") + "/predict", {"instances": instances}
+        )
         if args.dry_run:
             api.show([request])
             return 0

@@ -43,27 +43,40 @@ class Deployment:
         api.positive("--min_replica_count", self.min_replica_count)
         api.positive("--max_replica_count", self.max_replica_count)
         if self.max_replica_count < self.min_replica_count:
-            raise api.DeployError(f"--max_replica_count ({self.max_replica_count}) is below "
-                                  f"--min_replica_count ({self.min_replica_count}).")
+            raise api.DeployError(
+                f"--max_replica_count ({self.max_replica_count}) is below "
+                f"--min_replica_count ({self.min_replica_count})."
+            )
         if not 0 <= self.traffic_percentage <= 100:
-            raise api.DeployError(f"--traffic_percentage ({self.traffic_percentage}) must be "
-                                  "between 0 and 100.")
+            raise api.DeployError(
+                f"--traffic_percentage ({self.traffic_percentage}) must be between 0 and 100."
+            )
 
     def upload_body(self) -> dict:
-        return {"model": {"displayName": self.display_name, "artifactUri": self.model_dir,
-                          "containerSpec": {"imageUri": self.serving_image},
-                          "versionAliases": ["default"]}}
+        return {
+            "model": {
+                "displayName": self.display_name,
+                "artifactUri": self.model_dir,
+                "containerSpec": {"imageUri": self.serving_image},
+                "versionAliases": ["default"],
+            }
+        }
 
     def deploy_body(self, model: str, current_split: dict[str, int]) -> dict:
         """The deployModel body: the new model ("0") gets `traffic_percentage`, the models
         already there share the rest in proportion to their current traffic."""
-        return {"deployedModel": {
-                    "model": model, "displayName": self.display_name,
-                    "dedicatedResources": {
-                        "machineSpec": {"machineType": self.machine_type},
-                        "minReplicaCount": self.min_replica_count,
-                        "maxReplicaCount": self.max_replica_count}},
-                "trafficSplit": traffic_split(current_split, self.traffic_percentage)}
+        return {
+            "deployedModel": {
+                "model": model,
+                "displayName": self.display_name,
+                "dedicatedResources": {
+                    "machineSpec": {"machineType": self.machine_type},
+                    "minReplicaCount": self.min_replica_count,
+                    "maxReplicaCount": self.max_replica_count,
+                },
+            },
+            "trafficSplit": traffic_split(current_split, self.traffic_percentage),
+        }
 
 
 def traffic_split(current: dict[str, int], percentage: int) -> dict[str, int]:
@@ -71,8 +84,10 @@ def traffic_split(current: dict[str, int], percentage: int) -> dict[str, int]:
     proportion to their traffic, rounding so that the total is exactly 100."""
     if not current:
         if percentage != 100:
-            raise api.DeployError(f"--traffic_percentage ({percentage}) must be 100 for the "
-                                  "first model on an endpoint.")
+            raise api.DeployError(
+                f"--traffic_percentage ({percentage}) must be 100 for the "
+                "first model on an endpoint."
+            )
         return {"0": 100}
     rest, total = 100 - percentage, sum(current.values()) or 1
     split = {k: rest * v // total for k, v in current.items()}
@@ -96,8 +111,9 @@ def deploy_requests(cloud: api.Cloud, d: Deployment) -> list[api.ApiRequest]:
         api.ApiRequest("POST", cloud.url(f"{cloud.parent}/models:upload"), d.upload_body()),
         api.ApiRequest("GET", f'{endpoints}?filter=display_name="{d.endpoint_name}"'),
         api.ApiRequest("POST", endpoints, {"displayName": d.endpoint_name}),
-        api.ApiRequest("POST", cloud.url(f"{PENDING_ENDPOINT}:deployModel"),
-                       d.deploy_body(PENDING_MODEL, {})),
+        api.ApiRequest(
+            "POST", cloud.url(f"{PENDING_ENDPOINT}:deployModel"), d.deploy_body(PENDING_MODEL, {})
+        ),
     ]
 
 
@@ -106,16 +122,26 @@ def publish(cloud: api.Cloud, d: Deployment) -> Published:
     from google.cloud import aiplatform
 
     cloud.init_sdk()
-    model = aiplatform.Model.upload(display_name=d.display_name, artifact_uri=d.model_dir,
-                                    serving_container_image_uri=d.serving_image, sync=True)
+    model = aiplatform.Model.upload(
+        display_name=d.display_name,
+        artifact_uri=d.model_dir,
+        serving_container_image_uri=d.serving_image,
+        sync=True,
+    )
     endpoint = find_or_create_endpoint(d.endpoint_name)
     split = d.deploy_body(model.resource_name, dict(endpoint.traffic_split))["trafficSplit"]
-    model.deploy(endpoint=endpoint, deployed_model_display_name=d.display_name,
-                 traffic_split=split, machine_type=d.machine_type,
-                 min_replica_count=d.min_replica_count, max_replica_count=d.max_replica_count,
-                 sync=True)
-    deployed = [m.id for m in endpoint.list_models()
-                if m.model.split("@")[0] == model.resource_name]  # name@version
+    model.deploy(
+        endpoint=endpoint,
+        deployed_model_display_name=d.display_name,
+        traffic_split=split,
+        machine_type=d.machine_type,
+        min_replica_count=d.min_replica_count,
+        max_replica_count=d.max_replica_count,
+        sync=True,
+    )
+    deployed = [
+        m.id for m in endpoint.list_models() if m.model.split("@")[0] == model.resource_name
+    ]  # name@version
     return Published(model.resource_name, endpoint.resource_name, deployed[-1])
 
 
@@ -129,14 +155,18 @@ def find_or_create_endpoint(display_name: str):
     return aiplatform.Endpoint.create(display_name=display_name, sync=True)
 
 
-def cleanup_requests(cloud: api.Cloud, endpoint: str, model: str | None
-                     ) -> list[api.ApiRequest]:
+def cleanup_requests(cloud: api.Cloud, endpoint: str, model: str | None) -> list[api.ApiRequest]:
     """What `cleanup` sends (for --dry_run): one undeploy per deployed model, then deletes."""
     endpoint = cloud.resource("endpoints", endpoint)
-    requests = [api.ApiRequest("GET", cloud.url(endpoint)),
-                api.ApiRequest("POST", cloud.url(f"{endpoint}:undeployModel"),
-                               {"deployedModelId": "{each deployed model id}"}),
-                api.ApiRequest("DELETE", cloud.url(endpoint))]
+    requests = [
+        api.ApiRequest("GET", cloud.url(endpoint)),
+        api.ApiRequest(
+            "POST",
+            cloud.url(f"{endpoint}:undeployModel"),
+            {"deployedModelId": "{each deployed model id}"},
+        ),
+        api.ApiRequest("DELETE", cloud.url(endpoint)),
+    ]
     if model:
         requests.append(api.ApiRequest("DELETE", cloud.url(cloud.resource("models", model))))
     return requests
@@ -165,8 +195,12 @@ def _run(argv: list[str] | None) -> int:
     up.add_argument("--machine_type", default="n2-standard-2")
     up.add_argument("--min_replica_count", type=int, default=1)
     up.add_argument("--max_replica_count", type=int, default=1)
-    up.add_argument("--traffic_percentage", type=int, default=100,
-                    help="Share of the endpoint's traffic for the new model.")
+    up.add_argument(
+        "--traffic_percentage",
+        type=int,
+        default=100,
+        help="Share of the endpoint's traffic for the new model.",
+    )
     up.add_argument("--serving_image", default=SERVING_IMAGE)
     down = commands.add_parser("cleanup", help="Undeploy all, delete the endpoint (and model).")
     api.add_cloud_flags(down)
@@ -180,11 +214,16 @@ def _run(argv: list[str] | None) -> int:
         else:
             cleanup(cloud, args.endpoint, args.model)
         return 0
-    d = Deployment(model_dir=args.model_dir, display_name=args.display_name,
-                   endpoint_name=args.endpoint_name, machine_type=args.machine_type,
-                   min_replica_count=args.min_replica_count,
-                   max_replica_count=args.max_replica_count,
-                   traffic_percentage=args.traffic_percentage, serving_image=args.serving_image)
+    d = Deployment(
+        model_dir=args.model_dir,
+        display_name=args.display_name,
+        endpoint_name=args.endpoint_name,
+        machine_type=args.machine_type,
+        min_replica_count=args.min_replica_count,
+        max_replica_count=args.max_replica_count,
+        traffic_percentage=args.traffic_percentage,
+        serving_image=args.serving_image,
+    )
     if args.dry_run:
         api.show(deploy_requests(cloud, d))
         return 0

@@ -35,13 +35,16 @@ class Routes:
     predict: str = "/predict"
 
     @classmethod
-    def from_env(cls, env=None) -> "Routes":
+    def from_env(cls, env=None) -> Routes:
         env = os.environ if env is None else env
         port = env.get("AIP_HTTP_PORT", "8080")
         if not port.isdigit() or not 0 <= int(port) < 65536:
             raise api.DeployError(f"AIP_HTTP_PORT ({port!r}) must be a port number.")
-        return cls(int(port), env.get("AIP_HEALTH_ROUTE", cls.health),
-                   env.get("AIP_PREDICT_ROUTE", cls.predict))
+        return cls(
+            int(port),
+            env.get("AIP_HEALTH_ROUTE", cls.health),
+            env.get("AIP_PREDICT_ROUTE", cls.predict),
+        )
 
 
 class BadRequest(ValueError):
@@ -50,8 +53,10 @@ class BadRequest(ValueError):
 
 def check_size(num_bytes: int) -> None:
     if num_bytes > MAX_REQUEST_BYTES:
-        raise BadRequest(f"the request is {num_bytes} bytes; the limit is {MAX_REQUEST_BYTES} "
-                         "(1.5 MB). Send fewer instances per request.")
+        raise BadRequest(
+            f"the request is {num_bytes} bytes; the limit is {MAX_REQUEST_BYTES} "
+            "(1.5 MB). Send fewer instances per request."
+        )
 
 
 def parse_request(body: bytes) -> list:
@@ -65,8 +70,9 @@ def parse_request(body: bytes) -> list:
         raise BadRequest('the body must be a JSON object {"instances": [...]}.')
     extra = sorted(set(request) - {"instances", "parameters"})
     if extra:
-        raise BadRequest(f"unknown field '{extra[0]}' in the request; send "
-                         '{"instances": [...]}.')
+        raise BadRequest(
+            f"unknown field '{extra[0]}' in the request; send {{\"instances\": [...]}}."
+        )
     if not isinstance(request["instances"], list):
         raise BadRequest("'instances' must be a list of objects.")
     return request["instances"]
@@ -91,8 +97,9 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         if body is None:
             return
         if self.path != self.server.routes.predict:
-            self._reply(404, {"error": f"no route {self.path}; POST to "
-                                       f"{self.server.routes.predict}"})
+            self._reply(
+                404, {"error": f"no route {self.path}; POST to {self.server.routes.predict}"}
+            )
             return
         try:
             predictions = self.server.predictor.predict(parse_request(body))
@@ -147,8 +154,14 @@ class PredictionServer(http.server.ThreadingHTTPServer):
 
     daemon_threads = True
 
-    def __init__(self, predictor: Predictor, *, host: str = "127.0.0.1",
-                 routes: Routes = Routes(), verbose: bool = False):
+    def __init__(
+        self,
+        predictor: Predictor,
+        *,
+        host: str = "127.0.0.1",
+        routes: Routes = Routes(),
+        verbose: bool = False,
+    ):
         self.predictor = predictor
         self.routes = routes
         self.verbose = verbose
@@ -159,32 +172,43 @@ class PredictionServer(http.server.ThreadingHTTPServer):
         host, port = self.server_address[:2]
         return f"http://{host}:{port}"
 
-    def start(self) -> "PredictionServer":
+    def start(self) -> PredictionServer:
         """Serves in a background thread (for notebooks and tests); `shutdown()` stops it."""
-        threading.Thread(target=self.serve_forever, daemon=True, name="prediction-server"
-                         ).start()
+        threading.Thread(target=self.serve_forever, daemon=True, name="prediction-server").start()
         return self
 
 
 def _run(argv: list[str] | None) -> int:
     p = api.parser(__doc__.split("\n\n")[0])
-    p.add_argument("--model_dir", default=os.environ.get("AIP_STORAGE_URI"),
-                   help="The exported SavedModel (JOB_DIR/model); default AIP_STORAGE_URI.")
-    p.add_argument("--host", default="127.0.0.1",
-                   help="Address to bind; 0.0.0.0 serves other machines too (as in a container).")
+    p.add_argument(
+        "--model_dir",
+        default=os.environ.get("AIP_STORAGE_URI"),
+        help="The exported SavedModel (JOB_DIR/model); default AIP_STORAGE_URI.",
+    )
+    p.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="Address to bind; 0.0.0.0 serves other machines too (as in a container).",
+    )
     p.add_argument("--port", type=int, default=None, help="Port; default AIP_HTTP_PORT or 8080.")
     p.add_argument("--verbose", action="store_true", help="Log every request.")
     args = p.parse_args(argv)
     if not args.model_dir:
-        raise api.DeployError("--model_dir is required (or set AIP_STORAGE_URI): the exported "
-                              "model, JOB_DIR/model.")
+        raise api.DeployError(
+            "--model_dir is required (or set AIP_STORAGE_URI): the exported model, JOB_DIR/model."
+        )
     routes = Routes.from_env()
     if args.port is not None:
         routes = dataclasses.replace(routes, port=args.port)
-    server = PredictionServer(Predictor(args.model_dir), host=args.host, routes=routes,
-                              verbose=args.verbose)
-    print(f"serving {args.model_dir} at {server.url} (health {routes.health}, predict "
-          f"{routes.predict})", file=sys.stderr, flush=True)
+    server = PredictionServer(
+        Predictor(args.model_dir), host=args.host, routes=routes, verbose=args.verbose
+    )
+    print(
+        f"serving {args.model_dir} at {server.url} (health {routes.health}, predict "
+        f"{routes.predict})",
+        file=sys.stderr,
+        flush=True,
+    )
     try:
         server.serve_forever()
     except KeyboardInterrupt:

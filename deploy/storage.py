@@ -90,5 +90,8 @@ def _glob_gcs(pattern: str, client) -> list[str]:
     bucket, name = split_gcs(pattern)
     prefix = name.split("*")[0].split("?")[0].split("[")[0]
     blobs = _client(client).list_blobs(bucket, prefix=prefix)
-    return sorted(f"{GCS_PREFIX}{bucket}/{b.name}" for b in blobs
-                  if fnmatch.fnmatchcase(b.name, name) and not b.name.endswith("/"))
+    return sorted(
+        f"{GCS_PREFIX}{bucket}/{b.name}"
+        for b in blobs
+        if fnmatch.fnmatchcase(b.name, name) and not b.name.endswith("/")
+    )

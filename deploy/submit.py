@@ -53,9 +53,18 @@ class Submission:
 
     def gcloud(self, cloud: api.Cloud, config_path: str) -> str:
         """The equivalent gcloud command, reading the resolved spec from `config_path`."""
-        return shlex.join(["gcloud", "ai", "custom-jobs", "create", f"--project={cloud.project}",
-                           f"--region={cloud.region}", f"--display-name={self.display_name}",
-                           f"--config={config_path}"])
+        return shlex.join(
+            [
+                "gcloud",
+                "ai",
+                "custom-jobs",
+                "create",
+                f"--project={cloud.project}",
+                f"--region={cloud.region}",
+                f"--display-name={self.display_name}",
+                f"--config={config_path}",
+            ]
+        )
 
 
 def load_config(path: str = CONFIG) -> dict:
@@ -71,32 +80,38 @@ def load_config(path: str = CONFIG) -> dict:
         raise api.DeployError(str(e)) from None
 
 
-def resolve(spec: dict, *, package_uri: str, output_dir: str | None = None,
-            extra_args: list[str] = ()) -> dict:
+def resolve(
+    spec: dict, *, package_uri: str, output_dir: str | None = None, extra_args: list[str] = ()
+) -> dict:
     """The spec with the sdist in every pool, the output directory and the extra args."""
     unknown = sorted(set(spec) - _SPEC_KEYS) + sorted(
-        f"scheduling.{k}" for k in set(spec.get("scheduling", {})) - _SCHEDULING_KEYS)
+        f"scheduling.{k}" for k in set(spec.get("scheduling", {})) - _SCHEDULING_KEYS
+    )
     if unknown:
-        raise api.DeployError(f"config key '{unknown[0]}' is not supported by deploy.submit "
-                              f"(it takes {', '.join(sorted(_SPEC_KEYS))}); use the printed "
-                              "gcloud command for it.")
+        raise api.DeployError(
+            f"config key '{unknown[0]}' is not supported by deploy.submit "
+            f"(it takes {', '.join(sorted(_SPEC_KEYS))}); use the printed "
+            "gcloud command for it."
+        )
     spec = copy.deepcopy(spec)
     for index, pool in enumerate(spec["workerPoolSpecs"]):
         if not pool:
             continue  # a skipped pool
         package = pool.get("pythonPackageSpec")
         if package is None:
-            raise api.DeployError(f"workerPoolSpecs[{index}] has no pythonPackageSpec; "
-                                  "deploy.submit runs the trainer package in every pool.")
+            raise api.DeployError(
+                f"workerPoolSpecs[{index}] has no pythonPackageSpec; "
+                "deploy.submit runs the trainer package in every pool."
+            )
         package["packageUris"] = [package_uri]
         package["args"] = list(package.get("args", [])) + list(extra_args)
     if output_dir:
-        spec["baseOutputDirectory"] = {"outputUriPrefix": api.gcs_uri("--output_dir",
-                                                                      output_dir)}
+        spec["baseOutputDirectory"] = {"outputUriPrefix": api.gcs_uri("--output_dir", output_dir)}
     prefix = spec.get("baseOutputDirectory", {}).get("outputUriPrefix", "")
     if not prefix or "gs://BUCKET/" in prefix:
-        raise api.DeployError(f"the output directory is {prefix!r}; pass --output_dir="
-                              "gs://YOUR_BUCKET/runs/NAME.")
+        raise api.DeployError(
+            f"the output directory is {prefix!r}; pass --output_dir=gs://YOUR_BUCKET/runs/NAME."
+        )
     return spec
 
 
@@ -104,21 +119,29 @@ def build_sdist(dist_dir: str) -> str:
     """Runs `python setup.py sdist --formats=gztar` and returns the archive's path."""
     os.makedirs(dist_dir, exist_ok=True)
     before = set(glob.glob(os.path.join(dist_dir, "*.tar.gz")))
-    result = subprocess.run([sys.executable, "setup.py", "sdist", "--formats=gztar",
-                             f"--dist-dir={dist_dir}"], cwd=REPO, capture_output=True,
-                            text=True)
+    result = subprocess.run(
+        [sys.executable, "setup.py", "sdist", "--formats=gztar", f"--dist-dir={dist_dir}"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+    )
     if result.returncode:
         raise RuntimeError(f"setup.py sdist failed:\n{result.stderr[-3000:]}")
     built = sorted(set(glob.glob(os.path.join(dist_dir, "*.tar.gz"))) - before) or sorted(
-        glob.glob(os.path.join(dist_dir, "trainer-*.tar.gz")))
+        glob.glob(os.path.join(dist_dir, "trainer-*.tar.gz"))
+    )
     return built[-1]
 
 
 def upload_request(sdist: str, package_uri: str) -> api.ApiRequest:
     """The Cloud Storage upload (the body is the archive's bytes, shown by its path)."""
     bucket, name = storage.split_gcs(package_uri)
-    return api.ApiRequest("POST", f"https://storage.googleapis.com/upload/storage/v1/b/{bucket}"
-                                  f"/o?uploadType=multipart&name={name}", {"file": sdist})
+    return api.ApiRequest(
+        "POST",
+        f"https://storage.googleapis.com/upload/storage/v1/b/{bucket}"
+        f"/o?uploadType=multipart&name={name}",
+        {"file": sdist},
+    )
 
 
 def create_job(cloud: api.Cloud, submission: Submission, *, staging_uri: str):
@@ -129,14 +152,21 @@ def create_job(cloud: api.Cloud, submission: Submission, *, staging_uri: str):
 
     cloud.init_sdk()
     spec = submission.spec
-    pools = [custom_job_types.WorkerPoolSpec.from_json(json.dumps(pool))
-             for pool in spec["workerPoolSpecs"]]
-    job = aiplatform.CustomJob(display_name=submission.display_name, worker_pool_specs=pools,
-                               base_output_dir=spec["baseOutputDirectory"]["outputUriPrefix"],
-                               staging_bucket=staging_uri)
+    pools = [
+        custom_job_types.WorkerPoolSpec.from_json(json.dumps(pool))
+        for pool in spec["workerPoolSpecs"]
+    ]
+    job = aiplatform.CustomJob(
+        display_name=submission.display_name,
+        worker_pool_specs=pools,
+        base_output_dir=spec["baseOutputDirectory"]["outputUriPrefix"],
+        staging_bucket=staging_uri,
+    )
     scheduling = spec.get("scheduling", {})
-    job.submit(timeout=_seconds(scheduling.get("timeout")),
-               restart_job_on_worker_restart=bool(scheduling.get("restartJobOnWorkerRestart")))
+    job.submit(
+        timeout=_seconds(scheduling.get("timeout")),
+        restart_job_on_worker_restart=bool(scheduling.get("restartJobOnWorkerRestart")),
+    )
     return job
 
 
@@ -145,27 +175,42 @@ def _seconds(duration: str | None) -> int | None:
         return None
     match = _DURATION.match(str(duration))
     if not match:
-        raise api.DeployError(f"scheduling.timeout ({duration!r}) must be whole seconds, "
-                              "like 86400s.")
+        raise api.DeployError(
+            f"scheduling.timeout ({duration!r}) must be whole seconds, like 86400s."
+        )
     return int(match.group(1))
 
 
-def submit(cloud: api.Cloud, *, staging_uri: str, display_name: str,
-           output_dir: str | None = None, extra_args: list[str] = (), config: str = CONFIG,
-           dist_dir: str | None = None, dry_run: bool = False, out=None):
+def submit(
+    cloud: api.Cloud,
+    *,
+    staging_uri: str,
+    display_name: str,
+    output_dir: str | None = None,
+    extra_args: list[str] = (),
+    config: str = CONFIG,
+    dist_dir: str | None = None,
+    dry_run: bool = False,
+    out=None,
+):
     """Builds and uploads the sdist, then creates the CustomJob (prints the requests and
     sends nothing when `dry_run`). Returns the SDK's job, or None for a dry run."""
     out = out or sys.stdout
     api.gcs_uri("--staging_uri", staging_uri)
     spec = load_config(config)
     dist_dir = dist_dir or tempfile.mkdtemp(prefix="trainer-sdist-")
-    resolve(spec, package_uri=f"{staging_uri.rstrip('/')}/x.tar.gz", output_dir=output_dir,
-            extra_args=extra_args)  # fails on bad input before the build
+    resolve(
+        spec,
+        package_uri=f"{staging_uri.rstrip('/')}/x.tar.gz",
+        output_dir=output_dir,
+        extra_args=extra_args,
+    )  # fails on bad input before the build
     sdist = build_sdist(dist_dir)
     package_uri = f"{staging_uri.rstrip('/')}/{os.path.basename(sdist)}"
-    submission = Submission(display_name, resolve(spec, package_uri=package_uri,
-                                                  output_dir=output_dir,
-                                                  extra_args=extra_args))
+    submission = Submission(
+        display_name,
+        resolve(spec, package_uri=package_uri, output_dir=output_dir, extra_args=extra_args),
+    )
     spec_path = os.path.join(dist_dir, f"custom-job-{display_name}.yaml")
     _write_yaml(spec_path, submission.spec)
     requests = [upload_request(sdist, package_uri), submission.request(cloud)]
@@ -173,8 +218,11 @@ def submit(cloud: api.Cloud, *, staging_uri: str, display_name: str,
         api.show(requests, out)
     else:
         storage.upload_file(sdist, package_uri)
-    print(f"# equivalent gcloud command (spec in {spec_path}):\n"
-          f"{submission.gcloud(cloud, spec_path)}", file=out)
+    print(
+        f"# equivalent gcloud command (spec in {spec_path}):\n"
+        f"{submission.gcloud(cloud, spec_path)}",
+        file=out,
+    )
     return None if dry_run else create_job(cloud, submission, staging_uri=staging_uri)
 
 
@@ -190,16 +238,29 @@ def _run(argv: list[str] | None) -> int:
     p.add_argument("--staging_uri", required=True, help="gs:// folder for the sdist.")
     p.add_argument("--display_name", default="adanet-census", help="The job's display name.")
     p.add_argument("--output_dir", help="gs:// base output directory (baseOutputDirectory).")
-    p.add_argument("--extra_args", action="append", default=[],
-                   help="An argument appended to every pool's args (repeat the flag).")
+    p.add_argument(
+        "--extra_args",
+        action="append",
+        default=[],
+        help="An argument appended to every pool's args (repeat the flag).",
+    )
     p.add_argument("--config", default=CONFIG, help="The CustomJobSpec in YAML.")
-    p.add_argument("--dist_dir", default=os.path.join(REPO, "dist"),
-                   help="Where the sdist and the resolved spec are written.")
+    p.add_argument(
+        "--dist_dir",
+        default=os.path.join(REPO, "dist"),
+        help="Where the sdist and the resolved spec are written.",
+    )
     args = p.parse_args(argv)
-    job = submit(api.cloud_from(args), staging_uri=args.staging_uri,
-                 display_name=args.display_name, output_dir=args.output_dir,
-                 extra_args=args.extra_args, config=args.config, dist_dir=args.dist_dir,
-                 dry_run=args.dry_run)
+    job = submit(
+        api.cloud_from(args),
+        staging_uri=args.staging_uri,
+        display_name=args.display_name,
+        output_dir=args.output_dir,
+        extra_args=args.extra_args,
+        config=args.config,
+        dist_dir=args.dist_dir,
+        dry_run=args.dry_run,
+    )
     if job is not None:
         print(job.resource_name)
     return 0

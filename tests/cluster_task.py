@@ -63,9 +63,26 @@ def main(argv: list[str]) -> int:
     if flags.ignore_sigterm:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
     role, index = _role()
-    print("env " + json.dumps({"pid": os.getpid(), "role": role, "index": index, **{
-        k: os.environ.get(k) for k in ("TF_CONFIG", "CLUSTER_SPEC", "GRPC_FAIL_FAST",
-                                       "no_proxy", "PYTHONUNBUFFERED")}}))
+    print(
+        "env "
+        + json.dumps(
+            {
+                "pid": os.getpid(),
+                "role": role,
+                "index": index,
+                **{
+                    k: os.environ.get(k)
+                    for k in (
+                        "TF_CONFIG",
+                        "CLUSTER_SPEC",
+                        "GRPC_FAIL_FAST",
+                        "no_proxy",
+                        "PYTHONUNBUFFERED",
+                    )
+                },
+            }
+        )
+    )
     server = _listen() if flags.listen and "CLUSTER_SPEC" in os.environ else None
     if flags.stderr:
         print(f"{role} {index} on stderr", file=sys.stderr)

@@ -24,11 +24,14 @@ def pytest_configure(config):
     # Two logical CPU devices, so that distribution strategies run several replicas in one
     # process (the runtime must not have started yet).
     import tensorflow as tf
+
     cpu = tf.config.list_physical_devices("CPU")[0]
     tf.config.set_logical_device_configuration(
-        cpu, [tf.config.LogicalDeviceConfiguration(), tf.config.LogicalDeviceConfiguration()])
-    config.addinivalue_line("markers", "slow: long end-to-end runs; `make test` skips them "
-                            "locally, CI (CI=true) runs them")
+        cpu, [tf.config.LogicalDeviceConfiguration(), tf.config.LogicalDeviceConfiguration()]
+    )
+    config.addinivalue_line(
+        "markers",
+        "slow: long end-to-end runs; `make test` skips them locally, CI (CI=true) runs them",
+    )
     # google-api-core warns on every import that Python 3.11 support ends in 2027: noise here.
-    config.addinivalue_line("filterwarnings",
-                            "ignore:You are using a Python version:FutureWarning")
+    config.addinivalue_line("filterwarnings", "ignore:You are using a Python version:FutureWarning")

@@ -28,8 +28,8 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
@@ -48,13 +48,17 @@ def _wait_for_port(port: int, process: subprocess.Popen, log: Path, timeout: flo
     deadline = time.monotonic() + timeout
     while True:
         if process.poll() is not None:
-            raise RuntimeError(f"{process.args[:3]} exited ({process.returncode}) during "
-                               f"start-up:\n{log.read_text()[-3000:]}")
+            raise RuntimeError(
+                f"{process.args[:3]} exited ({process.returncode}) during "
+                f"start-up:\n{log.read_text()[-3000:]}"
+            )
         with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.2):
             return
         if time.monotonic() > deadline:
-            raise RuntimeError(f"{process.args[:3]} did not listen on {port} in {timeout} s:\n"
-                               f"{log.read_text()[-3000:]}")
+            raise RuntimeError(
+                f"{process.args[:3]} did not listen on {port} in {timeout} s:\n"
+                f"{log.read_text()[-3000:]}"
+            )
         time.sleep(0.05)
 
 
@@ -73,6 +77,7 @@ def _die_with_parent() -> None:
     so that no emulator or proxy outlives a killed test run (Linux; elsewhere a no-op)."""
     if sys.platform.startswith("linux"):
         import ctypes
+
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
@@ -81,8 +86,7 @@ def _mitmdump() -> str:
     here = Path(sys.executable).parent / "mitmdump"
     found = str(here) if here.exists() else shutil.which("mitmdump")
     if not found:
-        raise RuntimeError("mitmdump not found: install the test extra (pip install -e "
-                           "'.[test]').")
+        raise RuntimeError("mitmdump not found: install the test extra (pip install -e '.[test]').")
     return found
 
 
@@ -147,29 +151,57 @@ def running_gcs() -> Iterator[GcsServer]:
     processes: list[subprocess.Popen] = []
     try:
         emulator_log = workdir / "emulator.log"
-        processes.append(subprocess.Popen(
-            [sys.executable, "-m", "tests.gcs_emulator", f"--port={emulator_port}"],
-            cwd=REPO, stdout=open(emulator_log, "w"), stderr=subprocess.STDOUT,
-            preexec_fn=_die_with_parent))
+        processes.append(
+            subprocess.Popen(
+                [sys.executable, "-m", "tests.gcs_emulator", f"--port={emulator_port}"],
+                cwd=REPO,
+                stdout=open(emulator_log, "w"),  # noqa: SIM115 (the process owns it)
+                stderr=subprocess.STDOUT,
+                preexec_fn=_die_with_parent,
+            )
+        )
         proxy_log = workdir / "proxy.log"
         confdir = workdir / "mitmproxy"
-        processes.append(subprocess.Popen(
-            [_mitmdump(), "--quiet", "--listen-host", "127.0.0.1",
-             "--listen-port", str(proxy_port), "--set", f"confdir={confdir}",
-             # Never resolve or dial the real hosts: the addon picks the upstream.
-             "--set", "connection_strategy=lazy", "--set", "upstream_cert=false",
-             # libcurl sends some uploads chunked *and* with a Content-Length; the emulator
-             # wrapper de-chunks them.
-             "--set", "validate_inbound_headers=false",
-             "-s", str(REPO / "tests" / "gcs_proxy.py"),
-             "--set", f"gcs_emulator=127.0.0.1:{emulator_port}"],
-            cwd=REPO, stdout=open(proxy_log, "w"), stderr=subprocess.STDOUT,
-            preexec_fn=_die_with_parent))
+        processes.append(
+            subprocess.Popen(
+                [
+                    _mitmdump(),
+                    "--quiet",
+                    "--listen-host",
+                    "127.0.0.1",
+                    "--listen-port",
+                    str(proxy_port),
+                    "--set",
+                    f"confdir={confdir}",
+                    # Never resolve or dial the real hosts: the addon picks the upstream.
+                    "--set",
+                    "connection_strategy=lazy",
+                    "--set",
+                    "upstream_cert=false",
+                    # libcurl sends some uploads chunked *and* with a Content-Length; the emulator
+                    # wrapper de-chunks them.
+                    "--set",
+                    "validate_inbound_headers=false",
+                    "-s",
+                    str(REPO / "tests" / "gcs_proxy.py"),
+                    "--set",
+                    f"gcs_emulator=127.0.0.1:{emulator_port}",
+                ],
+                cwd=REPO,
+                stdout=open(proxy_log, "w"),  # noqa: SIM115 (the process owns it)
+                stderr=subprocess.STDOUT,
+                preexec_fn=_die_with_parent,
+            )
+        )
         _wait_for_port(emulator_port, processes[0], emulator_log, timeout=30)
         _wait_for_port(proxy_port, processes[1], proxy_log, timeout=30)
-        yield GcsServer(emulator_port=emulator_port, proxy_port=proxy_port,
-                        ca_file=confdir / "mitmproxy-ca-cert.pem", workdir=workdir,
-                        startup_seconds=time.monotonic() - started)
+        yield GcsServer(
+            emulator_port=emulator_port,
+            proxy_port=proxy_port,
+            ca_file=confdir / "mitmproxy-ca-cert.pem",
+            workdir=workdir,
+            startup_seconds=time.monotonic() - started,
+        )
     finally:
         for process in reversed(processes):
             _stop(process)

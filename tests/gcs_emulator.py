@@ -93,8 +93,9 @@ class FixedRequestHandler(emulator.RequestHandler):
 
     def _is_upload(self, method: str) -> bool:
         """A request whose body is object data (not JSON metadata)."""
-        return method == emulator.PUT or (method == emulator.POST
-                                          and "uploadType=media" in self.path)
+        return method == emulator.PUT or (
+            method == emulator.POST and "uploadType=media" in self.path
+        )
 
     def do_GET(self):
         self._route(emulator.GET)

@@ -27,7 +27,8 @@ class ForwardToEmulator:
     def request(self, flow: http.HTTPFlow) -> None:
         if flow.request.pretty_host not in GCS_HOSTS:
             flow.response = http.Response.make(
-                502, f"test proxy: {flow.request.pretty_host} is not a GCS host".encode())
+                502, f"test proxy: {flow.request.pretty_host} is not a GCS host".encode()
+            )
             return
         host, port = ctx.options.gcs_emulator.rsplit(":", 1)
         original_host = flow.request.pretty_host
@@ -43,7 +44,7 @@ class ForwardToEmulator:
         location = flow.response.headers.get("Location", "")
         for host in GCS_HOSTS:
             if location.startswith(f"http://{host}/"):
-                flow.response.headers["Location"] = "https://" + location[len("http://"):]
+                flow.response.headers["Location"] = "https://" + location[len("http://") :]
 
 
 addons = [ForwardToEmulator()]

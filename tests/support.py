@@ -42,7 +42,7 @@ def synthetic_rows(kind: str, n: int, seed: int):
         label = np.array(["low", "mid", "high"])[label.astype(int)]
     else:
         label = np.round(3.0 * score + 10.0 + 0.1 * rng.normal(size=n), 4)
-    return [[f"{a:.4f}", f"{b:.4f}", c, l] for a, b, c, l in zip(x1, x2, color, label)]
+    return [[f"{a:.4f}", f"{b:.4f}", c, y] for a, b, c, y in zip(x1, x2, color, label)]
 
 
 HEADER = ["x1", "x2", "color", "target"]
@@ -55,14 +55,19 @@ class DataFiles:
 
 
 def make_data(tmp_path: Path, kind: str, n_train: int = 2000, n_eval: int = 500) -> DataFiles:
-    return DataFiles(write_csv(tmp_path / f"{kind}_train.csv", HEADER,
-                               synthetic_rows(kind, n_train, 1)),
-                     write_csv(tmp_path / f"{kind}_eval.csv", HEADER,
-                               synthetic_rows(kind, n_eval, 2)))
+    return DataFiles(
+        write_csv(tmp_path / f"{kind}_train.csv", HEADER, synthetic_rows(kind, n_train, 1)),
+        write_csv(tmp_path / f"{kind}_eval.csv", HEADER, synthetic_rows(kind, n_eval, 2)),
+    )
 
 
-FAST_FLAGS = ["--max_iterations=2", "--max_iteration_steps=200", "--batch_size=32",
-              "--learning_rate=0.01", "--steps_per_loop=50"]
+FAST_FLAGS = [
+    "--max_iterations=2",
+    "--max_iteration_steps=200",
+    "--batch_size=32",
+    "--learning_rate=0.01",
+    "--steps_per_loop=50",
+]
 
 
 def task_env(**extra: str) -> dict:
@@ -76,12 +81,18 @@ def task_env(**extra: str) -> dict:
     return env
 
 
-def run_task(args: list[str], *, env: dict | None = None, timeout: float = 300
-             ) -> subprocess.CompletedProcess:
+def run_task(
+    args: list[str], *, env: dict | None = None, timeout: float = 300
+) -> subprocess.CompletedProcess:
     """Runs `python -m trainer.task ARGS` in a real process."""
-    return subprocess.run([sys.executable, "-m", "trainer.task", *args], cwd=REPO,
-                          env=env or task_env(), capture_output=True, text=True,
-                          timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "trainer.task", *args],
+        cwd=REPO,
+        env=env or task_env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def load_report(job_dir: Path) -> dict:
@@ -117,11 +128,19 @@ def minimal_record(iteration: int, **changes):
     from trainer.record import Architecture, CandidateRecord, IterationRecord, Seconds
 
     record = IterationRecord(
-        iteration=iteration, steps=10, steps_per_sec=None, batch_size=8,
-        selection="moving_average", chosen="c", eval_examples=5,
+        iteration=iteration,
+        steps=10,
+        steps_per_sec=None,
+        batch_size=8,
+        selection="moving_average",
+        chosen="c",
+        eval_examples=5,
         candidates=(CandidateRecord("c", "mean", (), 0.5, False, {"loss": 0.5}),),
-        subnetworks=(), placement=(), architecture=Architecture("mean", (), {}),
-        seconds=Seconds(1.0, 1.0, 0.1, 0.1))
+        subnetworks=(),
+        placement=(),
+        architecture=Architecture("mean", (), {}),
+        seconds=Seconds(1.0, 1.0, 0.1, 0.1),
+    )
     return dataclasses.replace(record, **changes)
 
 
@@ -150,7 +169,5 @@ def is_alive(pid: int) -> bool:
 
 
 def kill_quietly(pid: int) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass

@@ -30,51 +30,124 @@ def _cases(tmp_path):
     (tmp_path / "binary.csv").write_bytes(b"\x00\xff\xfe garbage \x81" * 20)
     return {
         "missing label flag": ([f"--train_data={good}"], "--label_column is required"),
-        "unknown label": ([f"--train_data={good}", "--label_column=nope"],
-                          "--label_column='nope' is not a column"),
-        "empty file": ([f"--train_data={tmp_path / 'empty.csv'}", "--label_column=target"],
-                       "is empty"),
-        "header only": ([f"--train_data={_write(tmp_path, 'h.csv', HEADER, [])}",
-                         "--label_column=target"], "no data rows"),
-        "missing file": ([f"--train_data={tmp_path / 'nope.csv'}", "--label_column=target"],
-                         "matches no file"),
-        "unreadable file": ([f"--train_data={tmp_path / 'binary.csv'}",
-                             "--label_column=target"], "cannot read"),
-        "non-numeric value": ([f"--train_data={_write(tmp_path, 'n.csv', HEADER, bad_number)}",
-                               "--label_column=target"], "n.csv line 9"),
-        "non-numeric in eval": ([f"--train_data={good}", "--label_column=target",
-                                 f"--eval_data={_write(tmp_path, 'e.csv', HEADER, bad_number)}"],
-                                "e.csv line 9"),
-        "nan label": ([f"--train_data={_write(tmp_path, 'nl.csv', HEADER, nan_label)}",
-                       "--label_column=target", "--head=regression"], "nl.csv line 5"),
-        "inf label": ([f"--train_data={_write(tmp_path, 'il.csv', HEADER, inf_label)}",
-                       "--label_column=target"], "il.csv line 6"),
-        "empty label": ([f"--train_data={_write(tmp_path, 'el.csv', HEADER, empty_label)}",
-                         "--label_column=target"], "el.csv line 7"),
-        "unknown column flag": ([f"--train_data={good}", "--label_column=target",
-                                 "--numeric_columns=zzz"], "unknown column"),
-        "column in both lists": ([f"--train_data={good}", "--label_column=target",
-                                  "--numeric_columns=x1", "--categorical_columns=x1"],
-                                 "both --numeric_columns and --categorical_columns"),
-        "mean with lambda": ([f"--train_data={good}", "--label_column=target",
-                              "--ensemblers=mean", "--adanet_lambda=0.1"],
-                             "only apply to --ensemblers=complexity_regularized"),
-        "unknown generator": ([f"--train_data={good}", "--label_column=target",
-                               "--generator=tree"], "--generator=tree"),
-        "zero steps": ([f"--train_data={good}", "--label_column=target",
-                        "--max_iteration_steps=0"], "--max_iteration_steps (0)"),
-        "regression on strings": ([f"--train_data={good}", "--label_column=target",
-                                   "--head=regression"], "regression labels must be finite numbers"),
-        "negative lambda": ([f"--train_data={good}", "--label_column=target",
-                             "--adanet_lambda=-1"], "must be >= 0"),
+        "unknown label": (
+            [f"--train_data={good}", "--label_column=nope"],
+            "--label_column='nope' is not a column",
+        ),
+        "empty file": (
+            [f"--train_data={tmp_path / 'empty.csv'}", "--label_column=target"],
+            "is empty",
+        ),
+        "header only": (
+            [f"--train_data={_write(tmp_path, 'h.csv', HEADER, [])}", "--label_column=target"],
+            "no data rows",
+        ),
+        "missing file": (
+            [f"--train_data={tmp_path / 'nope.csv'}", "--label_column=target"],
+            "matches no file",
+        ),
+        "unreadable file": (
+            [f"--train_data={tmp_path / 'binary.csv'}", "--label_column=target"],
+            "cannot read",
+        ),
+        "non-numeric value": (
+            [
+                f"--train_data={_write(tmp_path, 'n.csv', HEADER, bad_number)}",
+                "--label_column=target",
+            ],
+            "n.csv line 9",
+        ),
+        "non-numeric in eval": (
+            [
+                f"--train_data={good}",
+                "--label_column=target",
+                f"--eval_data={_write(tmp_path, 'e.csv', HEADER, bad_number)}",
+            ],
+            "e.csv line 9",
+        ),
+        "nan label": (
+            [
+                f"--train_data={_write(tmp_path, 'nl.csv', HEADER, nan_label)}",
+                "--label_column=target",
+                "--head=regression",
+            ],
+            "nl.csv line 5",
+        ),
+        "inf label": (
+            [
+                f"--train_data={_write(tmp_path, 'il.csv', HEADER, inf_label)}",
+                "--label_column=target",
+            ],
+            "il.csv line 6",
+        ),
+        "empty label": (
+            [
+                f"--train_data={_write(tmp_path, 'el.csv', HEADER, empty_label)}",
+                "--label_column=target",
+            ],
+            "el.csv line 7",
+        ),
+        "unknown column flag": (
+            [f"--train_data={good}", "--label_column=target", "--numeric_columns=zzz"],
+            "unknown column",
+        ),
+        "column in both lists": (
+            [
+                f"--train_data={good}",
+                "--label_column=target",
+                "--numeric_columns=x1",
+                "--categorical_columns=x1",
+            ],
+            "both --numeric_columns and --categorical_columns",
+        ),
+        "mean with lambda": (
+            [
+                f"--train_data={good}",
+                "--label_column=target",
+                "--ensemblers=mean",
+                "--adanet_lambda=0.1",
+            ],
+            "only apply to --ensemblers=complexity_regularized",
+        ),
+        "unknown generator": (
+            [f"--train_data={good}", "--label_column=target", "--generator=tree"],
+            "--generator=tree",
+        ),
+        "zero steps": (
+            [f"--train_data={good}", "--label_column=target", "--max_iteration_steps=0"],
+            "--max_iteration_steps (0)",
+        ),
+        "regression on strings": (
+            [f"--train_data={good}", "--label_column=target", "--head=regression"],
+            "regression labels must be finite numbers",
+        ),
+        "negative lambda": (
+            [f"--train_data={good}", "--label_column=target", "--adanet_lambda=-1"],
+            "must be >= 0",
+        ),
     }
 
 
-CASES = ["missing label flag", "unknown label", "empty file", "header only", "missing file",
-         "unreadable file", "non-numeric value", "non-numeric in eval", "nan label",
-         "inf label", "empty label", "unknown column flag", "column in both lists",
-         "mean with lambda", "unknown generator", "zero steps", "regression on strings",
-         "negative lambda"]
+CASES = [
+    "missing label flag",
+    "unknown label",
+    "empty file",
+    "header only",
+    "missing file",
+    "unreadable file",
+    "non-numeric value",
+    "non-numeric in eval",
+    "nan label",
+    "inf label",
+    "empty label",
+    "unknown column flag",
+    "column in both lists",
+    "mean with lambda",
+    "unknown generator",
+    "zero steps",
+    "regression on strings",
+    "negative lambda",
+]
 
 
 @pytest.mark.parametrize("case", CASES)

@@ -19,25 +19,43 @@ from tests.support import REPO, run_task, task_env
 from trainer.local_cluster import ClusterShape, LocalCluster
 
 BUDGET = 600
-ARGS = ("--generator=dnn", "--max_iterations=2", f"--max_iteration_steps={BUDGET}",
-        "--checkpoint_every_secs=1", "--server_grace_secs=30", "--cluster_timeout_secs=120")
+ARGS = (
+    "--generator=dnn",
+    "--max_iterations=2",
+    f"--max_iteration_steps={BUDGET}",
+    "--checkpoint_every_secs=1",
+    "--server_grace_secs=30",
+    "--cluster_timeout_secs=120",
+)
 MIN_ACCURACY = 0.83  # census: 0.76 by predicting the majority class; ~0.85 after 2 x 600 steps
 
 
 class Job:
     """A local cluster running the trainer with a job dir and a log file."""
 
-    def __init__(self, tmp_path: Path, shape: ClusterShape, *extra: str,
-                 job_dir: str | None = None, env: dict | None = None,
-                 module: str = "trainer.task"):
+    def __init__(
+        self,
+        tmp_path: Path,
+        shape: ClusterShape,
+        *extra: str,
+        job_dir: str | None = None,
+        env: dict | None = None,
+        module: str = "trainer.task",
+    ):
         self.dir = tmp_path / "job"
         self.log_path = tmp_path / "cluster.log"
-        self.log = open(self.log_path, "w")
+        self.log = open(self.log_path, "w")  # noqa: SIM115 (closed in __exit__)
         self.cluster = LocalCluster(
-            shape, module=module, cwd=REPO, sink=self.log, env=env, grace=10,
-            args=(f"--job_dir={job_dir or self.dir}",) + ARGS + extra)
+            shape,
+            module=module,
+            cwd=REPO,
+            sink=self.log,
+            env=env,
+            grace=10,
+            args=(f"--job_dir={job_dir or self.dir}",) + ARGS + extra,
+        )
 
-    def __enter__(self) -> "Job":
+    def __enter__(self) -> Job:
         self.cluster.start()
         return self
 
@@ -50,10 +68,15 @@ class Job:
 
     def chief_tail(self, lines: int = 40) -> list[str]:
         """The chief's last lines, without TensorFlow's per-function gRPC clean-up noise."""
-        noise = ("Failed to remove function", "Additional GRPC error", "This could happen if",
-                 ':{"created"', "Reduce to /device", "Sharding callback")
-        said = [line for line in self.cluster.output("chief")
-                if not any(n in line for n in noise)]
+        noise = (
+            "Failed to remove function",
+            "Additional GRPC error",
+            "This could happen if",
+            ':{"created"',
+            "Reduce to /device",
+            "Sharding callback",
+        )
+        said = [line for line in self.cluster.output("chief") if not any(n in line for n in noise)]
         return said[-lines:]
 
     def wait_for_line(self, role: str, text: str, timeout: float = 240, index: int = 0):
@@ -114,13 +137,14 @@ def test_round_robin_with_parameter_servers_and_an_evaluator(tmp_path):
         # Each subnetwork's variables on its own parameter server (k = 2 subnetworks, 2 ps).
         names = [s["name"] for s in record["subnetworks"]]
         assert units["subnetworks 0,1"]["subnetwork_variables_on_ps"] == {
-            names[0]: [0], names[1]: [1]}
+            names[0]: [0],
+            names[1]: [1],
+        }
     # The evaluator evaluated checkpoints of both iterations, outside the cluster.
     for t in (0, 1):
         evaluations = json.loads((job.dir / "eval" / f"iteration-{t}.json").read_text())
         assert evaluations and all(e["iteration"] == t for e in evaluations)
-        assert all(0.5 < m["accuracy"] <= 1 for e in evaluations
-                   for m in e["candidates"].values())
+        assert all(0.5 < m["accuracy"] <= 1 for e in evaluations for m in e["candidates"].values())
     # Each worker read its own half of the census rows (one file: split by line number).
     readers = report["input"]["readers"]
     assert set(readers) == {"worker 0", "worker 1"}
@@ -161,14 +185,22 @@ def test_multi_worker_mirrored_without_parameter_servers(tmp_path):
     assert set(report["input"]["readers"]) == {"chief", "worker 0"}  # each its own half
     # Only the chief wrote artifacts: nothing but its own files in the job dir.
     assert sorted(p.name for p in job.dir.iterdir()) == [
-        "checkpoints", "logs", "model", "report.json", "run.json", "schema.json"]
+        "checkpoints",
+        "logs",
+        "model",
+        "report.json",
+        "run.json",
+        "schema.json",
+    ]
 
 
 def test_round_robin_needs_parameter_servers(tmp_path):
     with Job(tmp_path, ClusterShape(workers=1), "--placement=round_robin") as job:
         assert job.cluster.wait(timeout=120) == 2
-        assert any("--placement=round_robin needs parameter servers" in line
-                   for line in job.cluster.output("chief"))
+        assert any(
+            "--placement=round_robin needs parameter servers" in line
+            for line in job.cluster.output("chief")
+        )
     assert not (job.dir / "run.json").exists()
 
 
@@ -178,8 +210,13 @@ def test_a_killed_worker_is_replaced_and_rejoins(tmp_path):
     shape = ClusterShape(workers=2, ps=1)
     # Longer iterations: the coordinator reconnects to a restarted worker after gRPC's
     # reconnect backoff (10-25 s here), and the worker then rebuilds its dataset.
-    with Job(tmp_path, shape, "--placement=replication", "--max_iterations=3",
-             "--max_iteration_steps=3000") as job:
+    with Job(
+        tmp_path,
+        shape,
+        "--placement=replication",
+        "--max_iterations=3",
+        "--max_iteration_steps=3000",
+    ) as job:
         job.wait_for_line("chief", "iteration 0 step")
         job.cluster.process("worker", 1).send_signal(signal.SIGKILL)
         job.cluster.process("worker", 1).wait(timeout=30)
@@ -214,14 +251,19 @@ def test_a_lost_round_robin_worker_is_taken_over(tmp_path):
 def test_a_lost_worker_error_passed_on_by_the_coordinator_is_trained_through(tmp_path):
     """When the coordinator passes a lost worker's chunk error on to the chief (a race),
     the chief schedules its steps again and the job completes."""
-    with Job(tmp_path, ClusterShape(workers=2, ps=1), "--placement=replication",
-             module="tests.strict_coordinator_task") as job:
+    with Job(
+        tmp_path,
+        ClusterShape(workers=2, ps=1),
+        "--placement=replication",
+        module="tests.strict_coordinator_task",
+    ) as job:
         job.wait_for_line("chief", "iteration 0 step")
         job.cluster.process("worker", 1).send_signal(signal.SIGKILL)
         assert job.cluster.wait(timeout=400) == 0
         report = job.report()
-        assert any("A chunk failed with a lost worker" in line
-                   for line in job.cluster.output("chief"))
+        assert any(
+            "A chunk failed with a lost worker" in line for line in job.cluster.output("chief")
+        )
     assert_trained(report)
 
 
@@ -253,8 +295,10 @@ def test_a_lost_parameter_server_stops_the_chief_and_a_restart_resumes(tmp_path)
         job.wait_for_line("chief", "iteration 1 step")
         job.cluster.process("ps", 0).send_signal(signal.SIGKILL)
         assert job.cluster.wait(timeout=300) == 1
-        assert any("ps 0 became unreachable" in line and "resumes from the last checkpoint" in line
-                   for line in job.cluster.output("chief"))
+        assert any(
+            "ps 0 became unreachable" in line and "resumes from the last checkpoint" in line
+            for line in job.cluster.output("chief")
+        )
         job.cluster.restart("ps", 0)
         job.cluster.restart("chief")
         assert job.cluster.wait(timeout=400) == 0
@@ -268,13 +312,21 @@ def test_a_lost_parameter_server_stops_the_chief_and_a_restart_resumes(tmp_path)
 def test_a_cluster_writes_its_checkpoints_to_cloud_storage(tmp_path, gcs, bucket):
     """The chief writes every checkpoint (the io device), wherever a variable lives; only it
     needs the storage settings, and nothing lands on local disks."""
-    with Job(tmp_path, ClusterShape(workers=2, ps=1), job_dir=f"gs://{bucket}/job",
-             env=gcs.env(task_env())) as job:
+    with Job(
+        tmp_path,
+        ClusterShape(workers=2, ps=1),
+        job_dir=f"gs://{bucket}/job",
+        env=gcs.env(task_env()),
+    ) as job:
         assert job.cluster.wait(timeout=400) == 0
     names = gcs.object_names(bucket, "job/")
-    for name in ("job/report.json", "job/model/saved_model.pb",
-                 "job/checkpoints/iteration-0.json", "job/checkpoints/iteration-1.json",
-                 "job/checkpoints/frozen-1/ensemble.index"):
+    for name in (
+        "job/report.json",
+        "job/model/saved_model.pb",
+        "job/checkpoints/iteration-0.json",
+        "job/checkpoints/iteration-1.json",
+        "job/checkpoints/frozen-1/ensemble.index",
+    ):
         assert name in names
     report = json.loads(gcs.client().bucket(bucket).blob("job/report.json").download_as_text())
     assert_trained(report)
@@ -290,21 +342,27 @@ def _free_port() -> int:
 
 def test_a_chief_whose_servers_never_start_stops_with_their_names(tmp_path):
     ports = [_free_port() for _ in range(3)]
-    config = {"cluster": {"chief": [f"127.0.0.1:{ports[0]}"],
-                          "worker": [f"127.0.0.1:{ports[1]}"], "ps": [f"127.0.0.1:{ports[2]}"]},
-              "task": {"type": "chief", "index": 0}}
-    result = run_task([f"--job_dir={tmp_path / 'job'}", "--cluster_timeout_secs=2"],
-                      env=task_env(TF_CONFIG=json.dumps(config)), timeout=120)
+    config = {
+        "cluster": {
+            "chief": [f"127.0.0.1:{ports[0]}"],
+            "worker": [f"127.0.0.1:{ports[1]}"],
+            "ps": [f"127.0.0.1:{ports[2]}"],
+        },
+        "task": {"type": "chief", "index": 0},
+    }
+    result = run_task(
+        [f"--job_dir={tmp_path / 'job'}", "--cluster_timeout_secs=2"],
+        env=task_env(TF_CONFIG=json.dumps(config)),
+        timeout=120,
+    )
     assert result.returncode == 1, result.stderr[-3000:]
-    assert (f"worker 0 (127.0.0.1:{ports[1]}), ps 0 (127.0.0.1:{ports[2]}) to start"
-            in result.stderr)
+    assert f"worker 0 (127.0.0.1:{ports[1]}), ps 0 (127.0.0.1:{ports[2]}) to start" in result.stderr
     assert not (tmp_path / "job").exists()
 
 
 def test_a_malformed_tf_config_stops_every_role_before_any_work(tmp_path):
     bad = json.dumps({"cluster": {"chief": ["127.0.0.1:1"]}, "task": {"type": "boss"}})
-    result = run_task([f"--job_dir={tmp_path / 'job'}"], env=task_env(TF_CONFIG=bad),
-                      timeout=120)
+    result = run_task([f"--job_dir={tmp_path / 'job'}"], env=task_env(TF_CONFIG=bad), timeout=120)
     assert result.returncode == 2
     assert "TF_CONFIG['task']['type'] is 'boss'" in result.stderr
     assert not (tmp_path / "job").exists()

@@ -18,11 +18,20 @@ def encode(schema, **features):
 
 
 def test_width_equals_dense_width():
-    schema = S.Schema((S.NumericColumn("a", 1.0, 2.0, (0.0, 1.0, 5.0)),
-                       S.CategoricalColumn("c", ("x", "y")),
-                       S.NumericColumn("b", 0.0, 1.0)), LABEL)
-    out = encode(schema, a=np.array([1.0, 2.0, 3.0], np.float32),
-                 c=np.array(["x", "y", "q"]), b=np.array([0.0, 1.0, 2.0], np.float32))
+    schema = S.Schema(
+        (
+            S.NumericColumn("a", 1.0, 2.0, (0.0, 1.0, 5.0)),
+            S.CategoricalColumn("c", ("x", "y")),
+            S.NumericColumn("b", 0.0, 1.0),
+        ),
+        LABEL,
+    )
+    out = encode(
+        schema,
+        a=np.array([1.0, 2.0, 3.0], np.float32),
+        c=np.array(["x", "y", "q"]),
+        b=np.array([0.0, 1.0, 2.0], np.float32),
+    )
     assert out.shape == (3, schema.dense_width) == (3, 3 + 3 + 1)
     assert out.dtype == np.float32
 
@@ -32,12 +41,19 @@ def test_standardisation_and_piecewise_linear_encoding():
     schema = S.Schema((S.NumericColumn("a", 10.0, 4.0, (0.0, 5.0, 15.0, 20.0)),), LABEL)
     out = encode(schema, a=np.array([10.0, 2.0, 18.0, 25.0, -1.0, 5.0], np.float32))
     np.testing.assert_allclose(out[:, 0], [0.0, -2.0, 2.0, 3.75, -2.75, -1.25])
-    np.testing.assert_allclose(out[:, 1:], [[1.0, 0.5, 0.0],
-                                            [0.4, 0.0, 0.0],
-                                            [1.0, 1.0, 0.6],
-                                            [1.0, 1.0, 1.0],
-                                            [0.0, 0.0, 0.0],
-                                            [1.0, 0.0, 0.0]], rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(
+        out[:, 1:],
+        [
+            [1.0, 0.5, 0.0],
+            [0.4, 0.0, 0.0],
+            [1.0, 1.0, 0.6],
+            [1.0, 1.0, 1.0],
+            [0.0, 0.0, 0.0],
+            [1.0, 0.0, 0.0],
+        ],
+        rtol=1e-6,
+        atol=1e-7,
+    )
 
 
 def test_numeric_without_bins_is_one_value():
@@ -58,8 +74,9 @@ def test_missing_numeric_becomes_mean(missing):
 def test_categories_one_hot_and_unknown_goes_to_oov_slot():
     schema = S.Schema((S.CategoricalColumn("c", ("red", "green", "blue")),), LABEL)
     out = encode(schema, c=np.array(["green", " blue ", "purple", "", "red"]))
-    np.testing.assert_array_equal(out, [[0, 1, 0, 0], [0, 0, 1, 0], [0, 0, 0, 1],
-                                        [0, 0, 0, 1], [1, 0, 0, 0]])
+    np.testing.assert_array_equal(
+        out, [[0, 1, 0, 0], [0, 0, 1, 0], [0, 0, 0, 1], [0, 0, 0, 1], [1, 0, 0, 0]]
+    )
 
 
 def test_empty_vocabulary_is_all_oov():
@@ -68,15 +85,13 @@ def test_empty_vocabulary_is_all_oov():
 
 
 def test_columns_in_schema_order_regardless_of_dict_order():
-    schema = S.Schema((S.CategoricalColumn("c", ("x",)), S.NumericColumn("a", 0.0, 1.0)),
-                      LABEL)
+    schema = S.Schema((S.CategoricalColumn("c", ("x",)), S.NumericColumn("a", 0.0, 1.0)), LABEL)
     out = Preprocessor(schema)({"a": tf.constant([7.0]), "c": tf.constant(["x"])})["dense"]
     np.testing.assert_array_equal(out, [[1, 0, 7]])
 
 
 def test_input_signature():
-    schema = S.Schema((S.NumericColumn("a", 0.0, 1.0), S.CategoricalColumn("c", ("x",))),
-                      LABEL)
+    schema = S.Schema((S.NumericColumn("a", 0.0, 1.0), S.CategoricalColumn("c", ("x",))), LABEL)
     signature = Preprocessor(schema).input_signature()
     assert list(signature) == ["a", "c"]
     assert signature["a"].dtype == tf.float32 and signature["c"].dtype == tf.string
@@ -84,13 +99,26 @@ def test_input_signature():
 
 
 def test_large_vocabularies_become_embedding_ids_and_small_ones_stay_one_hot():
-    big = S.CategoricalColumn("id", tuple(f"u{i}" for i in range(100)),
-                              encoding=S.Encoding.EMBEDDING, embedding_dim=8)
-    schema = S.Schema((S.CategoricalColumn("c", ("x", "y")), big, S.NumericColumn("a", 0.0, 1.0),
-                       S.CategoricalColumn("id2", ("p", "q"), encoding=S.Encoding.EMBEDDING,
-                                           embedding_dim=2)), LABEL)
-    encoded = Preprocessor(schema)({"c": tf.constant(["y", "z"]), "id": tf.constant(["u7", "nope"]),
-                                    "a": tf.constant([1.0, 2.0]), "id2": tf.constant(["q", "p"])})
+    big = S.CategoricalColumn(
+        "id", tuple(f"u{i}" for i in range(100)), encoding=S.Encoding.EMBEDDING, embedding_dim=8
+    )
+    schema = S.Schema(
+        (
+            S.CategoricalColumn("c", ("x", "y")),
+            big,
+            S.NumericColumn("a", 0.0, 1.0),
+            S.CategoricalColumn("id2", ("p", "q"), encoding=S.Encoding.EMBEDDING, embedding_dim=2),
+        ),
+        LABEL,
+    )
+    encoded = Preprocessor(schema)(
+        {
+            "c": tf.constant(["y", "z"]),
+            "id": tf.constant(["u7", "nope"]),
+            "a": tf.constant([1.0, 2.0]),
+            "id2": tf.constant(["q", "p"]),
+        }
+    )
     np.testing.assert_array_equal(encoded["dense"], [[0, 1, 0, 1], [0, 0, 1, 2]])
     np.testing.assert_array_equal(encoded["ids"], [[7, 1], [100, 0]])  # 100: out of vocabulary
     assert schema.dense_width == 4
@@ -98,9 +126,17 @@ def test_large_vocabularies_become_embedding_ids_and_small_ones_stay_one_hot():
 
 
 def test_encodes_a_schema_from_statistics():
-    column = S.numeric_column("n", count=5, missing=1, mean=3.0, std=np.std([1, 2, 3, 4, 5]),
-                              minimum=1.0, maximum=5.0, sample=np.array([1.0, 2, 3, 4, 5]),
-                              num_bins=2)
+    column = S.numeric_column(
+        "n",
+        count=5,
+        missing=1,
+        mean=3.0,
+        std=np.std([1, 2, 3, 4, 5]),
+        minimum=1.0,
+        maximum=5.0,
+        sample=np.array([1.0, 2, 3, 4, 5]),
+        num_bins=2,
+    )
     schema = S.Schema((column,), LABEL)
     out = encode(schema, n=np.array([1, 2, 3, np.nan, 4, 5], np.float32))
     assert out.shape == (6, schema.dense_width) == (6, 3)

@@ -37,12 +37,13 @@ def test_tf_loss_equals_numpy_loss(label):
 def test_losses_by_hand():
     np.testing.assert_allclose(
         Head(BINARY).losses(np.array([1, 0]), np.array([[0.0], [2.0]])),
-        [np.log(2.0), np.log1p(np.exp(2.0))])
+        [np.log(2.0), np.log1p(np.exp(2.0))],
+    )
     np.testing.assert_allclose(
-        Head(MULTICLASS).losses(np.array([2]), np.array([[1.0, 1.0, 1.0]])), [np.log(3.0)])
+        Head(MULTICLASS).losses(np.array([2]), np.array([[1.0, 1.0, 1.0]])), [np.log(3.0)]
+    )
     # regression trains on standardised targets: (logit - (label - mean) / std)^2
-    np.testing.assert_allclose(
-        Head(REGRESSION).losses(np.array([10.0]), np.array([[1.0]])), [1.0])
+    np.testing.assert_allclose(Head(REGRESSION).losses(np.array([10.0]), np.array([[1.0]])), [1.0])
 
 
 def test_binary_loss_is_stable_for_large_logits():
@@ -60,8 +61,7 @@ def test_binary_predictions():
     out = Head(BINARY).predictions(logits)
     assert set(out) == {"probabilities", "class_ids", "classes"}
     p = 1 / (1 + np.exp(-np.array([0.0, 2.0, -1.0])))
-    np.testing.assert_allclose(out["probabilities"].numpy(), np.stack([1 - p, p], -1),
-                               rtol=1e-6)
+    np.testing.assert_allclose(out["probabilities"].numpy(), np.stack([1 - p, p], -1), rtol=1e-6)
     assert out["class_ids"].numpy().tolist() == [0, 1, 0]
     assert [c.decode() for c in out["classes"].numpy()] == ["no", "yes", "no"]
 
@@ -70,8 +70,7 @@ def test_multiclass_predictions():
     logits = np.array([[1.0, 2.0, 0.0], [0.0, -1.0, 3.0]], np.float32)
     out = Head(MULTICLASS).predictions(tf.constant(logits))
     e = np.exp(logits)
-    np.testing.assert_allclose(out["probabilities"].numpy(), e / e.sum(1, keepdims=True),
-                               rtol=1e-6)
+    np.testing.assert_allclose(out["probabilities"].numpy(), e / e.sum(1, keepdims=True), rtol=1e-6)
     assert out["probabilities"].shape == (2, 3)
     assert out["class_ids"].numpy().tolist() == [1, 2]
     assert [c.decode() for c in out["classes"].numpy()] == ["b", "c"]
@@ -84,11 +83,14 @@ def test_regression_predictions_undo_standardisation():
     np.testing.assert_allclose(out["predictions"].numpy(), [2.0, 8.0])
 
 
-@pytest.mark.parametrize("label, keys", [
-    (BINARY, {"loss", "accuracy", "auc"}),
-    (MULTICLASS, {"loss", "accuracy"}),
-    (REGRESSION, {"loss", "mse", "mae"}),
-])
+@pytest.mark.parametrize(
+    "label, keys",
+    [
+        (BINARY, {"loss", "accuracy", "auc"}),
+        (MULTICLASS, {"loss", "accuracy"}),
+        (REGRESSION, {"loss", "mse", "mae"}),
+    ],
+)
 def test_metric_keys(label, keys):
     labels, logits = sample(label)
     metrics = Head(label).metrics(labels, logits)
@@ -98,8 +100,7 @@ def test_metric_keys(label, keys):
 
 
 def test_metric_values():
-    binary = Head(BINARY).metrics(np.array([1, 0, 1, 0]),
-                                  np.array([[2.0], [-1.0], [-0.5], [0.5]]))
+    binary = Head(BINARY).metrics(np.array([1, 0, 1, 0]), np.array([[2.0], [-1.0], [-0.5], [0.5]]))
     assert binary["accuracy"] == 0.5
     assert binary["auc"] == 0.75
     multi = Head(MULTICLASS).metrics(np.array([0, 2]), np.array([[3.0, 0, 0], [3.0, 0, 0]]))
@@ -118,15 +119,16 @@ def test_metrics_of_non_finite_logits(bad):
     assert list(metrics) == ["loss"] and np.isnan(metrics["loss"])
 
 
-@pytest.mark.parametrize("label, metric", [
-    (BINARY, "accuracy"), (MULTICLASS, "accuracy"), (REGRESSION, "mse")])
+@pytest.mark.parametrize(
+    "label, metric", [(BINARY, "accuracy"), (MULTICLASS, "accuracy"), (REGRESSION, "mse")]
+)
 def test_objective_metric(label, metric):
     assert Head(label).objective_metric == metric
 
 
 def brute_force_auc(labels, scores):
-    pos = [s for s, l in zip(scores, labels) if l == 1]
-    neg = [s for s, l in zip(scores, labels) if l != 1]
+    pos = [s for s, y in zip(scores, labels) if y == 1]
+    neg = [s for s, y in zip(scores, labels) if y != 1]
     wins = sum(1.0 if p > n else 0.5 if p == n else 0.0 for p, n in itertools.product(pos, neg))
     return wins / (len(pos) * len(neg))
 
@@ -141,17 +143,19 @@ def test_auc_matches_pairwise_count_with_ties(seed):
     n = 40
     labels = rng.integers(0, 2, size=n)
     logits = rng.integers(-2, 3, size=n).astype(float)  # many ties, each in its own bin
-    assert binned_auc(labels, logits) == pytest.approx(brute_force_auc(labels, logits),
-                                                       abs=1e-12)
+    assert binned_auc(labels, logits) == pytest.approx(brute_force_auc(labels, logits), abs=1e-12)
 
 
-@pytest.mark.parametrize("labels, logits, expected", [
-    ([0, 0, 1, 1], [0.1, 0.2, 0.3, 0.4], 1.0),
-    ([1, 1, 0, 0], [0.1, 0.2, 0.3, 0.4], 0.0),
-    ([0, 1, 0, 1], [0.5, 0.5, 0.5, 0.5], 0.5),
-    ([0, 1, 1], [0.2, 0.2, 0.9], 0.75),
-    ([1, 0, 1, 0], [3.0, -1.0, 0.0, 1.0], 0.75),
-])
+@pytest.mark.parametrize(
+    "labels, logits, expected",
+    [
+        ([0, 0, 1, 1], [0.1, 0.2, 0.3, 0.4], 1.0),
+        ([1, 1, 0, 0], [0.1, 0.2, 0.3, 0.4], 0.0),
+        ([0, 1, 0, 1], [0.5, 0.5, 0.5, 0.5], 0.5),
+        ([0, 1, 1], [0.2, 0.2, 0.9], 0.75),
+        ([1, 0, 1, 0], [3.0, -1.0, 0.0, 1.0], 0.75),
+    ],
+)
 def test_auc_small_cases(labels, logits, expected):
     got = binned_auc(labels, logits)
     assert got == pytest.approx(expected, abs=1e-12)
@@ -179,7 +183,7 @@ def test_metrics_over_batches_equal_metrics_in_one_piece(label):
     labels, logits = sample(label)
     streamed = Metrics(Head(label))
     for start in range(0, len(labels), 7):
-        streamed.update(labels[start:start + 7], logits[start:start + 7])
+        streamed.update(labels[start : start + 7], logits[start : start + 7])
     whole = Head(label).metrics(labels, logits)
     assert streamed.count == len(labels)
     assert streamed.result() == pytest.approx(whole, rel=1e-9)

@@ -14,10 +14,10 @@ from tests.support import parsed_flags
 from trainer import ensemble as ens
 from trainer import job_dir as job_dir_lib
 from trainer import task, training
+from trainer.config import TrainOptions
 from trainer.factory import Models
 from trainer.features import Preprocessor, encoded
 from trainer.heads import Head
-from trainer.config import TrainOptions
 from trainer.iteration import Iteration
 from trainer.model import Builder, DNNBuilder, Inputs
 from trainer.schema import Embedded, HeadType, Label
@@ -29,27 +29,42 @@ def _config(args):
 
 
 def test_exported_model_predicts_exactly_what_the_trainer_computes(binary_data, tmp_path):
-    config = _config([f"--train_data={binary_data.train}", f"--eval_data={binary_data.eval}",
-                      "--label_column=target", f"--job_dir={tmp_path / 'job'}",
-                      "--max_iterations=2", "--max_iteration_steps=150", "--batch_size=32",
-                      "--learn_mixture_weights", "--mixture_weight_type=vector",
-                      "--use_bias"])
+    config = _config(
+        [
+            f"--train_data={binary_data.train}",
+            f"--eval_data={binary_data.eval}",
+            "--label_column=target",
+            f"--job_dir={tmp_path / 'job'}",
+            "--max_iterations=2",
+            "--max_iteration_steps=150",
+            "--batch_size=32",
+            "--learn_mixture_weights",
+            "--mixture_weight_type=vector",
+            "--use_bias",
+        ]
+    )
     report = training.run(config)
     job = job_dir_lib.JobDir(config.job_dir)
     data = training.prepare_input(config, job)
     models = Models(config, data.schema)
     ensemble = models.restore(job.records(), job)
     assert [m.key for m in ensemble.members] == [
-        m["key"] for m in report["architecture"]["members"]]
+        m["key"] for m in report["architecture"]["members"]
+    ]
 
     loaded = tf.saved_model.load(str(tmp_path / "job" / "model"))
     # Only the chosen ensemble is inside: its members' and mixture weights' variables, no
     # other candidate's (AdaNet 0.9 exported every candidate of the last iteration).
     chosen = sum(len(m.subnetwork.checkpoint_variables()) for m in ensemble.members) + len(
-        ensemble.weights.variables)
-    saved = [name for name, _ in tf.train.list_variables(
-        str(tmp_path / "job" / "model" / "variables" / "variables"))
-        if name != "_CHECKPOINTABLE_OBJECT_GRAPH"]
+        ensemble.weights.variables
+    )
+    saved = [
+        name
+        for name, _ in tf.train.list_variables(
+            str(tmp_path / "job" / "model" / "variables" / "variables")
+        )
+        if name != "_CHECKPOINTABLE_OBJECT_GRAPH"
+    ]
     assert len(saved) == chosen
     serve = loaded.signatures["serving_default"]
     preprocessor = Preprocessor(data.schema)
@@ -59,8 +74,9 @@ def test_exported_model_predicts_exactly_what_the_trainer_computes(binary_data, 
         own = models.head.predictions(tf.constant(own_logits))
         served = serve(**features)
         np.testing.assert_allclose(served["logits"].numpy(), own_logits, rtol=1e-5, atol=1e-5)
-        np.testing.assert_allclose(served["probabilities"].numpy(),
-                                   own["probabilities"].numpy(), rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(
+            served["probabilities"].numpy(), own["probabilities"].numpy(), rtol=1e-5, atol=1e-6
+        )
         np.testing.assert_array_equal(served["classes"].numpy(), own["classes"].numpy())
         assert set(served) == {"logits", "probabilities", "class_ids", "classes"}
         correct += int(np.sum(served["class_ids"].numpy() == labels.numpy()))
@@ -85,15 +101,21 @@ class ExplodingBuilder(Builder):
         return keras.layers.Lambda(lambda x: x * 1e30 + 1e38)
 
 
-def _iteration(builders, *, strategy=None, specs=None, inputs=Inputs(4)):
+def _iteration(builders, *, strategy=None, specs=None, inputs=None):
     head = Head(Label("y", HeadType.BINARY, classes=("a", "b")))
     names = [b.name for b in builders]
-    return Iteration(number=0, head=head, inputs=inputs, seed=1, builders=builders,
-                     specs=specs or ens.candidate_specs([ens.GrowStrategy()], names,
-                                                        has_previous=False),
-                     ensemblers=[ens.ComplexityRegularizedEnsembler(learn_mixture_weights=True)],
-                     previous=None, options=TrainOptions(batch_size=8, learning_rate=0.01),
-                     strategy=strategy or tf.distribute.get_strategy())
+    return Iteration(
+        number=0,
+        head=head,
+        inputs=inputs or Inputs(4),
+        seed=1,
+        builders=builders,
+        specs=specs or ens.candidate_specs([ens.GrowStrategy()], names, has_previous=False),
+        ensemblers=[ens.ComplexityRegularizedEnsembler(learn_mixture_weights=True)],
+        previous=None,
+        options=TrainOptions(batch_size=8, learning_rate=0.01),
+        strategy=strategy or tf.distribute.get_strategy(),
+    )
 
 
 def _batches(n_features=4, batch=8, seed=0):
@@ -138,14 +160,23 @@ def test_train_steps_run_under_a_distribution_strategy():
     if len(cpus) < 2:
         pytest.skip("needs two logical CPUs, configured before TensorFlow starts")
     strategy = tf.distribute.MirroredStrategy([d.name for d in cpus[:2]])
-    iteration = _iteration([DNNBuilder(1, 8)], strategy=strategy,
-                           inputs=Inputs(4, (Embedded("id", 30, 3),)))
+    iteration = _iteration(
+        [DNNBuilder(1, 8)], strategy=strategy, inputs=Inputs(4, (Embedded("id", 30, 3),))
+    )
     rng = np.random.default_rng(0)
     ids = rng.integers(0, 30, size=(256, 1))
-    batches = iter(strategy.experimental_distribute_dataset(
-        tf.data.Dataset.from_tensor_slices((
-            encoded(rng.normal(size=(256, 4)).astype(np.float32), ids),
-            (ids[:, 0] % 2).astype(np.int64))).repeat().batch(8)))
+    batches = iter(
+        strategy.experimental_distribute_dataset(
+            tf.data.Dataset.from_tensor_slices(
+                (
+                    encoded(rng.normal(size=(256, 4)).astype(np.float32), ids),
+                    (ids[:, 0] % 2).astype(np.int64),
+                )
+            )
+            .repeat()
+            .batch(8)
+        )
+    )
     subnetwork = iteration.subnetworks[0]
     variables = list(subnetwork.checkpoint_variables().values())
     initial = [v.numpy() for v in variables]
@@ -166,7 +197,9 @@ def test_divergence_survives_a_restart(tmp_path):
     prefix = original.checkpoint().write(str(tmp_path / "ckpt"))
     restored = _iteration([DNNBuilder(1, 8), ExplodingBuilder()])
     restored.checkpoint().read(prefix).assert_existing_objects_matched()
-    assert set(restored.stop_diverged()) == {"t0_exploding",
-                                             "grow_exploding_complexity_regularized"}
+    assert set(restored.stop_diverged()) == {
+        "t0_exploding",
+        "grow_exploding_complexity_regularized",
+    }
     assert restored.stop_diverged() == []
     assert restored.active() == ([0], [0])

@@ -14,9 +14,9 @@ import pytest
 
 from tests.support import DUMMY_TASK as DUMMY
 from tests.support import REPO, is_alive, kill_quietly, wait_for
-from trainer.errors import InputError
 from tests.test_job_spec import write
 from trainer import launch
+from trainer.errors import InputError
 from trainer.local_cluster import ClusterShape
 
 pytestmark = pytest.mark.timeout(30)
@@ -29,9 +29,13 @@ class Launcher:
 
     def __init__(self, argv: list[str], env: dict | None = None):
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "trainer.launch", *argv], cwd=REPO,
-            env=env or dict(os.environ), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            text=True)
+            [sys.executable, "-m", "trainer.launch", *argv],
+            cwd=REPO,
+            env=env or dict(os.environ),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         self.lines: list[str] = []
         self.stderr = ""
         self._reader = threading.Thread(target=self._read, daemon=True)
@@ -49,8 +53,11 @@ class Launcher:
 
     def pids(self) -> list[int]:
         """Pids the launcher reported starting (`[launch] worker 0: pid N, ...`)."""
-        return [int(m.group(1)) for line in list(self.lines)
-                if (m := re.match(r"\[launch\] .+: pid (\d+),", line))]
+        return [
+            int(m.group(1))
+            for line in list(self.lines)
+            if (m := re.match(r"\[launch\] .+: pid (\d+),", line))
+        ]
 
     def cleanup(self):
         if self.process.poll() is None:
@@ -82,6 +89,7 @@ def launcher():
 
 # -- flags ------------------------------------------------------------------------------------
 
+
 def test_flags_override_the_configs_sizes_and_args():
     config = f"--config={REPO / 'config.yaml'}"
     options = launch.parse_command_line([config, "--workers=1", "--no-evaluator"])
@@ -92,11 +100,14 @@ def test_flags_override_the_configs_sizes_and_args():
     assert options.args == ("--max_iterations=1",)
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--workers=-2"], "--workers=-2: the count must be 0 or more"),
-    (["--ps=-1"], "--ps=-1: the count must be 0 or more"),
-    (["--grace=-1"], "--grace (-1.0) must be >= 0"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--workers=-2"], "--workers=-2: the count must be 0 or more"),
+        (["--ps=-1"], "--ps=-1: the count must be 0 or more"),
+        (["--grace=-1"], "--grace (-1.0) must be >= 0"),
+    ],
+)
 def test_bad_counts_name_the_flag(argv, message):
     with pytest.raises(InputError, match=re.escape(message)):
         launch.parse_command_line(argv)
@@ -108,30 +119,41 @@ def test_without_a_config_the_defaults_are_a_lone_trainer_task():
     assert options.args == ("--job_dir=x",)
 
 
-@pytest.mark.parametrize("code, shell_code", [(0, 0), (3, 3), (-signal.SIGKILL, 137),
-                                              (-signal.SIGTERM, 143)])
+@pytest.mark.parametrize(
+    "code, shell_code", [(0, 0), (3, 3), (-signal.SIGKILL, 137), (-signal.SIGTERM, 143)]
+)
 def test_a_chief_killed_by_a_signal_exits_like_a_shell(code, shell_code):
     assert launch._exit_code(code) == shell_code
 
 
 # -- the command line, as a real process ------------------------------------------------------
 
+
 def test_cli_prefixes_every_line_and_exits_with_the_chiefs_code(launcher):
-    run = launcher("--workers=2", "--ps=1", "--evaluator", f"--module={DUMMY}", "--",
-                   "--stderr", "--exit_code=3", "--sleep=0.3")
+    run = launcher(
+        "--workers=2",
+        "--ps=1",
+        "--evaluator",
+        f"--module={DUMMY}",
+        "--",
+        "--stderr",
+        "--exit_code=3",
+        "--sleep=0.3",
+    )
     assert run.wait() == 3
     prefixes = tuple(f"[{label}] " for label in [*LABELS, "launch"])
     assert [line for line in run.lines if not line.startswith(prefixes)] == []
     for label in LABELS:
         assert f"[{label}] ready" in run.lines
-        assert f"[{label}] {label.replace('chief', 'chief 0').replace('evaluator', 'evaluator 0')}"\
-               " on stderr" in run.lines
+        assert (
+            f"[{label}] {label.replace('chief', 'chief 0').replace('evaluator', 'evaluator 0')}"
+            " on stderr" in run.lines
+        )
     assert "[launch] chief exited with code 3" in run.lines
 
 
 def test_cli_stops_every_process_when_the_chief_ends(launcher):
-    run = launcher("--workers=2", "--ps=1", "--evaluator", f"--module={DUMMY}", "--",
-                   "--sleep=0.5")
+    run = launcher("--workers=2", "--ps=1", "--evaluator", f"--module={DUMMY}", "--", "--sleep=0.5")
     assert run.wait() == 0
     pids = run.pids()
     assert len(pids) == 5
@@ -140,10 +162,10 @@ def test_cli_stops_every_process_when_the_chief_ends(launcher):
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_cli_stops_everything_on_a_signal(launcher, sig):
-    run = launcher("--workers=1", "--ps=1", "--evaluator", f"--module={DUMMY}", "--",
-                   "--sleep=-1")
-    wait_for(lambda: sum(line.endswith("] ready") for line in run.lines) == 4,
-             what="all four tasks")
+    run = launcher("--workers=1", "--ps=1", "--evaluator", f"--module={DUMMY}", "--", "--sleep=-1")
+    wait_for(
+        lambda: sum(line.endswith("] ready") for line in run.lines) == 4, what="all four tasks"
+    )
     pids = run.pids()
     assert all(is_alive(pid) for pid in pids)
     run.process.send_signal(sig)
@@ -153,10 +175,13 @@ def test_cli_stops_everything_on_a_signal(launcher, sig):
 
 
 def test_cli_takes_sizes_and_args_from_the_config(launcher, tmp_path):
-    path = write(tmp_path, "workerPoolSpecs:\n"
-                 "  - {replicaCount: 1, pythonPackageSpec: {pythonModule: tests.cluster_task,"
-                 " args: [--exit_code=4, --sleep=0.2]}}\n"
-                 "  - {replicaCount: 2, pythonPackageSpec: {pythonModule: tests.cluster_task}}\n")
+    path = write(
+        tmp_path,
+        "workerPoolSpecs:\n"
+        "  - {replicaCount: 1, pythonPackageSpec: {pythonModule: tests.cluster_task,"
+        " args: [--exit_code=4, --sleep=0.2]}}\n"
+        "  - {replicaCount: 2, pythonPackageSpec: {pythonModule: tests.cluster_task}}\n",
+    )
     run = launcher(f"--config={path}")
     assert run.wait() == 4
     assert {"[worker 0] ready", "[worker 1] ready", "[chief] ready"} <= set(run.lines)

@@ -16,8 +16,8 @@ import pytest
 
 from tests.support import DUMMY_TASK as DUMMY
 from tests.support import REPO, is_alive, wait_for
-from trainer.errors import InputError
 from trainer import local_cluster
+from trainer.errors import InputError
 from trainer.local_cluster import ClusterShape, LocalCluster, Task
 
 pytestmark = pytest.mark.timeout(30)
@@ -27,6 +27,7 @@ LABELS = ["chief", "worker 0", "worker 1", "ps 0", "evaluator"]
 
 
 # -- helpers ----------------------------------------------------------------------------------
+
 
 def env_line(lines: list[str]) -> dict:
     """The last `env {...}` line a cluster_task printed, decoded (TF_CONFIG parsed too)."""
@@ -73,20 +74,30 @@ def make_cluster():
 
 # -- what each process is told: pure functions ------------------------------------------------
 
-ADDRESSES = {Task("chief"): "h:1", Task("worker", 0): "h:2", Task("worker", 1): "h:3",
-             Task("ps", 0): "h:4", Task("evaluator"): "h:5"}
+ADDRESSES = {
+    Task("chief"): "h:1",
+    Task("worker", 0): "h:2",
+    Task("worker", 1): "h:3",
+    Task("ps", 0): "h:4",
+    Task("evaluator"): "h:5",
+}
 
 
-@pytest.mark.parametrize("task, expected_task", [
-    (Task("chief"), {"type": "chief", "index": 0}),
-    (Task("worker", 1), {"type": "worker", "index": 1}),
-    (Task("ps", 0), {"type": "ps", "index": 0}),
-    (Task("evaluator"), {"type": "evaluator", "index": 0}),
-])
+@pytest.mark.parametrize(
+    "task, expected_task",
+    [
+        (Task("chief"), {"type": "chief", "index": 0}),
+        (Task("worker", 1), {"type": "worker", "index": 1}),
+        (Task("ps", 0), {"type": "ps", "index": 0}),
+        (Task("evaluator"), {"type": "evaluator", "index": 0}),
+    ],
+)
 def test_tf_config_has_vertex_shape_and_no_evaluator_in_cluster(task, expected_task):
     assert local_cluster.tf_config(ADDRESSES, task) == {
         "cluster": {"chief": ["h:1"], "worker": ["h:2", "h:3"], "ps": ["h:4"]},
-        "task": expected_task, "environment": "cloud"}
+        "task": expected_task,
+        "environment": "cloud",
+    }
 
 
 def test_tf_config_omits_empty_roles():
@@ -94,29 +105,40 @@ def test_tf_config_omits_empty_roles():
     assert config["cluster"] == {"chief": ["h:1"], "ps": ["h:4"]}
 
 
-@pytest.mark.parametrize("task, pool", [(Task("chief"), 0), (Task("worker", 1), 1),
-                                        (Task("ps", 0), 2), (Task("evaluator"), 3)])
+@pytest.mark.parametrize(
+    "task, pool",
+    [(Task("chief"), 0), (Task("worker", 1), 1), (Task("ps", 0), 2), (Task("evaluator"), 3)],
+)
 def test_cluster_spec_keys_pools_by_position(task, pool):
     assert local_cluster.cluster_spec(ADDRESSES, task) == {
-        "cluster": {"workerpool0": ["h:1"], "workerpool1": ["h:2", "h:3"],
-                    "workerpool2": ["h:4"], "workerpool3": ["h:5"]},
+        "cluster": {
+            "workerpool0": ["h:1"],
+            "workerpool1": ["h:2", "h:3"],
+            "workerpool2": ["h:4"],
+            "workerpool3": ["h:5"],
+        },
         "environment": "cloud",
-        "task": {"type": f"workerpool{pool}", "index": task.index}}
+        "task": {"type": f"workerpool{pool}", "index": task.index},
+    }
 
 
-@pytest.mark.parametrize("before, after", [
-    (None, "127.0.0.1,localhost"),
-    ("", "127.0.0.1,localhost"),
-    ("example.com", "example.com,127.0.0.1,localhost"),
-    ("localhost, .corp", "localhost,.corp,127.0.0.1"),
-])
+@pytest.mark.parametrize(
+    "before, after",
+    [
+        (None, "127.0.0.1,localhost"),
+        ("", "127.0.0.1,localhost"),
+        ("example.com", "example.com,127.0.0.1,localhost"),
+        ("localhost, .corp", "localhost,.corp,127.0.0.1"),
+    ],
+)
 def test_no_proxy_gets_loopback_appended(before, after):
     assert local_cluster.with_loopback_no_proxy(before) == after
 
 
 def test_lone_chief_environment_drops_inherited_cluster_variables():
-    env = local_cluster.task_environment({"TF_CONFIG": "{}", "CLUSTER_SPEC": "{}", "A": "1"}, None,
-                                  Task("chief"))
+    env = local_cluster.task_environment(
+        {"TF_CONFIG": "{}", "CLUSTER_SPEC": "{}", "A": "1"}, None, Task("chief")
+    )
     assert "TF_CONFIG" not in env and "CLUSTER_SPEC" not in env
     assert env["A"] == "1" and env["GRPC_FAIL_FAST"] == "use_caller"
 
@@ -129,13 +151,16 @@ def test_free_ports_are_distinct_and_bindable():
             s.bind(("127.0.0.1", port))
 
 
-@pytest.mark.parametrize("make, error", [
-    (lambda: Task("master"), ValueError),
-    (lambda: Task("chief", 1), ValueError),
-    (lambda: Task("worker", -1), ValueError),
-    (lambda: ClusterShape(workers=-1), InputError),
-    (lambda: ClusterShape(ps=1.5), InputError),
-])
+@pytest.mark.parametrize(
+    "make, error",
+    [
+        (lambda: Task("master"), ValueError),
+        (lambda: Task("chief", 1), ValueError),
+        (lambda: Task("worker", -1), ValueError),
+        (lambda: ClusterShape(workers=-1), InputError),
+        (lambda: ClusterShape(ps=1.5), InputError),
+    ],
+)
 def test_bad_tasks_and_shapes_are_refused(make, error):
     with pytest.raises(error):
         make()
@@ -146,6 +171,7 @@ def test_tasks_come_in_pool_order():
 
 
 # -- a real cluster through the Python API ----------------------------------------------------
+
 
 def test_every_role_gets_its_tf_config_and_a_free_port(make_cluster):
     base = dict(os.environ, no_proxy="example.com", TF_CONFIG="inherited")
@@ -159,11 +185,16 @@ def test_every_role_gets_its_tf_config_and_a_free_port(make_cluster):
     cluster_part = {"chief": addresses[:1], "worker": addresses[1:3], "ps": addresses[3:4]}
     for task, env in envs.items():
         assert env["role"] == task.role and env["index"] == task.index
-        assert env["TF_CONFIG"] == {"cluster": cluster_part, "environment": "cloud",
-                                    "task": {"type": task.role, "index": task.index}}
+        assert env["TF_CONFIG"] == {
+            "cluster": cluster_part,
+            "environment": "cloud",
+            "task": {"type": task.role, "index": task.index},
+        }
         assert env["CLUSTER_SPEC"]["cluster"]["workerpool3"] == addresses[4:]
-        assert env["CLUSTER_SPEC"]["task"] == {"type": f"workerpool{task.pool}",
-                                               "index": task.index}
+        assert env["CLUSTER_SPEC"]["task"] == {
+            "type": f"workerpool{task.pool}",
+            "index": task.index,
+        }
         assert env["GRPC_FAIL_FAST"] == "use_caller"
         assert env["no_proxy"] == "example.com,127.0.0.1,localhost"
         assert env["pid"] == cluster.process(task.role, task.index).pid
@@ -215,15 +246,17 @@ def test_stop_ends_every_process(make_cluster):
 
 
 def test_processes_ignoring_sigterm_are_killed_after_the_grace_period(make_cluster):
-    cluster = make_cluster(ClusterShape(workers=1, ps=1), "--ignore_sigterm", "--sleep=-1",
-                           grace=0.5)
+    cluster = make_cluster(
+        ClusterShape(workers=1, ps=1), "--ignore_sigterm", "--sleep=-1", grace=0.5
+    )
     cluster.start()
     wait_for(lambda: all_ready(cluster), what="all tasks")
     started = time.monotonic()
     cluster.stop()
     assert time.monotonic() - started < 3
     assert [cluster.process(t.role, t.index).returncode for t in cluster.shape.tasks()] == [
-        -signal.SIGKILL] * 3
+        -signal.SIGKILL
+    ] * 3
 
 
 def test_output_is_collected_per_task_with_stderr_merged(make_cluster):
@@ -239,8 +272,14 @@ def test_output_is_collected_per_task_with_stderr_merged(make_cluster):
 
 def test_a_failed_worker_is_reported_and_the_chief_goes_on(make_cluster):
     sink = io.StringIO()
-    cluster = make_cluster(ClusterShape(workers=1, ps=1), "--others_exit=5",
-                           "--others_sleep=0.1", "--sleep=1.5", "--exit_code=0", sink=sink)
+    cluster = make_cluster(
+        ClusterShape(workers=1, ps=1),
+        "--others_exit=5",
+        "--others_sleep=0.1",
+        "--sleep=1.5",
+        "--exit_code=0",
+        sink=sink,
+    )
     cluster.start()
     assert cluster.wait(timeout=10) == 0
     log = sink.getvalue()
@@ -258,8 +297,10 @@ def test_a_killed_worker_restarts_on_the_same_port(make_cluster):
     old = cluster.process("worker", 0)
     old.send_signal(signal.SIGKILL)
     assert old.wait(5) == -signal.SIGKILL
-    wait_for(lambda: "worker 0 failed with code -9 (SIGKILL)" in sink.getvalue(),
-             what="the failure report")
+    wait_for(
+        lambda: "worker 0 failed with code -9 (SIGKILL)" in sink.getvalue(),
+        what="the failure report",
+    )
 
     new = cluster.restart("worker", 0)
     wait_for(lambda: ready_count(cluster, worker) == 2, what="the restarted worker listening")

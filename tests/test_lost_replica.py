@@ -7,13 +7,21 @@ import tensorflow as tf
 
 from trainer.distributed import lost_replica, lost_workers_only
 
-_GRPC = (':{"created":"@1795318152.8","description":"Error received from peer '
-         'ipv4:127.0.0.1:47873","grpc_message":"Socket closed","grpc_status":14}')
+_GRPC = (
+    ':{"created":"@1795318152.8","description":"Error received from peer '
+    'ipv4:127.0.0.1:47873","grpc_message":"Socket closed","grpc_status":14}'
+)
 
 
 def _error(kind, remote: str | None, text: str = "Socket closed"):
-    where = (f"\nAdditional GRPC error information from remote target {remote} while calling "
-             "/tensorflow.eager.EagerService/RunComponentFunction:\n" + _GRPC) if remote else ""
+    where = (
+        (
+            f"\nAdditional GRPC error information from remote target {remote} while calling "
+            "/tensorflow.eager.EagerService/RunComponentFunction:\n" + _GRPC
+        )
+        if remote
+        else ""
+    )
     return kind(None, None, f"{text}{where} [Op:__inference_chunk_1234]")
 
 
@@ -34,10 +42,12 @@ def test_a_lost_worker_is_trained_through():
 def test_a_chunk_whose_worker_inputs_are_gone_is_trained_through():
     """The texts the coordinator itself takes for a lost worker, but only when they name the
     worker; seen without it when a worker was SIGKILLed between two chunks."""
-    assert lost_workers_only(_error(tf.errors.InvalidArgumentError, None,
-                                    "Primary device is not remote"))
-    assert not lost_workers_only(_error(tf.errors.InvalidArgumentError, None,
-                                        "Incompatible shapes: [64,3] vs. [64,4]"))
+    assert lost_workers_only(
+        _error(tf.errors.InvalidArgumentError, None, "Primary device is not remote")
+    )
+    assert not lost_workers_only(
+        _error(tf.errors.InvalidArgumentError, None, "Incompatible shapes: [64,3] vs. [64,4]")
+    )
 
 
 def test_a_lost_parameter_server_is_not():
@@ -52,7 +62,8 @@ def test_an_error_naming_no_task_is_not():
 
 def test_chunks_cancelled_after_a_worker_error_are_rescheduled_unless_a_ps_is_named():
     cancelled = tf.errors.CancelledError(
-        None, None, "The corresponding function is cancelled. Please reschedule the function.")
+        None, None, "The corresponding function is cancelled. Please reschedule the function."
+    )
     assert lost_workers_only(cancelled)
     assert lost_workers_only(_error(tf.errors.CancelledError, WORKER))
     assert not lost_workers_only(_error(tf.errors.CancelledError, PS))
@@ -64,10 +75,12 @@ def test_the_stop_message_names_the_parameter_server_alone():
     assert "ps 0 became unreachable" in message and "worker 1" not in message
     assert "restart the lost replica and then the chief" in message
     assert "worker 1 became unreachable" in str(
-        lost_replica(_error(tf.errors.UnavailableError, WORKER)))
+        lost_replica(_error(tf.errors.UnavailableError, WORKER))
+    )
     copy = f"Failed copying input tensor from {CHIEF}/device:CPU:0 to {WORKER}/device:CPU:0"
     assert "Training stopped: worker 1 became" in str(
-        lost_replica(_error(tf.errors.UnavailableError, None, copy)))
+        lost_replica(_error(tf.errors.UnavailableError, None, copy))
+    )
 
 
 def test_the_coordinator_takes_a_nameless_lost_worker_error_for_a_worker_failure(monkeypatch):
@@ -87,4 +100,5 @@ def test_the_coordinator_takes_a_nameless_lost_worker_error_for_a_worker_failure
     assert cluster_coordinator._is_worker_failure(_error(tf.errors.UnavailableError, WORKER))
     assert not cluster_coordinator._is_worker_failure(_error(tf.errors.UnavailableError, PS))
     assert not cluster_coordinator._is_worker_failure(
-        _error(tf.errors.InvalidArgumentError, None, "Incompatible shapes: [64,3] vs. [64,4]"))
+        _error(tf.errors.InvalidArgumentError, None, "Incompatible shapes: [64,3] vs. [64,4]")
+    )

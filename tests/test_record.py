@@ -10,21 +10,41 @@ import pytest
 
 from tests.support import minimal_record
 from trainer.errors import InputError
-from trainer.record import (Architecture, CandidateRecord, IterationRecord, MemberRecord,
-                            SubnetworkRecord, UnitRecord, finite_metrics)
+from trainer.record import (
+    Architecture,
+    CandidateRecord,
+    IterationRecord,
+    MemberRecord,
+    SubnetworkRecord,
+    UnitRecord,
+    finite_metrics,
+)
 
 
 def _full_record() -> IterationRecord:
     return minimal_record(
-        1, steps_per_sec=25.0,
-        candidates=(CandidateRecord("c", "mean", ("t0_dnn_1x8",), 0.5, False, {"loss": 0.5}),
-                    CandidateRecord("d", "frozen", (), None, True, {"loss": None})),
-        subnetworks=(SubnetworkRecord("t1_dnn_2x8", "dnn_2x8", 1.41, 10, 0.4, False,
-                                      {"accuracy": 0.8}),),
-        placement=(UnitRecord("subnetwork 0", ("t1_dnn_2x8",), ("worker 0",),
-                              {"worker 0": 10}, {"t1_dnn_2x8": (0, 1)}),),
-        architecture=Architecture("mean", (MemberRecord("t0_dnn_1x8", 0, "dnn_1x8", 1.0),),
-                                  {"t0_dnn_1x8": [1.0]}))
+        1,
+        steps_per_sec=25.0,
+        candidates=(
+            CandidateRecord("c", "mean", ("t0_dnn_1x8",), 0.5, False, {"loss": 0.5}),
+            CandidateRecord("d", "frozen", (), None, True, {"loss": None}),
+        ),
+        subnetworks=(
+            SubnetworkRecord("t1_dnn_2x8", "dnn_2x8", 1.41, 10, 0.4, False, {"accuracy": 0.8}),
+        ),
+        placement=(
+            UnitRecord(
+                "subnetwork 0",
+                ("t1_dnn_2x8",),
+                ("worker 0",),
+                {"worker 0": 10},
+                {"t1_dnn_2x8": (0, 1)},
+            ),
+        ),
+        architecture=Architecture(
+            "mean", (MemberRecord("t0_dnn_1x8", 0, "dnn_1x8", 1.0),), {"t0_dnn_1x8": [1.0]}
+        ),
+    )
 
 
 def test_a_record_round_trips_through_json_text():
@@ -59,4 +79,7 @@ def test_the_chosen_candidate_must_be_a_candidate():
 
 def test_metrics_that_are_not_finite_are_written_as_null():
     assert finite_metrics({"loss": math.nan, "auc": math.inf, "accuracy": 0.5}) == {
-        "loss": None, "auc": None, "accuracy": 0.5}
+        "loss": None,
+        "auc": None,
+        "accuracy": 0.5,
+    }

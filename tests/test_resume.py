@@ -16,14 +16,27 @@ from tests.support import REPO, load_report, run_task, task_env
 
 
 def _args(data, job: Path) -> list[str]:
-    return [f"--train_data={data.train}", f"--eval_data={data.eval}", "--label_column=target",
-            f"--job_dir={job}", "--max_iterations=3", "--max_iteration_steps=3000",
-            "--batch_size=32", "--steps_per_loop=50", "--checkpoint_every_secs=0"]
+    return [
+        f"--train_data={data.train}",
+        f"--eval_data={data.eval}",
+        "--label_column=target",
+        f"--job_dir={job}",
+        "--max_iterations=3",
+        "--max_iteration_steps=3000",
+        "--batch_size=32",
+        "--steps_per_loop=50",
+        "--checkpoint_every_secs=0",
+    ]
 
 
 def _start(args: list[str], log: Path) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "trainer.task", *args], cwd=REPO,
-                            env=task_env(), stdout=open(log, "w"), stderr=subprocess.STDOUT)
+    return subprocess.Popen(
+        [sys.executable, "-m", "trainer.task", *args],
+        cwd=REPO,
+        env=task_env(),
+        stdout=open(log, "w"),
+        stderr=subprocess.STDOUT,
+    )
 
 
 def _wait_for(predicate, process: subprocess.Popen, timeout: float = 240) -> None:
@@ -46,8 +59,13 @@ def test_sigkill_mid_iteration_resumes_without_redoing_finished_work(binary_data
     try:
         # Kill once iteration 0 is finished and iteration 1 has published a periodic
         # checkpoint (its state file names it; an index alone may be one being written).
-        _wait_for(lambda: (checkpoints / "iteration-0.json").exists()
-                  and (checkpoints / "iteration-1" / "checkpoint").exists(), process)
+        _wait_for(
+            lambda: (
+                (checkpoints / "iteration-0.json").exists()
+                and (checkpoints / "iteration-1" / "checkpoint").exists()
+            ),
+            process,
+        )
     finally:
         _kill(process)
     record0 = (checkpoints / "iteration-0.json").read_text()
@@ -57,8 +75,9 @@ def test_sigkill_mid_iteration_resumes_without_redoing_finished_work(binary_data
     assert result.returncode == 0, result.stderr[-3000:]
     assert "Iteration 0: training" not in result.stderr  # finished work is not redone
     assert "Iteration 1: resumed from" in result.stderr
-    resumed_at = int(result.stderr.split("Iteration 1: resumed from")[1].split("at step ")[1]
-                     .split(".")[0])
+    resumed_at = int(
+        result.stderr.split("Iteration 1: resumed from")[1].split("at step ")[1].split(".")[0]
+    )
     assert 0 < resumed_at < 3000
     assert (checkpoints / "iteration-0.json").read_text() == record0
     assert sorted(p.name for p in (checkpoints / "frozen-0").iterdir()) == frozen0

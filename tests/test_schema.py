@@ -15,9 +15,16 @@ CHOICES = S.ColumnChoices("y")
 
 
 # -- kinds ------------------------------------------------------------------------------------
-@pytest.mark.parametrize("numbers, not_numbers, kind", [
-    (10, 0, S.Kind.NUMERIC), (0, 0, S.Kind.NUMERIC), (95, 5, S.Kind.NUMERIC),
-    (94, 6, S.Kind.CATEGORICAL), (0, 3, S.Kind.CATEGORICAL)])
+@pytest.mark.parametrize(
+    "numbers, not_numbers, kind",
+    [
+        (10, 0, S.Kind.NUMERIC),
+        (0, 0, S.Kind.NUMERIC),
+        (95, 5, S.Kind.NUMERIC),
+        (94, 6, S.Kind.CATEGORICAL),
+        (0, 3, S.Kind.CATEGORICAL),
+    ],
+)
 def test_kind_from_counts(numbers, not_numbers, kind):
     assert S.infer_kind("x", CHOICES, numbers=numbers, not_numbers=not_numbers) is kind
 
@@ -30,25 +37,41 @@ def test_flags_decide_the_kind():
 
 # -- label and head ---------------------------------------------------------------------------
 def label(distinct, head=None, *, numbers=True, integral=True, mean=0.0, std=1.0):
-    return S.infer_label("y", head, distinct=distinct, all_numbers=numbers,
-                         all_integral=integral, mean=mean, std=std)
+    return S.infer_label(
+        "y", head, distinct=distinct, all_numbers=numbers, all_integral=integral, mean=mean, std=std
+    )
 
 
-@pytest.mark.parametrize("distinct, numbers, integral, head, classes", [
-    ({"no": 1, "yes": 2}, False, False, HeadType.BINARY, ("no", "yes")),
-    ({"red": 1, "green": 1, "blue": 2}, False, False, HeadType.MULTICLASS,
-     ("blue", "green", "red")),
-    ({"0": 1, "1": 2}, True, True, HeadType.BINARY, ("0", "1")),
-    ({str(i): 1 for i in range(10)}, True, True, HeadType.MULTICLASS,
-     tuple(str(i) for i in range(10))),
-])
+@pytest.mark.parametrize(
+    "distinct, numbers, integral, head, classes",
+    [
+        ({"no": 1, "yes": 2}, False, False, HeadType.BINARY, ("no", "yes")),
+        (
+            {"red": 1, "green": 1, "blue": 2},
+            False,
+            False,
+            HeadType.MULTICLASS,
+            ("blue", "green", "red"),
+        ),
+        ({"0": 1, "1": 2}, True, True, HeadType.BINARY, ("0", "1")),
+        (
+            {str(i): 1 for i in range(10)},
+            True,
+            True,
+            HeadType.MULTICLASS,
+            tuple(str(i) for i in range(10)),
+        ),
+    ],
+)
 def test_classification_heads(distinct, numbers, integral, head, classes):
     got = label(distinct, numbers=numbers, integral=integral)
     assert (got.head, got.classes) == (head, classes)
 
 
-@pytest.mark.parametrize("distinct, integral", [
-    ({str(i): 1 for i in range(11)}, True), ({"0.5": 1, "1.5": 1}, False), (None, True)])
+@pytest.mark.parametrize(
+    "distinct, integral",
+    [({str(i): 1 for i in range(11)}, True), ({"0.5": 1, "1.5": 1}, False), (None, True)],
+)
 def test_regression_heads(distinct, integral):
     got = label(distinct, integral=integral, mean=2.5, std=0.0)
     assert got.head is HeadType.REGRESSION and got.mean == 2.5 and got.std == 1.0
@@ -75,41 +98,71 @@ def test_small_vocabularies_are_one_hot_large_ones_embedded():
     big = S.categorical_column("id", values, count_error=0, choices=CHOICES)
     assert big.encoding is S.Encoding.EMBEDDING and big.width == 0
     assert (big.size, big.embedding_dim) == (100_001, 16)
-    assert S.categorical_column("c", values[:65], count_error=0,
-                                choices=CHOICES).embedding_dim == 16  # 1.6 * 66^0.56 = 16.6
-    assert S.categorical_column("c", values[:65], count_error=0, choices=S.ColumnChoices(
-        "y", one_hot_max_size=8)).embedding_dim == 16
-    assert S.categorical_column("c", values[:20], count_error=0, choices=S.ColumnChoices(
-        "y", one_hot_max_size=8)).embedding_dim == round(1.6 * 21 ** 0.56) == 9
+    assert (
+        S.categorical_column("c", values[:65], count_error=0, choices=CHOICES).embedding_dim == 16
+    )  # 1.6 * 66^0.56 = 16.6
+    assert (
+        S.categorical_column(
+            "c", values[:65], count_error=0, choices=S.ColumnChoices("y", one_hot_max_size=8)
+        ).embedding_dim
+        == 16
+    )
+    assert (
+        S.categorical_column(
+            "c", values[:20], count_error=0, choices=S.ColumnChoices("y", one_hot_max_size=8)
+        ).embedding_dim
+        == round(1.6 * 21**0.56)
+        == 9
+    )
 
 
 def test_vocabulary_cap_keeps_the_most_frequent():
     choices = S.ColumnChoices("y", max_vocabulary_size=2)
-    column = S.categorical_column("x", [("top", 3), ("mid", 2), ("rare", 1)], count_error=0,
-                                  choices=choices)
+    column = S.categorical_column(
+        "x", [("top", 3), ("mid", 2), ("rare", 1)], count_error=0, choices=choices
+    )
     assert column.vocabulary == ("top", "mid") and column.counts == (3, 2)
 
 
 def test_all_missing_numeric_column_is_an_error():
     with pytest.raises(InputError, match="'x' has no values.*--ignore_columns=x"):
-        S.numeric_column("x", count=0, missing=5, mean=0.0, std=0.0, minimum=0.0, maximum=0.0,
-                         sample=np.zeros(0), num_bins=4)
+        S.numeric_column(
+            "x",
+            count=0,
+            missing=5,
+            mean=0.0,
+            std=0.0,
+            minimum=0.0,
+            maximum=0.0,
+            sample=np.zeros(0),
+            num_bins=4,
+        )
 
 
 def test_dense_width_and_embedded_columns():
     schema = S.Schema(
-        (S.NumericColumn("n", 0.0, 1.0, (1.0, 2.0, 4.0)), S.NumericColumn("m", 0.0, 1.0),
-         S.CategoricalColumn("c", ("a", "b", "c")),
-         S.CategoricalColumn("id", ("u", "v"), encoding=S.Encoding.EMBEDDING, embedding_dim=3)),
-        S.Label("y", HeadType.BINARY, ("0", "1")))
+        (
+            S.NumericColumn("n", 0.0, 1.0, (1.0, 2.0, 4.0)),
+            S.NumericColumn("m", 0.0, 1.0),
+            S.CategoricalColumn("c", ("a", "b", "c")),
+            S.CategoricalColumn("id", ("u", "v"), encoding=S.Encoding.EMBEDDING, embedding_dim=3),
+        ),
+        S.Label("y", HeadType.BINARY, ("0", "1")),
+    )
     assert schema.dense_width == (1 + 2) + 1 + (3 + 1)
     assert schema.embedded == (S.Embedded("id", 3, 3),)
     assert schema.bytes_per_example() == 4 * 8 + 8 + 8
 
 
-@pytest.mark.parametrize("choices, message", [
-    (dict(num_bins=-1), "--num_bins"), (dict(max_vocabulary_size=0), "--max_vocabulary_size"),
-    (dict(one_hot_max_size=0), "--one_hot_max_size"), (dict(embedding_dim=0), "--embedding_dim")])
+@pytest.mark.parametrize(
+    "choices, message",
+    [
+        (dict(num_bins=-1), "--num_bins"),
+        (dict(max_vocabulary_size=0), "--max_vocabulary_size"),
+        (dict(one_hot_max_size=0), "--one_hot_max_size"),
+        (dict(embedding_dim=0), "--embedding_dim"),
+    ],
+)
 def test_bad_encoding_flags(choices, message):
     with pytest.raises(InputError, match=message):
         S.ColumnChoices("y", **choices)
@@ -120,24 +173,29 @@ def test_quantile_edges_bin_the_rest_of_a_dominated_column():
     # by their own quantiles.
     values = np.array([0.0] * 92 + [1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0])
     edges = S.quantile_edges(values, 4)
-    expected = np.unique(np.concatenate([[0.0, 8.0],
-                                         np.quantile(np.arange(1.0, 9.0), np.linspace(0, 1, 5))]))
+    expected = np.unique(
+        np.concatenate([[0.0, 8.0], np.quantile(np.arange(1.0, 9.0), np.linspace(0, 1, 5))])
+    )
     np.testing.assert_allclose(edges, expected)
     assert list(edges) == sorted(set(edges))
 
 
-@pytest.mark.parametrize("values, num_bins, edges", [
-    ([1.0, 2.0, 3.0], 0, ()),
-    ([1.0, 2.0, 3.0], 1, (1.0, 3.0)),
-    ([4.0, 4.0, 4.0], 3, ()),  # constant: no bins
-    ([1.0, 1.0, 1.0, 7.0], 2, (1.0, 7.0)),
-])
+@pytest.mark.parametrize(
+    "values, num_bins, edges",
+    [
+        ([1.0, 2.0, 3.0], 0, ()),
+        ([1.0, 2.0, 3.0], 1, (1.0, 3.0)),
+        ([4.0, 4.0, 4.0], 3, ()),  # constant: no bins
+        ([1.0, 1.0, 1.0, 7.0], 2, (1.0, 7.0)),
+    ],
+)
 def test_quantile_edges_small_cases(values, num_bins, edges):
     assert S.quantile_edges(np.array(values), num_bins) == edges
 
 
-@pytest.mark.parametrize("edges, num_bins, width", [((), 0, 1), ((0.0, 1.0), 1, 2),
-                                                    ((0.0, 1.0, 5.0), 2, 3)])
+@pytest.mark.parametrize(
+    "edges, num_bins, width", [((), 0, 1), ((0.0, 1.0), 1, 2), ((0.0, 1.0, 5.0), 2, 3)]
+)
 def test_numeric_width(edges, num_bins, width):
     column = S.NumericColumn("x", 0.0, 1.0, edges)
     assert column.num_bins == num_bins
@@ -145,18 +203,25 @@ def test_numeric_width(edges, num_bins, width):
 
 
 # -- JSON -------------------------------------------------------------------------------------
-@pytest.mark.parametrize("label", [
-    S.Label("y", HeadType.BINARY, ("no", "yes")),
-    S.Label("y", HeadType.MULTICLASS, ("0", "1", "2")),
-    S.Label("y", HeadType.REGRESSION, mean=3.25, std=0.1 + 0.2),
-])
+@pytest.mark.parametrize(
+    "label",
+    [
+        S.Label("y", HeadType.BINARY, ("no", "yes")),
+        S.Label("y", HeadType.MULTICLASS, ("0", "1", "2")),
+        S.Label("y", HeadType.REGRESSION, mean=3.25, std=0.1 + 0.2),
+    ],
+)
 def test_schema_json_round_trip(label):
     schema = S.Schema(
-        (S.NumericColumn("age", 38.58164675532078, 13.640223092304275, (0.1, 28.0, 37.0)),
-         S.CategoricalColumn("city", ("paris", "", "NA"), (5, 3, 1)),
-         S.CategoricalColumn("id", ("u1", "u2"), (2, 1), S.Encoding.EMBEDDING, 4, 1),
-         S.NumericColumn("flat", 1.0, 1.0, count=9, missing=1, min=1.0, max=1.0)),
-        label, {"train": {"rows": 10}})
+        (
+            S.NumericColumn("age", 38.58164675532078, 13.640223092304275, (0.1, 28.0, 37.0)),
+            S.CategoricalColumn("city", ("paris", "", "NA"), (5, 3, 1)),
+            S.CategoricalColumn("id", ("u1", "u2"), (2, 1), S.Encoding.EMBEDDING, 4, 1),
+            S.NumericColumn("flat", 1.0, 1.0, count=9, missing=1, min=1.0, max=1.0),
+        ),
+        label,
+        {"train": {"rows": 10}},
+    )
     text = schema.to_json()
     json.loads(text)
     again = S.Schema.from_json(text)
@@ -174,8 +239,10 @@ def test_a_schema_of_another_version_is_refused():
 
 
 def test_json_names_kinds():
-    schema = S.Schema((S.NumericColumn("n", 0.0, 1.0), S.CategoricalColumn("c", ("a",))),
-                      S.Label("y", HeadType.BINARY, ("0", "1")))
+    schema = S.Schema(
+        (S.NumericColumn("n", 0.0, 1.0), S.CategoricalColumn("c", ("a",))),
+        S.Label("y", HeadType.BINARY, ("0", "1")),
+    )
     data_ = json.loads(schema.to_json())
     assert [c["kind"] for c in data_["columns"]] == ["numeric", "categorical"]
     assert data_["label"]["head"] == "binary"

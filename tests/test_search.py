@@ -16,9 +16,11 @@ from trainer.search import Search
 
 
 def _search(**changes) -> Search:
-    config = dict(generator=DNNGenerator(layer_size=8),
-                  ensemblers=(ens.MeanEnsembler(),),
-                  strategies=(ens.GrowStrategy(), ens.AllStrategy()))
+    config = dict(
+        generator=DNNGenerator(layer_size=8),
+        ensemblers=(ens.MeanEnsembler(),),
+        strategies=(ens.GrowStrategy(), ens.AllStrategy()),
+    )
     return Search(SearchConfig(**{**config, **changes}))
 
 
@@ -39,13 +41,19 @@ def test_a_later_proposal_grows_from_the_previous_members():
 
 
 def _chosen(iteration: int, *members: tuple[str, int, str]):
-    return minimal_record(iteration, architecture=Architecture(
-        "mean", tuple(MemberRecord(key, it, builder, 1.0) for key, it, builder in members), {}))
+    return minimal_record(
+        iteration,
+        architecture=Architecture(
+            "mean", tuple(MemberRecord(key, it, builder, 1.0) for key, it, builder in members), {}
+        ),
+    )
 
 
 def test_members_are_found_again_by_replaying_the_generator():
-    records = [_chosen(0, ("t0_dnn_1x8", 0, "dnn_1x8")),
-               _chosen(1, ("t0_dnn_1x8", 0, "dnn_1x8"), ("t1_dnn_2x8", 1, "dnn_2x8"))]
+    records = [
+        _chosen(0, ("t0_dnn_1x8", 0, "dnn_1x8")),
+        _chosen(1, ("t0_dnn_1x8", 0, "dnn_1x8"), ("t1_dnn_2x8", 1, "dnn_2x8")),
+    ]
     assert _search().members(records) == (DNNBuilder(1, 8), DNNBuilder(2, 8))
     assert _search().members([]) == ()
 
@@ -57,8 +65,12 @@ def test_a_member_the_generator_no_longer_proposes_is_a_clear_input_error():
 
 
 def test_choose_takes_the_lowest_selectable_objective():
-    scores = [ens.Score("a", 0.5), ens.Score("b", 0.2, diverged=True), ens.Score("c", 0.3),
-              ens.Score("d", math.nan)]
+    scores = [
+        ens.Score("a", 0.5),
+        ens.Score("b", 0.2, diverged=True),
+        ens.Score("c", 0.3),
+        ens.Score("d", math.nan),
+    ]
     assert _search().choose(scores) == 2
 
 

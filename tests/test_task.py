@@ -17,17 +17,26 @@ def _predict(model_dir, csv_path):
     serve = tf.saved_model.load(str(model_dir)).signatures["serving_default"]
     with open(csv_path) as f:
         rows = list(csv.DictReader(f))
-    features = {"x1": tf.constant([float(r["x1"]) for r in rows]),
-                "x2": tf.constant([float(r["x2"]) for r in rows]),
-                "color": tf.constant([r["color"] for r in rows])}
+    features = {
+        "x1": tf.constant([float(r["x1"]) for r in rows]),
+        "x2": tf.constant([float(r["x2"]) for r in rows]),
+        "color": tf.constant([r["color"] for r in rows]),
+    }
     return serve(**features), [r["target"] for r in rows]
 
 
 def test_every_head_trains_exports_and_reports(any_head, tmp_path):
     kind, data = any_head
     job = tmp_path / "job"
-    result = run_task([f"--train_data={data.train}", f"--eval_data={data.eval}",
-                       "--label_column=target", f"--job_dir={job}", *FAST_FLAGS])
+    result = run_task(
+        [
+            f"--train_data={data.train}",
+            f"--eval_data={data.eval}",
+            "--label_column=target",
+            f"--job_dir={job}",
+            *FAST_FLAGS,
+        ]
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     report = load_report(job)
     assert report["status"] == "complete"
@@ -63,8 +72,13 @@ def test_every_head_trains_exports_and_reports(any_head, tmp_path):
 
 def test_rerun_of_a_finished_job_changes_nothing(binary_data, tmp_path):
     job = tmp_path / "job"
-    args = [f"--train_data={binary_data.train}", f"--eval_data={binary_data.eval}",
-            "--label_column=target", f"--job_dir={job}", *FAST_FLAGS]
+    args = [
+        f"--train_data={binary_data.train}",
+        f"--eval_data={binary_data.eval}",
+        "--label_column=target",
+        f"--job_dir={job}",
+        *FAST_FLAGS,
+    ]
     assert run_task(args).returncode == 0
     record = (job / "checkpoints" / "iteration-1.json").read_text()
     pb = (job / "model" / "saved_model.pb").stat().st_mtime_ns
@@ -78,9 +92,14 @@ def test_rerun_of_a_finished_job_changes_nothing(binary_data, tmp_path):
 
 def test_more_iterations_extend_a_finished_job(binary_data, tmp_path):
     job = tmp_path / "job"
-    args = [f"--train_data={binary_data.train}", f"--eval_data={binary_data.eval}",
-            "--label_column=target", f"--job_dir={job}", "--max_iteration_steps=100",
-            "--batch_size=32"]
+    args = [
+        f"--train_data={binary_data.train}",
+        f"--eval_data={binary_data.eval}",
+        "--label_column=target",
+        f"--job_dir={job}",
+        "--max_iteration_steps=100",
+        "--batch_size=32",
+    ]
     assert run_task(args + ["--max_iterations=1"]).returncode == 0
     first = (job / "checkpoints" / "iteration-0.json").read_text()
     result = run_task(args + ["--max_iterations=2"])
@@ -91,8 +110,13 @@ def test_more_iterations_extend_a_finished_job(binary_data, tmp_path):
 
 def test_changed_search_flags_are_refused_on_resume(binary_data, tmp_path):
     job = tmp_path / "job"
-    args = [f"--train_data={binary_data.train}", "--label_column=target", f"--job_dir={job}",
-            "--max_iterations=1", "--max_iteration_steps=50"]
+    args = [
+        f"--train_data={binary_data.train}",
+        "--label_column=target",
+        f"--job_dir={job}",
+        "--max_iterations=1",
+        "--max_iteration_steps=50",
+    ]
     assert run_task(args).returncode == 0
     result = run_task(args + ["--generator=cross"])
     assert result.returncode == 2
@@ -103,9 +127,16 @@ def test_hypertune_metric_is_reported(binary_data, tmp_path):
     metric_file = tmp_path / "hypertune" / "output.metrics"
     env = task_env()
     env["CLOUD_ML_HP_METRIC_FILE"] = str(metric_file)
-    result = run_task([f"--train_data={binary_data.train}", "--label_column=target",
-                       f"--job_dir={tmp_path / 'job'}", "--max_iterations=1",
-                       "--max_iteration_steps=50"], env=env)
+    result = run_task(
+        [
+            f"--train_data={binary_data.train}",
+            "--label_column=target",
+            f"--job_dir={tmp_path / 'job'}",
+            "--max_iterations=1",
+            "--max_iteration_steps=50",
+        ],
+        env=env,
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     lines = metric_file.read_text().strip().splitlines()
     reported = json.loads(lines[-1])
@@ -123,41 +154,68 @@ def test_tfrecord_input(tmp_path):
                 feature = {
                     "x1": tf.train.Feature(float_list=tf.train.FloatList(value=[float(row["x1"])])),
                     "x2": tf.train.Feature(float_list=tf.train.FloatList(value=[float(row["x2"])])),
-                    "color": tf.train.Feature(bytes_list=tf.train.BytesList(
-                        value=[row["color"].encode()])),
-                    "target": tf.train.Feature(bytes_list=tf.train.BytesList(
-                        value=[row["target"].encode()])),
+                    "color": tf.train.Feature(
+                        bytes_list=tf.train.BytesList(value=[row["color"].encode()])
+                    ),
+                    "target": tf.train.Feature(
+                        bytes_list=tf.train.BytesList(value=[row["target"].encode()])
+                    ),
                 }
-                writer.write(tf.train.Example(features=tf.train.Features(
-                    feature=feature)).SerializeToString())
+                writer.write(
+                    tf.train.Example(
+                        features=tf.train.Features(feature=feature)
+                    ).SerializeToString()
+                )
         paths.append(path)
     job = tmp_path / "job"
-    result = run_task([f"--train_data={paths[0]}", f"--eval_data={paths[1]}",
-                       "--label_column=target", f"--job_dir={job}", *FAST_FLAGS])
+    result = run_task(
+        [
+            f"--train_data={paths[0]}",
+            f"--eval_data={paths[1]}",
+            "--label_column=target",
+            f"--job_dir={job}",
+            *FAST_FLAGS,
+        ]
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     assert load_report(job)["final"]["metrics"]["accuracy"] > 0.85
 
 
 @pytest.mark.parametrize("selection", ["train", "holdout"])
-def test_evaluator_selection_with_every_strategy_and_ensembler(binary_data, tmp_path,
-                                                               selection):
+def test_evaluator_selection_with_every_strategy_and_ensembler(binary_data, tmp_path, selection):
     job = tmp_path / "job"
-    result = run_task([f"--train_data={binary_data.train}", f"--eval_data={binary_data.eval}",
-                       "--label_column=target", f"--job_dir={job}", "--max_iterations=2",
-                       "--max_iteration_steps=150", "--batch_size=32", "--generator=dnn",
-                       "--ensemble_strategies=grow,all,solo",
-                       "--ensemblers=complexity_regularized,mean",
-                       "--mixture_weight_type=matrix", "--learn_mixture_weights",
-                       "--adanet_lambda=0.01", "--adanet_beta=0.001", "--use_bias",
-                       "--warm_start_mixture_weights", f"--selection={selection}",
-                       "--force_grow"])
+    result = run_task(
+        [
+            f"--train_data={binary_data.train}",
+            f"--eval_data={binary_data.eval}",
+            "--label_column=target",
+            f"--job_dir={job}",
+            "--max_iterations=2",
+            "--max_iteration_steps=150",
+            "--batch_size=32",
+            "--generator=dnn",
+            "--ensemble_strategies=grow,all,solo",
+            "--ensemblers=complexity_regularized,mean",
+            "--mixture_weight_type=matrix",
+            "--learn_mixture_weights",
+            "--adanet_lambda=0.01",
+            "--adanet_beta=0.001",
+            "--use_bias",
+            "--warm_start_mixture_weights",
+            f"--selection={selection}",
+            "--force_grow",
+        ]
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     report = load_report(job)
     last = report["iterations"][1]
     names = [c["name"] for c in last["candidates"]]
     assert names[0] == "previous_ensemble"
-    assert {"grow_dnn_1x64_mean", "all_complexity_regularized",
-            "solo_dnn_2x64_complexity_regularized"} <= set(names)
+    assert {
+        "grow_dnn_1x64_mean",
+        "all_complexity_regularized",
+        "solo_dnn_2x64_complexity_regularized",
+    } <= set(names)
     assert last["selection"] == selection
     eligible = [c for c in last["candidates"] if c["name"] != "previous_ensemble"]
     best = min(eligible, key=lambda c: c["objective"])
@@ -165,8 +223,7 @@ def test_evaluator_selection_with_every_strategy_and_ensembler(binary_data, tmp_
     if selection == "holdout":  # the objective is the eval loss plus the penalty
         for candidate in eligible:
             if candidate["name"].endswith("_mean"):
-                assert candidate["objective"] == pytest.approx(candidate["eval"]["loss"],
-                                                               rel=1e-4)
+                assert candidate["objective"] == pytest.approx(candidate["eval"]["loss"], rel=1e-4)
     weights = report["architecture"]["mixture_weights"]
     if report["architecture"]["ensembler"] == "complexity_regularized":
         assert weights["type"] == "matrix" and "bias" in weights
@@ -175,8 +232,15 @@ def test_evaluator_selection_with_every_strategy_and_ensembler(binary_data, tmp_
 def test_unknown_hypertune_metric_fails_before_training(binary_data, tmp_path):
     env = task_env()
     env["CLOUD_ML_TRIAL_ID"] = "3"
-    result = run_task([f"--train_data={binary_data.train}", "--label_column=target",
-                       f"--job_dir={tmp_path / 'job'}", "--hypertune_metric=mse"], env=env)
+    result = run_task(
+        [
+            f"--train_data={binary_data.train}",
+            "--label_column=target",
+            f"--job_dir={tmp_path / 'job'}",
+            "--hypertune_metric=mse",
+        ],
+        env=env,
+    )
     assert result.returncode == 2
     assert "--hypertune_metric=mse is not an eval metric of a binary head" in result.stderr
     assert not (tmp_path / "job").exists()
@@ -188,16 +252,25 @@ def test_help_lists_the_flags_and_succeeds():
     assert "--max_iteration_steps" in result.stdout and "--placement" in result.stdout
 
 
-def test_an_evaluator_started_after_the_job_evaluates_each_finished_iteration(binary_data,
-                                                                            tmp_path):
+def test_an_evaluator_started_after_the_job_evaluates_each_finished_iteration(
+    binary_data, tmp_path
+):
     """The chief dropped the iterations' checkpoints: the evaluator evaluates each chosen
     ensemble from its frozen checkpoint, once (a second evaluator adds nothing)."""
     job = tmp_path / "job"
-    args = [f"--train_data={binary_data.train}", f"--eval_data={binary_data.eval}",
-            "--label_column=target", f"--job_dir={job}", *FAST_FLAGS]
+    args = [
+        f"--train_data={binary_data.train}",
+        f"--eval_data={binary_data.eval}",
+        "--label_column=target",
+        f"--job_dir={job}",
+        *FAST_FLAGS,
+    ]
     assert run_task(args).returncode == 0
-    evaluator = task_env(TF_CONFIG=json.dumps({"cluster": {"chief": ["127.0.0.1:2222"]},
-                                               "task": {"type": "evaluator", "index": 0}}))
+    evaluator = task_env(
+        TF_CONFIG=json.dumps(
+            {"cluster": {"chief": ["127.0.0.1:2222"]}, "task": {"type": "evaluator", "index": 0}}
+        )
+    )
     result = run_task(args, env=evaluator)
     assert result.returncode == 0, result.stderr[-3000:]
     report = load_report(job)

@@ -1,9 +1,9 @@
 """This replica's role and its cluster, from Vertex AI's `TF_CONFIG` (or `CLUSTER_SPEC`).
 
 `parse(tf_config, cluster_spec)` is the one function that turns those variables into a frozen
-`Cluster`; it fails with an `InputError` naming the bad key. Vertex's shapes (as
-Vertex AI documents them for custom training): `cluster` holds `chief` (legacy: `master`), `worker` and `ps`;
-the evaluator is never in `cluster` and only its `task` says `evaluator`; `task.trial` is a
+`Cluster`; it fails with an `InputError` naming the bad key. Vertex's shapes (as Vertex AI
+documents them for custom training): `cluster` holds `chief` (legacy: `master`), `worker` and
+`ps`; the evaluator is never in `cluster` and only its `task` says `evaluator`; `task.trial` is a
 string under hyperparameter tuning. `CLUSTER_SPEC` carries the same pools as `workerpool0..3`.
 """
 
@@ -13,15 +13,14 @@ import dataclasses
 import json
 import socket
 import time
-from typing import Mapping
+from collections.abc import Mapping
 
 from trainer.errors import InputError
 
 CHIEF, WORKER, PS, EVALUATOR = "chief", "worker", "ps", "evaluator"
 _ROLES = (CHIEF, WORKER, PS, EVALUATOR)
 _ALIASES = {"master": CHIEF}
-_POOLS = {"workerpool0": CHIEF, "workerpool1": WORKER, "workerpool2": PS,
-          "workerpool3": EVALUATOR}
+_POOLS = {"workerpool0": CHIEF, "workerpool1": WORKER, "workerpool2": PS, "workerpool3": EVALUATOR}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,8 +74,11 @@ class Cluster:
         import tensorflow as tf
 
         return tf.distribute.cluster_resolver.SimpleClusterResolver(
-            self.cluster_spec(), task_type=self.task_type, task_id=self.task_index,
-            rpc_layer=self.rpc_layer)
+            self.cluster_spec(),
+            task_type=self.task_type,
+            task_id=self.task_index,
+            rpc_layer=self.rpc_layer,
+        )
 
 
 def parse(tf_config: str | None, cluster_spec: str | None = None) -> Cluster:
@@ -94,8 +96,9 @@ def _load(name: str, text: str) -> dict:
     except json.JSONDecodeError as e:
         raise InputError(f"{name} is not valid JSON ({e}): {text[:200]!r}.") from None
     if not isinstance(value, dict):
-        raise InputError(f"{name} must be a JSON object with 'cluster' and 'task'; got "
-                         f"{type(value).__name__}.")
+        raise InputError(
+            f"{name} must be a JSON object with 'cluster' and 'task'; got {type(value).__name__}."
+        )
     return value
 
 
@@ -108,57 +111,82 @@ def _parse_tf_config(config: dict, name: str) -> Cluster:
     for job, addresses in raw_jobs.items():
         role = _ALIASES.get(job, job)
         if role not in (CHIEF, WORKER, PS):
-            raise InputError(f"{name}['cluster'] has an unknown job {job!r}; expected chief "
-                             "(or master), worker, ps. The evaluator is not part of the "
-                             "cluster.")
+            raise InputError(
+                f"{name}['cluster'] has an unknown job {job!r}; expected chief "
+                "(or master), worker, ps. The evaluator is not part of the "
+                "cluster."
+            )
         jobs[role] = _addresses(f"{name}['cluster']['{job}']", addresses)
     if len(jobs.get(CHIEF, ())) > 1:
-        raise InputError(f"{name}['cluster']['chief'] has {len(jobs[CHIEF])} addresses; a "
-                         "cluster has one chief (workerPoolSpecs[0].replicaCount must be 1).")
+        raise InputError(
+            f"{name}['cluster']['chief'] has {len(jobs[CHIEF])} addresses; a "
+            "cluster has one chief (workerPoolSpecs[0].replicaCount must be 1)."
+        )
     task = config.get("task") or {}
     if not isinstance(task, dict):
         raise InputError(f"{name}['task'] must be an object with 'type' and 'index'.")
     raw_type = task.get("type")
     task_type = _ALIASES.get(raw_type, raw_type)
     if task_type not in _ROLES:
-        raise InputError(f"{name}['task']['type'] is {raw_type!r}; expected one of chief, "
-                         "master, worker, ps, evaluator.")
+        raise InputError(
+            f"{name}['task']['type'] is {raw_type!r}; expected one of chief, "
+            "master, worker, ps, evaluator."
+        )
     index = task.get("index", 0)
     if isinstance(index, bool) or not isinstance(index, int) or index < 0:
         raise InputError(f"{name}['task']['index'] is {index!r}; expected an integer >= 0.")
     if task_type != EVALUATOR:
         size = len(jobs.get(task_type, ()))
         if index >= size:
-            raise InputError(f"{name}['task'] is {task_type} {index}, but "
-                             f"{name}['cluster'] has {size} {task_type} address(es).")
+            raise InputError(
+                f"{name}['task'] is {task_type} {index}, but "
+                f"{name}['cluster'] has {size} {task_type} address(es)."
+            )
     if jobs and CHIEF not in jobs:
-        raise InputError(f"{name}['cluster'] has no 'chief' (or 'master'): Vertex puts the "
-                         "first worker pool there; add it.")
+        raise InputError(
+            f"{name}['cluster'] has no 'chief' (or 'master'): Vertex puts the "
+            "first worker pool there; add it."
+        )
     trial = task.get("trial")
-    return Cluster(task_type=task_type, task_index=index, jobs=jobs,
-                   trial=str(trial) if trial not in (None, "") else None,
-                   rpc_layer=config.get("rpc_layer") or "grpc")
+    return Cluster(
+        task_type=task_type,
+        task_index=index,
+        jobs=jobs,
+        trial=str(trial) if trial not in (None, "") else None,
+        rpc_layer=config.get("rpc_layer") or "grpc",
+    )
 
 
 def _parse_cluster_spec(spec: dict) -> Cluster:
     pools = spec.get("cluster") or {}
     if not isinstance(pools, dict):
-        raise InputError("CLUSTER_SPEC['cluster'] must be an object of workerpoolN -> "
-                         "addresses.")
+        raise InputError("CLUSTER_SPEC['cluster'] must be an object of workerpoolN -> addresses.")
     unknown = sorted(set(pools) - set(_POOLS))
     if unknown:
-        raise InputError(f"CLUSTER_SPEC['cluster'] has unknown pools {unknown}; expected "
-                         "workerpool0..workerpool3.")
+        raise InputError(
+            f"CLUSTER_SPEC['cluster'] has unknown pools {unknown}; expected "
+            "workerpool0..workerpool3."
+        )
     task = spec.get("task") or {}
     task_type = task.get("type") if isinstance(task, dict) else None
     if task_type not in _POOLS:
-        raise InputError(f"CLUSTER_SPEC['task']['type'] is {task_type!r}; expected "
-                         "workerpool0..workerpool3.")
-    cluster = {_POOLS[pool]: addresses for pool, addresses in pools.items()
-               if _POOLS[pool] != EVALUATOR}
-    return _parse_tf_config({"cluster": cluster, "task": {
-        "type": _POOLS[task["type"]], "index": task.get("index", 0),
-        "trial": task.get("trial")}}, "CLUSTER_SPEC")
+        raise InputError(
+            f"CLUSTER_SPEC['task']['type'] is {task_type!r}; expected workerpool0..workerpool3."
+        )
+    cluster = {
+        _POOLS[pool]: addresses for pool, addresses in pools.items() if _POOLS[pool] != EVALUATOR
+    }
+    return _parse_tf_config(
+        {
+            "cluster": cluster,
+            "task": {
+                "type": _POOLS[task["type"]],
+                "index": task.get("index", 0),
+                "trial": task.get("trial"),
+            },
+        },
+        "CLUSTER_SPEC",
+    )
 
 
 def _addresses(key: str, value) -> tuple[str, ...]:
@@ -185,7 +213,8 @@ def wait_for_servers(cluster: Cluster, *, timeout_secs: float, poll_secs: float 
             raise TimeoutError(
                 f"Waited {timeout_secs:.0f} s for {names} to start. Check that those replicas "
                 "are running (their logs) and that their ports are reachable from the chief; "
-                "--cluster_timeout_secs sets how long to wait.")
+                "--cluster_timeout_secs sets how long to wait."
+            )
         time.sleep(poll_secs)
 
 

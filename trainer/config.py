@@ -61,19 +61,20 @@ class SearchConfig:
         if self.max_iterations < 1:
             raise InputError(f"--max_iterations ({self.max_iterations}) must be >= 1.")
         if self.max_iteration_steps < 1:
-            raise InputError(f"--max_iteration_steps ({self.max_iteration_steps}) must be "
-                             ">= 1.")
+            raise InputError(f"--max_iteration_steps ({self.max_iteration_steps}) must be >= 1.")
         if not self.ensemblers or not self.strategies:
-            raise InputError("--ensemblers and --ensemble_strategies each need at least one "
-                             "value.")
+            raise InputError("--ensemblers and --ensemble_strategies each need at least one value.")
 
     def fingerprint(self) -> dict:
         """What must not change when a job dir is resumed (max_iterations may grow)."""
-        return {"generator": repr(self.generator),
-                "ensemblers": [repr(e) for e in self.ensemblers],
-                "strategies": [s.name for s in self.strategies],
-                "selection": self.selection.value, "force_grow": self.force_grow,
-                "max_iteration_steps": self.max_iteration_steps}
+        return {
+            "generator": repr(self.generator),
+            "ensemblers": [repr(e) for e in self.ensemblers],
+            "strategies": [s.name for s in self.strategies],
+            "selection": self.selection.value,
+            "force_grow": self.force_grow,
+            "max_iteration_steps": self.max_iteration_steps,
+        }
 
 
 @dataclasses.dataclass(frozen=True)
@@ -109,9 +110,12 @@ class RunConfig:
 
     @property
     def outputs(self) -> job_dir_lib.OutputDirs:
-        return job_dir_lib.OutputDirs.resolve(job_dir=self.job_dir, model_dir=self.model_dir,
-                                              checkpoint_dir=self.checkpoint_dir,
-                                              log_dir=self.log_dir)
+        return job_dir_lib.OutputDirs.resolve(
+            job_dir=self.job_dir,
+            model_dir=self.model_dir,
+            checkpoint_dir=self.checkpoint_dir,
+            log_dir=self.log_dir,
+        )
 
     def __post_init__(self):
         if self.train.batch_size < 1:
@@ -122,9 +126,14 @@ class RunConfig:
             raise InputError(f"--steps_per_loop ({self.steps_per_loop}) must be >= 1.")
 
     def fingerprint(self) -> dict:
-        return {**self.search.fingerprint(), "seed": self.seed,
-                "batch_size": self.train.batch_size, "learning_rate": self.train.learning_rate,
-                "optimizer": self.train.optimizer,
-                "train_data": self.data.train_data, "eval_data": self.data.eval_data,
-                "holdout_fraction": None if self.data.eval_data else self.data.holdout_fraction,
-                "bad_rows": self.data.input.bad_rows.value}
+        return {
+            **self.search.fingerprint(),
+            "seed": self.seed,
+            "batch_size": self.train.batch_size,
+            "learning_rate": self.train.learning_rate,
+            "optimizer": self.train.optimizer,
+            "train_data": self.data.train_data,
+            "eval_data": self.data.eval_data,
+            "holdout_fraction": None if self.data.eval_data else self.data.holdout_fraction,
+            "bad_rows": self.data.input.bad_rows.value,
+        }

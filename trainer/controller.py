@@ -27,16 +27,33 @@ from trainer.iteration import FrozenEnsemble, Iteration
 from trainer.job_dir import ReplicaWrites
 from trainer.loops import LoopMaker, TrainLoop
 from trainer.progress import Progress, SummaryWriters, TrainingTime
-from trainer.record import (Architecture, CandidateRecord, IterationRecord, MemberRecord,
-                            Seconds, SubnetworkRecord, UnitRecord, finite, finite_metrics)
+from trainer.record import (
+    Architecture,
+    CandidateRecord,
+    IterationRecord,
+    MemberRecord,
+    Seconds,
+    SubnetworkRecord,
+    UnitRecord,
+    finite,
+    finite_metrics,
+)
 from trainer.search import Search
 
 
 class Controller:
     """Runs the iterations of one job as this replica (see the module doc)."""
 
-    def __init__(self, *, config: RunConfig, models: Models, data: JobInput,
-                 writes: ReplicaWrites, loops: LoopMaker, started: float | None = None):
+    def __init__(
+        self,
+        *,
+        config: RunConfig,
+        models: Models,
+        data: JobInput,
+        writes: ReplicaWrites,
+        loops: LoopMaker,
+        started: float | None = None,
+    ):
         """
         Args:
             config: the run's flags.
@@ -70,88 +87,128 @@ class Controller:
         self.records = self.writes.job.records()
         self.chosen = self.restore(self.records) if self.records else None
         if self.records:
-            logging.info("Resuming %s: iterations 0..%d are finished.", self.writes.job.root,
-                         len(self.records) - 1)
+            logging.info(
+                "Resuming %s: iterations 0..%d are finished.",
+                self.writes.job.root,
+                len(self.records) - 1,
+            )
         for t in range(len(self.records), self.config.search.max_iterations):
             record, self.chosen = self.run_iteration(t, self.chosen)
             self.records.append(record)
             yield record
 
-    def restore(self, records: list[IterationRecord], *, local: bool = False
-                ) -> FrozenEnsemble:
+    def restore(self, records: list[IterationRecord], *, local: bool = False) -> FrozenEnsemble:
         """The last record's chosen ensemble, rebuilt (under no strategy if `local`)."""
         return self.models.restore(records, self.writes.job, local=local)
 
-    def run_iteration(self, t: int, previous: FrozenEnsemble | None
-                      ) -> tuple[IterationRecord, FrozenEnsemble]:
+    def run_iteration(
+        self, t: int, previous: FrozenEnsemble | None
+    ) -> tuple[IterationRecord, FrozenEnsemble]:
         started = time.monotonic()
-        proposal = self.search.propose(t, [m.builder for m in previous.members]
-                                       if previous else [])
+        proposal = self.search.propose(t, [m.builder for m in previous.members] if previous else [])
         iteration = self.models.iteration(proposal, previous)
         checkpoint = iteration.checkpoint()
         manager = tf.train.CheckpointManager(
-            checkpoint, self.writes.iteration_checkpoints(t),
-            max_to_keep=2)  # the latest two: an evaluator may be reading the older one
+            checkpoint, self.writes.iteration_checkpoints(t), max_to_keep=2
+        )  # the latest two: an evaluator may be reading the older one
         latest = tf.train.latest_checkpoint(self.writes.job.iteration_checkpoints(t))
         if latest:
-            checkpoint.restore(latest, options=self.models.checkpoint_options
-                               ).assert_existing_objects_matched()
-            logging.info("Iteration %d: resumed from %s at step %d.", t, latest,
-                         int(iteration.step.numpy()))
+            checkpoint.restore(
+                latest, options=self.models.checkpoint_options
+            ).assert_existing_objects_matched()
+            logging.info(
+                "Iteration %d: resumed from %s at step %d.", t, latest, int(iteration.step.numpy())
+            )
             for name in iteration.stop_diverged():
-                logging.warning("Iteration %d: %s diverged before the restart; it stays "
-                                "stopped and will not be selected.", t, name)
-        logging.info("Iteration %d: training %d subnetworks %s and %d candidate ensembles for "
-                     "%d steps.", t, len(proposal.builders), [b.name for b in proposal.builders],
-                     len(iteration.candidates), self.config.search.max_iteration_steps)
+                logging.warning(
+                    "Iteration %d: %s diverged before the restart; it stays "
+                    "stopped and will not be selected.",
+                    t,
+                    name,
+                )
+        logging.info(
+            "Iteration %d: training %d subnetworks %s and %d candidate ensembles for %d steps.",
+            t,
+            len(proposal.builders),
+            [b.name for b in proposal.builders],
+            len(iteration.candidates),
+            self.config.search.max_iteration_steps,
+        )
         writers = SummaryWriters(self.writes.logs, iteration)
         loop = self.loops(iteration)
         timing = self._train(iteration, loop, manager, writers)
         pause_started = self._previous_end = time.monotonic()
         record, chosen = self._select(iteration, timing, loop.placement())
         frozen = iteration.freeze(chosen)
-        frozen.checkpoint().write(self.writes.frozen_prefix(t),
-                                  options=self.models.checkpoint_options)
-        record = _finished(record, frozen, Seconds(
-            total=time.monotonic() - started, training=timing.seconds,
-            first_step=timing.first_step_seconds,
-            selection_and_freeze=time.monotonic() - pause_started,
-            pause_before=timing.pause_before))
+        frozen.checkpoint().write(
+            self.writes.frozen_prefix(t), options=self.models.checkpoint_options
+        )
+        record = _finished(
+            record,
+            frozen,
+            Seconds(
+                total=time.monotonic() - started,
+                training=timing.seconds,
+                first_step=timing.first_step_seconds,
+                selection_and_freeze=time.monotonic() - pause_started,
+                pause_before=timing.pause_before,
+            ),
+        )
         writers.write_eval(record)
         writers.close()
         self.writes.publish_record(record)  # the iteration is finished
-        logging.info("Iteration %d: chose %s (objective %.5f).", t, record.chosen,
-                     record.chosen_candidate.objective or float("nan"))
+        logging.info(
+            "Iteration %d: chose %s (objective %.5f).",
+            t,
+            record.chosen,
+            record.chosen_candidate.objective or float("nan"),
+        )
         return record, frozen
 
-    def _train(self, iteration: Iteration, loop: TrainLoop,
-               manager: tf.train.CheckpointManager, writers: SummaryWriters) -> TrainingTime:
+    def _train(
+        self,
+        iteration: Iteration,
+        loop: TrainLoop,
+        manager: tf.train.CheckpointManager,
+        writers: SummaryWriters,
+    ) -> TrainingTime:
         """Trains until the loop is done, checkpointing and reporting between chunks."""
         budget = self.config.search.max_iteration_steps
-        progress = Progress(iteration=iteration, manager=manager, writers=writers,
-                            total=budget, batch_size=self.config.train.batch_size,
-                            checkpoint_every_secs=self.config.checkpoint_every_secs,
-                            options=self.models.checkpoint_options,
-                            previous_end=self._previous_end)
+        progress = Progress(
+            iteration=iteration,
+            manager=manager,
+            writers=writers,
+            total=budget,
+            batch_size=self.config.train.batch_size,
+            checkpoint_every_secs=self.config.checkpoint_every_secs,
+            options=self.models.checkpoint_options,
+            previous_end=self._previous_end,
+        )
         step = progress.first_step
         while not loop.done:
             chunk = loop.train()
             for name in chunk.diverged:
-                logging.warning("Iteration %d: %s diverged (non-finite loss) by step %d; it "
-                                "stops training and will not be selected.", iteration.number,
-                                name, chunk.step)
+                logging.warning(
+                    "Iteration %d: %s diverged (non-finite loss) by step %d; it "
+                    "stops training and will not be selected.",
+                    iteration.number,
+                    name,
+                    chunk.step,
+                )
             step = chunk.step
             progress.update(step)
         if iteration.is_exhausted and step < budget:
-            logging.warning("Iteration %d: every new candidate diverged at step %d.",
-                            iteration.number, step)
+            logging.warning(
+                "Iteration %d: every new candidate diverged at step %d.", iteration.number, step
+            )
         timing = progress.finish(int(iteration.step.numpy()))
         if self.first_step_seconds is None and timing.first_step_at is not None:
             self.first_step_seconds = timing.first_step_at - self.started
         return timing
 
-    def _select(self, iteration: Iteration, timing: TrainingTime,
-                placement: tuple[UnitRecord, ...]) -> tuple[IterationRecord, int]:
+    def _select(
+        self, iteration: Iteration, timing: TrainingTime, placement: tuple[UnitRecord, ...]
+    ) -> tuple[IterationRecord, int]:
         """Scores every candidate and chooses one: the iteration's record (its architecture
         still that of the previous ensemble) and the chosen index. One streaming pass over the
         eval rows (and, to select on the training data, one over those)."""
@@ -160,43 +217,65 @@ class Controller:
         if search.selection is ens.Selection.MOVING_AVERAGE:
             objectives = list(iteration.moving_average_objectives())
         else:
-            losses = (evaluated.mean_losses if search.selection is ens.Selection.HOLDOUT
-                      else evaluation.evaluate_iteration(
-                          iteration, self.data.train_encoded()).mean_losses)
-            objectives = [selection_objective(loss, float(c.weights.penalty().numpy()))
-                          for loss, c in zip(losses, iteration.candidates)]
+            losses = (
+                evaluated.mean_losses
+                if search.selection is ens.Selection.HOLDOUT
+                else evaluation.evaluate_iteration(iteration, self.data.train_encoded()).mean_losses
+            )
+            objectives = [
+                selection_objective(loss, float(c.weights.penalty().numpy()))
+                for loss, c in zip(losses, iteration.candidates)
+            ]
         scores = iteration.scores(objectives)
         chosen = self.search.choose(scores)
         snapshot = iteration.snapshot()
         record = IterationRecord(
-            iteration=iteration.number, steps=snapshot.step,
-            steps_per_sec=timing.steps_per_sec, batch_size=self.config.train.batch_size,
-            selection=search.selection.value, chosen=scores[chosen].name,
+            iteration=iteration.number,
+            steps=snapshot.step,
+            steps_per_sec=timing.steps_per_sec,
+            batch_size=self.config.train.batch_size,
+            selection=search.selection.value,
+            chosen=scores[chosen].name,
             eval_examples=evaluated.examples,
             candidates=tuple(
-                CandidateRecord(c.name, c.ensembler.name if c.ensembler else "frozen",
-                                tuple(m.key for m in c.weights.members), finite(s.objective),
-                                s.diverged, finite_metrics(m))
-                for c, s, m in zip(iteration.candidates, scores, evaluated.candidates)),
+                CandidateRecord(
+                    c.name,
+                    c.ensembler.name if c.ensembler else "frozen",
+                    tuple(m.key for m in c.weights.members),
+                    finite(s.objective),
+                    s.diverged,
+                    finite_metrics(m),
+                )
+                for c, s, m in zip(iteration.candidates, scores, evaluated.candidates)
+            ),
             subnetworks=tuple(
-                SubnetworkRecord(s.name, b.name, b.complexity, steps, finite(loss),
-                                 diverged, finite_metrics(m))
+                SubnetworkRecord(
+                    s.name, b.name, b.complexity, steps, finite(loss), diverged, finite_metrics(m)
+                )
                 for s, b, steps, loss, diverged, m in zip(
-                    iteration.subnetworks, iteration.builders, snapshot.subnetwork_steps,
-                    snapshot.subnetwork_losses, snapshot.subnetwork_diverged,
-                    evaluated.subnetworks)),
+                    iteration.subnetworks,
+                    iteration.builders,
+                    snapshot.subnetwork_steps,
+                    snapshot.subnetwork_losses,
+                    snapshot.subnetwork_diverged,
+                    evaluated.subnetworks,
+                )
+            ),
             placement=placement,
             architecture=Architecture("", (), {}),
-            seconds=Seconds(0.0, 0.0, 0.0, 0.0))
+            seconds=Seconds(0.0, 0.0, 0.0, 0.0),
+        )
         return record, chosen
 
 
-def _finished(record: IterationRecord, frozen: FrozenEnsemble,
-              seconds: Seconds) -> IterationRecord:
+def _finished(record: IterationRecord, frozen: FrozenEnsemble, seconds: Seconds) -> IterationRecord:
     """The record with the frozen choice's architecture and the iteration's timing."""
     architecture = Architecture(
         frozen.ensembler.name,
-        tuple(MemberRecord(m.key, m.iteration, m.builder.name, m.builder.complexity)
-              for m in frozen.members),
-        frozen.weights.describe())
+        tuple(
+            MemberRecord(m.key, m.iteration, m.builder.name, m.builder.complexity)
+            for m in frozen.members
+        ),
+        frozen.weights.describe(),
+    )
     return dataclasses.replace(record, architecture=architecture, seconds=seconds)

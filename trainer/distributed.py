@@ -67,20 +67,25 @@ class Runtime:
         return tf.train.CheckpointOptions(experimental_io_device=_CHIEF_DEVICE)
 
     def assignment(self, num_subnetworks: int) -> Assignment:
-        return self.placement.assign(num_workers=max(self.num_workers, 1),
-                                     num_subnetworks=num_subnetworks)
+        return self.placement.assign(
+            num_workers=max(self.num_workers, 1), num_subnetworks=num_subnetworks
+        )
 
     def layout(self, num_subnetworks: int) -> Layout:
         if self.coordinator is None:
             return Layout()
 
         def subnetwork_scope(index: int):
-            group = self.placement.ps_group(num_ps=self.cluster.num_ps,
-                                            num_subnetworks=num_subnetworks, subnetwork=index)
+            group = self.placement.ps_group(
+                num_ps=self.cluster.num_ps, num_subnetworks=num_subnetworks, subnetwork=index
+            )
             return self._on_ps_group(group) if group else contextlib.nullcontext()
 
-        return Layout(units=self.assignment(num_subnetworks).distinct,
-                      subnetwork_scope=subnetwork_scope, shared_bookkeeping=True)
+        return Layout(
+            units=self.assignment(num_subnetworks).distinct,
+            subnetwork_scope=subnetwork_scope,
+            shared_bookkeeping=True,
+        )
 
     @contextlib.contextmanager
     def _on_ps_group(self, group: tuple[int, ...]):
@@ -91,8 +96,7 @@ class Runtime:
         def creator(next_creator, **kwargs):
             name = str(kwargs.get("name") or "variable")
             created[name] += 1
-            kwargs["colocate_with"] = anchors[
-                ps_for_variable(group, f"{name}/{created[name]}")]
+            kwargs["colocate_with"] = anchors[ps_for_variable(group, f"{name}/{created[name]}")]
             return next_creator(**kwargs)
 
         with tf.variable_creator_scope(creator):
@@ -108,8 +112,7 @@ class Runtime:
         return self._anchors
 
 
-def make_runtime(cluster: Cluster, placement: PlacementStrategy, *,
-                 timeout_secs: float) -> Runtime:
+def make_runtime(cluster: Cluster, placement: PlacementStrategy, *, timeout_secs: float) -> Runtime:
     """The strategy for this (training) replica. A chief with parameter servers waits, up to
     `timeout_secs`, for every server of the cluster to listen."""
     if cluster.has_ps:
@@ -120,13 +123,16 @@ def make_runtime(cluster: Cluster, placement: PlacementStrategy, *,
         strategy = tf.distribute.ParameterServerStrategy(cluster.resolver())
         _recognize_lost_worker_errors()
         coordinator = tf.distribute.coordinator.ClusterCoordinator(strategy)
-        logging.info("Connected to %d workers and %d parameter servers; placement: %s.",
-                     cluster.num_workers, cluster.num_ps, placement.name)
+        logging.info(
+            "Connected to %d workers and %d parameter servers; placement: %s.",
+            cluster.num_workers,
+            cluster.num_ps,
+            placement.name,
+        )
         return Runtime(cluster, strategy, placement, coordinator)
     if cluster.is_distributed:  # round_robin without ps was refused as bad input (training.py)
         strategy = tf.distribute.MultiWorkerMirroredStrategy(cluster_resolver=cluster.resolver())
-        logging.info("MultiWorkerMirroredStrategy over %d replicas.",
-                     strategy.num_replicas_in_sync)
+        logging.info("MultiWorkerMirroredStrategy over %d replicas.", strategy.num_replicas_in_sync)
         return Runtime(cluster, strategy, placement)
     gpus = tf.config.list_logical_devices("GPU")
     if len(gpus) > 1:
@@ -146,9 +152,13 @@ def serve(cluster: Cluster, *, grace_secs: float, poll_secs: float = 2.0) -> int
     serving it; after that long without a chief, the job is over. SIGTERM (sent by Vertex or
     the local launcher when the chief has succeeded) ends it at once, also with 0.
     """
-    server = tf.distribute.Server(cluster.cluster_spec(), job_name=cluster.task_type,
-                                  task_index=cluster.task_index, protocol=cluster.rpc_layer,
-                                  start=True)
+    server = tf.distribute.Server(
+        cluster.cluster_spec(),
+        job_name=cluster.task_type,
+        task_index=cluster.task_index,
+        protocol=cluster.rpc_layer,
+        start=True,
+    )
     logging.info("%s %d serving at %s.", cluster.task_type, cluster.task_index, server.target)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
@@ -160,8 +170,7 @@ def serve(cluster: Cluster, *, grace_secs: float, poll_secs: float = 2.0) -> int
         elif seen_chief:
             gone_since = gone_since or time.monotonic()
             if time.monotonic() - gone_since > grace_secs:
-                logging.info("The chief (%s) has been gone for %.0f s: done.", chief,
-                             grace_secs)
+                logging.info("The chief (%s) has been gone for %.0f s: done.", chief, grace_secs)
                 break
     logging.info("%s %d stops.", cluster.task_type, cluster.task_index)
     sys.stdout.flush()
@@ -169,8 +178,7 @@ def serve(cluster: Cluster, *, grace_secs: float, poll_secs: float = 2.0) -> int
 
 
 # -- lost replicas ----------------------------------------------------------------------------
-LOST_REPLICA_ERRORS = (tf.errors.UnavailableError, tf.errors.AbortedError,
-                       tf.errors.CancelledError)
+LOST_REPLICA_ERRORS = (tf.errors.UnavailableError, tf.errors.AbortedError, tf.errors.CancelledError)
 
 
 def _lost_tasks(error: Exception) -> list[tuple[str, str]]:
@@ -179,8 +187,11 @@ def _lost_tasks(error: Exception) -> list[tuple[str, str]]:
 
 # What a chunk's error says when its worker is gone but the error does not name it: its
 # inputs (the worker's iterator) no longer resolve.
-_LOST_WORKER_TEXTS = ("primary device is not remote", "unknown device",
-                      "unable to find the relevant tensor remote_handle")
+_LOST_WORKER_TEXTS = (
+    "primary device is not remote",
+    "unknown device",
+    "unable to find the relevant tensor remote_handle",
+)
 
 
 def lost_workers_only(error: Exception) -> bool:
@@ -213,8 +224,9 @@ def _recognize_lost_worker_errors() -> None:
         return
 
     def is_worker_failure(error) -> bool:
-        return own(error) or (isinstance(error, tf.errors.InvalidArgumentError)
-                              and lost_workers_only(error))
+        return own(error) or (
+            isinstance(error, tf.errors.InvalidArgumentError) and lost_workers_only(error)
+        )
 
     is_worker_failure.recognizes_lost_worker_texts = True
     cluster_coordinator._is_worker_failure = is_worker_failure  # pylint: disable=protected-access
@@ -231,4 +243,5 @@ def lost_replica(error: Exception) -> TrainingError:
         f"Training stopped: {who} became unreachable ({type(error).__name__}: "
         f"{str(error).splitlines()[0][:200]}). A parameter server holds the model's variables: "
         "restart the lost replica and then the chief, and training resumes from the last "
-        "checkpoint.")
+        "checkpoint."
+    )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from typing import Mapping
+from collections.abc import Mapping
 
 from trainer import cluster as cluster_lib
 
@@ -28,12 +28,13 @@ class Environment:
         return bool(self.trial_id or self.hp_metric_file)
 
     @classmethod
-    def from_environ(cls, environ: Mapping[str, str] = os.environ) -> "Environment":
+    def from_environ(cls, environ: Mapping[str, str] = os.environ) -> Environment:
         """Raises InputError naming the bad key of a malformed TF_CONFIG or CLUSTER_SPEC."""
-        return cls(trial_id=environ.get("CLOUD_ML_TRIAL_ID") or None,
-                   hp_metric_file=environ.get("CLOUD_ML_HP_METRIC_FILE") or None,
-                   model_dir=environ.get("AIP_MODEL_DIR") or None,
-                   checkpoint_dir=environ.get("AIP_CHECKPOINT_DIR") or None,
-                   log_dir=environ.get("AIP_TENSORBOARD_LOG_DIR") or None,
-                   cluster=cluster_lib.parse(environ.get("TF_CONFIG"),
-                                             environ.get("CLUSTER_SPEC")))
+        return cls(
+            trial_id=environ.get("CLOUD_ML_TRIAL_ID") or None,
+            hp_metric_file=environ.get("CLOUD_ML_HP_METRIC_FILE") or None,
+            model_dir=environ.get("AIP_MODEL_DIR") or None,
+            checkpoint_dir=environ.get("AIP_CHECKPOINT_DIR") or None,
+            log_dir=environ.get("AIP_TENSORBOARD_LOG_DIR") or None,
+            cluster=cluster_lib.parse(environ.get("TF_CONFIG"), environ.get("CLUSTER_SPEC")),
+        )

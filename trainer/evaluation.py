@@ -4,7 +4,7 @@ eval set of any size is evaluated in bounded memory and every row is counted onc
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable
+from collections.abc import Callable
 
 import tensorflow as tf
 
@@ -12,8 +12,9 @@ from trainer.heads import Head, Metrics
 from trainer.iteration import FrozenEnsemble, Iteration, compile_encoded
 
 
-def evaluate(dataset: tf.data.Dataset, predict: Callable[[object], tf.Tensor], head: Head,
-             count: int) -> list[Metrics]:
+def evaluate(
+    dataset: tf.data.Dataset, predict: Callable[[object], tf.Tensor], head: Head, count: int
+) -> list[Metrics]:
     """Metrics of `count` models over one pass of `dataset` (`(features, labels)` batches);
     `predict(features)` returns their logits stacked, [count, batch, logits]."""
     metrics = [Metrics(head) for _ in range(count)]
@@ -37,13 +38,18 @@ class IterationMetrics:
 def evaluate_iteration(iteration: Iteration, dataset: tf.data.Dataset) -> IterationMetrics:
     predict = iteration.predict_fn()
     count = len(iteration.candidates)
-    metrics = evaluate(dataset, lambda features: tf.concat(predict(features), axis=0),
-                       iteration.head, count + len(iteration.subnetworks))
-    return IterationMetrics([m.result() for m in metrics[:count]],
-                            [m.result() for m in metrics[count:]],
-                            [m.loss_sum / max(m.count, 1) if m.finite else float("nan")
-                             for m in metrics[:count]],
-                            metrics[0].count)
+    metrics = evaluate(
+        dataset,
+        lambda features: tf.concat(predict(features), axis=0),
+        iteration.head,
+        count + len(iteration.subnetworks),
+    )
+    return IterationMetrics(
+        [m.result() for m in metrics[:count]],
+        [m.result() for m in metrics[count:]],
+        [m.loss_sum / max(m.count, 1) if m.finite else float("nan") for m in metrics[:count]],
+        metrics[0].count,
+    )
 
 
 def evaluate_frozen(frozen: FrozenEnsemble, head: Head, dataset: tf.data.Dataset) -> Metrics:

@@ -20,9 +20,8 @@ import time
 import tensorflow as tf
 from absl import logging
 
-from trainer import evaluation
+from trainer import evaluation, training
 from trainer import job_dir as job_dir_lib
-from trainer import training
 from trainer.config import RunConfig
 from trainer.factory import Models
 from trainer.input.job import JobInput
@@ -36,8 +35,9 @@ class _Evaluator:
     models: Models
 
 
-def run(config: RunConfig, *, poll_secs: float = 5.0,
-        timeout_secs: float | None = None) -> list[dict]:
+def run(
+    config: RunConfig, *, poll_secs: float = 5.0, timeout_secs: float | None = None
+) -> list[dict]:
     """Evaluates checkpoints until the job is complete; returns the evaluations made."""
     job = job_dir_lib.JobDir.of(config.outputs)
     deadline = None if timeout_secs is None else time.monotonic() + timeout_secs
@@ -55,7 +55,7 @@ def run(config: RunConfig, *, poll_secs: float = 5.0,
         t = len(records)
         for i in range(finished, t):
             if not tf.io.gfile.exists(_eval_path(job, i)):  # missed while it ran
-                evaluation_ = _evaluate_frozen(evaluator, records[:i + 1])
+                evaluation_ = _evaluate_frozen(evaluator, records[: i + 1])
                 evaluations.append(evaluation_)
                 _publish(job, i, evaluation_)
         finished = t
@@ -65,15 +65,15 @@ def run(config: RunConfig, *, poll_secs: float = 5.0,
             if t not in iterations:
                 previous = evaluator.models.restore(records, job) if records else None
                 proposal = evaluator.models.search.propose(
-                    t, [m.builder for m in previous.members] if previous else [])
+                    t, [m.builder for m in previous.members] if previous else []
+                )
                 iterations = {t: evaluator.models.iteration(proposal, previous)}
             evaluation_ = _evaluate(evaluator, iterations[t], latest)
             if evaluation_ is not None:
                 evaluations.append(evaluation_)
                 _publish(job, t, evaluation_)
         if complete:
-            logging.info("Evaluator: the job is complete after %d evaluations.",
-                         len(evaluations))
+            logging.info("Evaluator: the job is complete after %d evaluations.", len(evaluations))
             return evaluations
         _sleep(poll_secs, deadline)
 
@@ -83,17 +83,25 @@ def _evaluate(evaluator: _Evaluator, iteration, checkpoint: str) -> dict | None:
         iteration.checkpoint().read(checkpoint).expect_partial()
     except (tf.errors.NotFoundError, tf.errors.DataLossError) as e:
         # The chief replaced it meanwhile (it keeps the latest two).
-        logging.info("Evaluator: could not read %s (%s); waiting for the next.", checkpoint,
-                     str(e).splitlines()[0][:200])
+        logging.info(
+            "Evaluator: could not read %s (%s); waiting for the next.",
+            checkpoint,
+            str(e).splitlines()[0][:200],
+        )
         return None
     evaluated = evaluation.evaluate_iteration(iteration, evaluator.data.eval_encoded())
     result = {
-        "iteration": iteration.number, "step": int(iteration.step.numpy()),
-        "checkpoint": checkpoint, "examples": evaluated.examples,
-        "candidates": {c.name: finite_metrics(m)
-                       for c, m in zip(iteration.candidates, evaluated.candidates)},
-        "subnetworks": {s.name: finite_metrics(m)
-                        for s, m in zip(iteration.subnetworks, evaluated.subnetworks)}}
+        "iteration": iteration.number,
+        "step": int(iteration.step.numpy()),
+        "checkpoint": checkpoint,
+        "examples": evaluated.examples,
+        "candidates": {
+            c.name: finite_metrics(m) for c, m in zip(iteration.candidates, evaluated.candidates)
+        },
+        "subnetworks": {
+            s.name: finite_metrics(m) for s, m in zip(iteration.subnetworks, evaluated.subnetworks)
+        },
+    }
     _summarize(evaluator.job, result)
     return result
 
@@ -102,14 +110,17 @@ def _evaluate_frozen(evaluator: _Evaluator, records: list[IterationRecord]) -> d
     """The last of `records`' iterations, finished: its chosen ensemble, frozen."""
     record = records[-1]
     frozen = evaluator.models.restore(records, evaluator.job)
-    metrics = evaluation.evaluate_frozen(frozen, evaluator.models.head,
-                                         evaluator.data.eval_encoded())
+    metrics = evaluation.evaluate_frozen(
+        frozen, evaluator.models.head, evaluator.data.eval_encoded()
+    )
     result = {
-        "iteration": record.iteration, "step": record.steps,
+        "iteration": record.iteration,
+        "step": record.steps,
         "checkpoint": evaluator.job.frozen_prefix(record.iteration),
         "examples": metrics.count,
         "candidates": {record.chosen: finite_metrics(metrics.result())},
-        "subnetworks": {}}
+        "subnetworks": {},
+    }
     _summarize(evaluator.job, result)
     return result
 
@@ -120,19 +131,20 @@ def _summarize(job: job_dir_lib.JobDir, evaluation: dict) -> None:
     root = job_dir_lib.join(job.logs, f"iteration-{t}")
     for group, prefix in (("candidates", ""), ("subnetworks", "subnetwork_")):
         for name, metrics in evaluation[group].items():
-            writer = tf.summary.create_file_writer(job_dir_lib.join(root, prefix + name,
-                                                                    "eval"))
+            writer = tf.summary.create_file_writer(job_dir_lib.join(root, prefix + name, "eval"))
             with writer.as_default(step=step):
                 for metric, value in metrics.items():
                     if value is not None:
                         tf.summary.scalar(metric, value)
             writer.close()
-    finite = [(m["loss"], name) for name, m in evaluation["candidates"].items()
-              if m["loss"] is not None]
+    finite = [
+        (m["loss"], name) for name, m in evaluation["candidates"].items() if m["loss"] is not None
+    ]
     if finite:
         loss, name = min(finite)
-        logging.info("Evaluator: iteration %d step %d: best eval loss %.4f (%s).", t, step,
-                     loss, name)
+        logging.info(
+            "Evaluator: iteration %d step %d: best eval loss %.4f (%s).", t, step, loss, name
+        )
 
 
 def _eval_path(job: job_dir_lib.JobDir, t: int) -> str:

@@ -26,8 +26,7 @@ class ServingModel(tf.Module):
         self.members = [m.subnetwork for m in ensemble.members]
         self.weights = ensemble.weights
         self._head = head
-        self.serve = tf.function(self._serve,
-                                 input_signature=[preprocessor.input_signature()])
+        self.serve = tf.function(self._serve, input_signature=[preprocessor.input_signature()])
 
     def _serve(self, features):
         encoded = self.preprocessor(features)

@@ -13,8 +13,8 @@ import tensorflow as tf
 from trainer.config import RunConfig
 from trainer.heads import Head
 from trainer.iteration import FrozenEnsemble, FrozenMember, Iteration, Layout
-from trainer.model import Builder, Inputs, Subnetwork
 from trainer.job_dir import JobDir
+from trainer.model import Builder, Inputs, Subnetwork
 from trainer.record import Architecture, IterationRecord
 from trainer.schema import Schema
 from trainer.search import Proposal, Search
@@ -23,10 +23,15 @@ from trainer.search import Proposal, Search
 class Models:
     """The models of one job under `strategy` (laid out on a cluster by `layout`)."""
 
-    def __init__(self, config: RunConfig, schema: Schema, *,
-                 strategy: tf.distribute.Strategy | None = None,
-                 layout: Callable[[int], Layout] = lambda num_subnetworks: Layout(),
-                 checkpoint_options: tf.train.CheckpointOptions | None = None):
+    def __init__(
+        self,
+        config: RunConfig,
+        schema: Schema,
+        *,
+        strategy: tf.distribute.Strategy | None = None,
+        layout: Callable[[int], Layout] = lambda num_subnetworks: Layout(),
+        checkpoint_options: tf.train.CheckpointOptions | None = None,
+    ):
         self.config = config
         self.search = Search(config.search)
         self.head = Head(schema.label)
@@ -37,22 +42,41 @@ class Models:
 
     def iteration(self, proposal: Proposal, previous: FrozenEnsemble | None) -> Iteration:
         """The candidates of `proposal`, grown from `previous`, ready to train."""
-        return Iteration(number=proposal.number, head=self.head, inputs=self.inputs,
-                         seed=self.config.seed, builders=proposal.builders,
-                         specs=proposal.specs, ensemblers=self.config.search.ensemblers,
-                         previous=previous, options=self.config.train, strategy=self.strategy,
-                         layout=self.layout(len(proposal.builders)))
+        return Iteration(
+            number=proposal.number,
+            head=self.head,
+            inputs=self.inputs,
+            seed=self.config.seed,
+            builders=proposal.builders,
+            specs=proposal.specs,
+            ensemblers=self.config.search.ensemblers,
+            previous=previous,
+            options=self.config.train,
+            strategy=self.strategy,
+            layout=self.layout(len(proposal.builders)),
+        )
 
-    def restore(self, records: Sequence[IterationRecord], job: JobDir, *,
-                local: bool = False) -> FrozenEnsemble:
+    def restore(
+        self, records: Sequence[IterationRecord], job: JobDir, *, local: bool = False
+    ) -> FrozenEnsemble:
         """The last record's chosen ensemble, rebuilt from the job dir (under no strategy if
         `local`)."""
         last = records[-1]
-        return self.frozen(self.search.members(records), last.architecture,
-                           job.frozen_prefix(last.iteration), local=local)
+        return self.frozen(
+            self.search.members(records),
+            last.architecture,
+            job.frozen_prefix(last.iteration),
+            local=local,
+        )
 
-    def frozen(self, builders: Sequence[Builder], architecture: Architecture, prefix: str, *,
-               local: bool = False) -> FrozenEnsemble:
+    def frozen(
+        self,
+        builders: Sequence[Builder],
+        architecture: Architecture,
+        prefix: str,
+        *,
+        local: bool = False,
+    ) -> FrozenEnsemble:
         """A finished iteration's chosen ensemble: its members (made by `builders`, as
         `Search.members` replays them) with the frozen weights read from `prefix`. Under this
         factory's strategy, or (`local`) as plain variables here.
@@ -64,13 +88,19 @@ class Models:
         members = []
         with strategy.scope():
             for member, builder in zip(architecture.members, builders):
-                subnetwork = Subnetwork(builder, inputs=self.inputs,
-                                        logits_dimension=self.head.logits_dimension,
-                                        seed=self.config.seed, name=member.key)
+                subnetwork = Subnetwork(
+                    builder,
+                    inputs=self.inputs,
+                    logits_dimension=self.head.logits_dimension,
+                    seed=self.config.seed,
+                    name=member.key,
+                )
                 members.append(FrozenMember(member.iteration, builder, subnetwork))
             ensembler = self.search.ensembler(architecture.ensembler)
-            weights = ensembler.build(members=[m.as_member() for m in members],
-                                      logits_dimension=self.head.logits_dimension)
+            weights = ensembler.build(
+                members=[m.as_member() for m in members],
+                logits_dimension=self.head.logits_dimension,
+            )
         frozen = FrozenEnsemble(tuple(members), weights, ensembler)
         frozen.checkpoint().read(
             prefix, options=None if local else self.checkpoint_options

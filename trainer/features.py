@@ -6,13 +6,12 @@ model, so training and serving cannot disagree about the encoding.
 
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
 import tensorflow as tf
 
 from trainer import schema as schema_lib
 from trainer.schema import Encoding, Kind
-
 
 # One batch, encoded: "dense" [batch, schema.dense_width] float32 and, with embedded columns,
 # "ids" [batch, number of embedded columns] int64 (each column's id into its vocabulary, the
@@ -40,15 +39,18 @@ class Preprocessor(tf.Module):
             if column.kind is Kind.CATEGORICAL:
                 init = tf.lookup.KeyValueTensorInitializer(
                     tf.constant(column.vocabulary or ("",), tf.string),
-                    tf.range(max(1, len(column.vocabulary)), dtype=tf.int64))
+                    tf.range(max(1, len(column.vocabulary)), dtype=tf.int64),
+                )
                 self._tables[column.name] = tf.lookup.StaticHashTable(
-                    init, default_value=len(column.vocabulary))
+                    init, default_value=len(column.vocabulary)
+                )
 
     def input_signature(self) -> dict[str, tf.TensorSpec]:
         """One rank-1 tensor per raw column: float32 for numeric, string for categorical."""
         return {
-            c.name: tf.TensorSpec([None], tf.float32 if c.kind is Kind.NUMERIC else tf.string,
-                                  name=c.name)
+            c.name: tf.TensorSpec(
+                [None], tf.float32 if c.kind is Kind.NUMERIC else tf.string, name=c.name
+            )
             for c in self._schema.columns
         }
 

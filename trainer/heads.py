@@ -21,7 +21,8 @@ class Head:
         """Per-example loss; regression is trained on standardised targets."""
         if self.type is HeadType.BINARY:
             return tf.nn.sigmoid_cross_entropy_with_logits(
-                labels=tf.cast(labels, tf.float32), logits=logits[:, 0])
+                labels=tf.cast(labels, tf.float32), logits=logits[:, 0]
+            )
         if self.type is HeadType.MULTICLASS:
             return tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits)
         target = (labels - self.label.mean) / self.label.std
@@ -67,9 +68,11 @@ class Head:
     @property
     def metric_names(self) -> tuple[str, ...]:
         """The keys of `metrics` for finite logits."""
-        return {HeadType.BINARY: ("loss", "accuracy", "auc"),
-                HeadType.MULTICLASS: ("loss", "accuracy"),
-                HeadType.REGRESSION: ("loss", "mse", "mae")}[self.type]
+        return {
+            HeadType.BINARY: ("loss", "accuracy", "auc"),
+            HeadType.MULTICLASS: ("loss", "accuracy"),
+            HeadType.REGRESSION: ("loss", "mse", "mae"),
+        }[self.type]
 
     @property
     def objective_metric(self) -> str:

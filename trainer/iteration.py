@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from typing import Callable, ContextManager, Sequence
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 
 import keras
 import numpy as np
@@ -58,7 +59,8 @@ class FrozenEnsemble:
     def checkpoint(self) -> tf.train.Checkpoint:
         return tf.train.Checkpoint(
             members={m.key: m.subnetwork.checkpoint_variables() for m in self.members},
-            weights=self.weights)
+            weights=self.weights,
+        )
 
     def logits(self, features: tf.Tensor) -> tf.Tensor:
         return self.weights([m.subnetwork(features, training=False) for m in self.members])
@@ -94,8 +96,17 @@ class Candidate:
         return self.ensembler is None
 
 
-OPTIMIZERS = dict(zip(OPTIMIZER_NAMES, (keras.optimizers.Adam, keras.optimizers.SGD,
-                                        keras.optimizers.RMSprop, keras.optimizers.Adagrad)))
+OPTIMIZERS = dict(
+    zip(
+        OPTIMIZER_NAMES,
+        (
+            keras.optimizers.Adam,
+            keras.optimizers.SGD,
+            keras.optimizers.RMSprop,
+            keras.optimizers.Adagrad,
+        ),
+    )
+)
 
 
 def make_optimizer(name: str, learning_rate: float) -> keras.optimizers.Optimizer:
@@ -110,18 +121,28 @@ class Layout:
     where every worker updates them) or on the coordinating host."""
 
     units: tuple[Unit, ...] | None = None  # None: one unit that trains everything
-    subnetwork_scope: Callable[[int], ContextManager] = lambda _: contextlib.nullcontext()
+    subnetwork_scope: Callable[[int], AbstractContextManager] = lambda _: contextlib.nullcontext()
     shared_bookkeeping: bool = False
 
 
 class Iteration:
     """The candidates of iteration `number` and the loop that trains them."""
 
-    def __init__(self, *, number: int, head: Head, inputs: Inputs, seed: int,
-                 builders: Sequence[Builder], specs: Sequence[ens.CandidateSpec],
-                 ensemblers: Sequence[ens.Ensembler], previous: FrozenEnsemble | None,
-                 options: TrainOptions, strategy: tf.distribute.Strategy,
-                 layout: Layout = Layout()):
+    def __init__(
+        self,
+        *,
+        number: int,
+        head: Head,
+        inputs: Inputs,
+        seed: int,
+        builders: Sequence[Builder],
+        specs: Sequence[ens.CandidateSpec],
+        ensemblers: Sequence[ens.Ensembler],
+        previous: FrozenEnsemble | None,
+        options: TrainOptions,
+        strategy: tf.distribute.Strategy,
+        layout: Layout = Layout(),
+    ):
         self.number = number
         self.head = head
         self.inputs = inputs
@@ -135,20 +156,25 @@ class Iteration:
             for i, b in enumerate(builders):
                 with layout.subnetwork_scope(i):
                     subnetwork = Subnetwork(
-                        b, inputs=inputs, logits_dimension=head.logits_dimension,
-                        seed=seed + 1000 * number + 10 * i, name=member_key(number, b))
+                        b,
+                        inputs=inputs,
+                        logits_dimension=head.logits_dimension,
+                        seed=seed + 1000 * number + 10 * i,
+                        name=member_key(number, b),
+                    )
                     if subnetwork.embedding_tables:  # moments beside their tables
                         self.embedding_optimizers[i] = LazyAdam(
-                            subnetwork.embedding_tables, learning_rate=options.learning_rate)
+                            subnetwork.embedding_tables, learning_rate=options.learning_rate
+                        )
                 subnetworks.append(subnetwork)
             self.subnetworks = tuple(subnetworks)
             self.candidates = self._make_candidates(specs, ensemblers)
             count = len(self.candidates)
-            self.subnetwork_optimizer = make_optimizer(options.optimizer,
-                                                       options.learning_rate)
+            self.subnetwork_optimizer = make_optimizer(options.optimizer, options.learning_rate)
             self.subnetwork_optimizer.build(self._subnetwork_variables(range(len(builders))))
             self.mixture_optimizer = make_optimizer(
-                options.optimizer, options.mixture_learning_rate or options.learning_rate)
+                options.optimizer, options.mixture_learning_rate or options.learning_rate
+            )
             self.mixture_optimizer.build(self._mixture_variables(range(count)))
         # Bookkeeping, updated once per step in cross-replica context: ordinary variables on
         # the coordinating host, or on the parameter servers when workers train on their own.
@@ -156,13 +182,15 @@ class Iteration:
             # `step` counts the ensemble's steps (the candidates' objectives), and
             # `subnetwork_steps` each new subnetwork's: placement may train them apart.
             self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="step")
-            self.subnetwork_steps = tf.Variable(tf.zeros([len(builders)], tf.int64),
-                                                trainable=False)
+            self.subnetwork_steps = tf.Variable(
+                tf.zeros([len(builders)], tf.int64), trainable=False
+            )
             self.objective_ema = tf.Variable(tf.zeros([count]), trainable=False)
             self.subnetwork_loss_ema = tf.Variable(tf.zeros([len(builders)]), trainable=False)
             self.candidate_diverged = tf.Variable(tf.zeros([count], tf.bool), trainable=False)
-            self.subnetwork_diverged = tf.Variable(tf.zeros([len(builders)], tf.bool),
-                                                   trainable=False)
+            self.subnetwork_diverged = tf.Variable(
+                tf.zeros([len(builders)], tf.bool), trainable=False
+            )
         self.stopped: frozenset[str] = frozenset()
         self._loop = None
         self._predict = None
@@ -178,14 +206,22 @@ class Iteration:
             keep = spec.keep_previous and self.previous is not None
             new = tuple(index[n] for n in spec.new_subnetworks)
             members = (previous_members if keep else []) + [
-                ens.Member(self.subnetworks[i].name, self.subnetworks[i].last_layer_dim,
-                           self.builders[i].complexity) for i in new]
+                ens.Member(
+                    self.subnetworks[i].name,
+                    self.subnetworks[i].last_layer_dim,
+                    self.builders[i].complexity,
+                )
+                for i in new
+            ]
             for ensembler in ensemblers:
                 weights = ensembler.build(
-                    members=members, logits_dimension=self.head.logits_dimension,
-                    previous=self.previous.weights if keep else None)
-                candidates.append(Candidate(f"{spec.name}_{ensembler.name}", new, keep,
-                                            weights, ensembler))
+                    members=members,
+                    logits_dimension=self.head.logits_dimension,
+                    previous=self.previous.weights if keep else None,
+                )
+                candidates.append(
+                    Candidate(f"{spec.name}_{ensembler.name}", new, keep, weights, ensembler)
+                )
         return tuple(candidates)
 
     def _subnetwork_variables(self, indices) -> list[tf.Variable]:
@@ -193,13 +229,18 @@ class Iteration:
         return [v for i in indices for v in self.subnetworks[i].dense_variables]
 
     def _mixture_variables(self, indices) -> list[tf.Variable]:
-        return [v for i in indices if not self.candidates[i].is_previous
-                for v in self.candidates[i].weights.trainable_variables]
+        return [
+            v
+            for i in indices
+            if not self.candidates[i].is_previous
+            for v in self.candidates[i].weights.trainable_variables
+        ]
 
     def checkpoint(self) -> tf.train.Checkpoint:
         """Everything a resumed iteration needs (data order aside)."""
         return tf.train.Checkpoint(
-            step=self.step, subnetwork_steps=self.subnetwork_steps,
+            step=self.step,
+            subnetwork_steps=self.subnetwork_steps,
             objective_ema=self.objective_ema,
             subnetwork_loss_ema=self.subnetwork_loss_ema,
             candidate_diverged=self.candidate_diverged,
@@ -208,8 +249,11 @@ class Iteration:
             mixture_weights={c.name: c.weights for c in self.candidates if not c.is_previous},
             subnetwork_optimizer=self.subnetwork_optimizer,
             mixture_optimizer=self.mixture_optimizer,
-            embedding_optimizers={str(i): tf.train.Checkpoint(**o.variables())
-                                  for i, o in self.embedding_optimizers.items()})
+            embedding_optimizers={
+                str(i): tf.train.Checkpoint(**o.variables())
+                for i, o in self.embedding_optimizers.items()
+            },
+        )
 
     # -- forward --------------------------------------------------------------------------
     def _forward(self, features, *, trained, candidates):
@@ -218,17 +262,22 @@ class Iteration:
         Subnetworks in `trained` run in training mode; the others that `candidates` need run
         in inference mode (a worker that trains only mixture weights reads them).
         """
-        previous = ([m.subnetwork(features, training=False) for m in self.previous.members]
-                    if self.previous else [])
-        needed = sorted(set(trained).union(
-            *(self.candidates[c].new_subnetworks for c in candidates)))
+        previous = (
+            [m.subnetwork(features, training=False) for m in self.previous.members]
+            if self.previous
+            else []
+        )
+        needed = sorted(
+            set(trained).union(*(self.candidates[c].new_subnetworks for c in candidates))
+        )
         new = {i: self.subnetworks[i](features, training=i in trained) for i in needed}
         detached = {i: tuple(tf.stop_gradient(t) for t in out) for i, out in new.items()}
         logits = {}
         for c in candidates:
             candidate = self.candidates[c]
             outputs = (previous if candidate.keep_previous else []) + [
-                detached[i] for i in candidate.new_subnetworks]
+                detached[i] for i in candidate.new_subnetworks
+            ]
             logits[c] = candidate.weights(outputs)
         return new, logits
 
@@ -236,16 +285,20 @@ class Iteration:
     def active(self) -> tuple[list[int], list[int]]:
         subnetworks = [i for i, s in enumerate(self.subnetworks) if s.name not in self.stopped]
         alive = set(subnetworks)
-        candidates = [c for c, cand in enumerate(self.candidates)
-                      if cand.name not in self.stopped
-                      and all(i in alive for i in cand.new_subnetworks)]
+        candidates = [
+            c
+            for c, cand in enumerate(self.candidates)
+            if cand.name not in self.stopped and all(i in alive for i in cand.new_subnetworks)
+        ]
         return subnetworks, candidates
 
     def unit_jobs(self, unit: Unit) -> tuple[list[int], list[int]]:
         """The active subnetworks and candidates that `unit` trains."""
         active_subnetworks, active_candidates = self.active()
-        return ([i for i in active_subnetworks if i in unit.subnetworks],
-                active_candidates if unit.ensemble and not self.is_exhausted else [])
+        return (
+            [i for i in active_subnetworks if i in unit.subnetworks],
+            active_candidates if unit.ensemble and not self.is_exhausted else [],
+        )
 
     def steps_fn(self, unit: Unit) -> Callable:
         """`fn(iterator, steps)`: builds a graph loop of `steps` train steps of `unit`'s jobs
@@ -262,31 +315,50 @@ class Iteration:
         def replica_step(features, labels):
             with tf.GradientTape() as tape:
                 new, logits = self._forward(features, trained=trained, candidates=candidates)
-                sub_losses = [tf.nn.compute_average_loss(head.loss(labels, new[i][1]),
-                                                         global_batch_size=global_batch)
-                              for i in trained]
+                sub_losses = [
+                    tf.nn.compute_average_loss(
+                        head.loss(labels, new[i][1]), global_batch_size=global_batch
+                    )
+                    for i in trained
+                ]
                 objectives = [
-                    training_objective(head.loss(labels, logits[c]),
-                                       self.candidates[c].weights.penalty(),
-                                       global_batch_size=global_batch, replicas=replicas)
-                    for c in candidates]
-                total = tf.add_n([tf.constant(0.0)] + sub_losses + [
-                    o for c, o in zip(candidates, objectives)
-                    if not self.candidates[c].is_previous])
+                    training_objective(
+                        head.loss(labels, logits[c]),
+                        self.candidates[c].weights.penalty(),
+                        global_batch_size=global_batch,
+                        replicas=replicas,
+                    )
+                    for c in candidates
+                ]
+                total = tf.add_n(
+                    [tf.constant(0.0)]
+                    + sub_losses
+                    + [
+                        o
+                        for c, o in zip(candidates, objectives)
+                        if not self.candidates[c].is_previous
+                    ]
+                )
             grads = tape.gradient(total, subnetwork_vars + mixture_vars + tables)
             if subnetwork_vars:
                 self.subnetwork_optimizer.apply_gradients(
-                    zip(grads[:len(subnetwork_vars)], subnetwork_vars))
+                    zip(grads[: len(subnetwork_vars)], subnetwork_vars)
+                )
             if mixture_vars:
-                self.mixture_optimizer.apply_gradients(zip(
-                    grads[len(subnetwork_vars):len(subnetwork_vars) + len(mixture_vars)],
-                    mixture_vars))
-            table_grads = iter(grads[len(subnetwork_vars) + len(mixture_vars):])
+                self.mixture_optimizer.apply_gradients(
+                    zip(
+                        grads[len(subnetwork_vars) : len(subnetwork_vars) + len(mixture_vars)],
+                        mixture_vars,
+                    )
+                )
+            table_grads = iter(grads[len(subnetwork_vars) + len(mixture_vars) :])
             for i in embedded:
                 own = self.subnetworks[i].embedding_tables
                 self.embedding_optimizers[i].apply([next(table_grads) for _ in own], own)
-            return (tf.stack(sub_losses) if trained else tf.zeros([0]),
-                    tf.stack(objectives) if candidates else tf.zeros([0]))
+            return (
+                tf.stack(sub_losses) if trained else tf.zeros([0]),
+                tf.stack(objectives) if candidates else tf.zeros([0]),
+            )
 
         decay = ens.MOVING_AVERAGE_DECAY
 
@@ -296,31 +368,39 @@ class Iteration:
             if not active:
                 return lambda ema, diverged, values: None
             if len(active) == size:
+
                 def update(ema, diverged, values):
                     ema.assign(decay * ema + (1.0 - decay) * values)
                     diverged.assign(diverged | ~tf.math.is_finite(values))
+
                 return update
             index = tf.constant(active, tf.int32)[:, None]
 
             def update(ema, diverged, values):
                 ema.scatter_nd_update(
-                    index, decay * tf.gather_nd(ema, index) + (1.0 - decay) * values)
+                    index, decay * tf.gather_nd(ema, index) + (1.0 - decay) * values
+                )
                 diverged.scatter_nd_update(
-                    index, tf.gather_nd(diverged, index) | ~tf.math.is_finite(values))
+                    index, tf.gather_nd(diverged, index) | ~tf.math.is_finite(values)
+                )
+
             return update
 
         update_subnetworks = updater(trained, len(self.subnetworks))
         update_candidates = updater(candidates, len(self.candidates))
         if len(trained) == len(self.subnetworks):
+
             def count_subnetworks():
                 self.subnetwork_steps.assign_add(tf.ones_like(self.subnetwork_steps))
         elif trained:
             trained_index = tf.constant(trained, tf.int32)[:, None]
 
             def count_subnetworks():
-                self.subnetwork_steps.scatter_nd_add(trained_index,
-                                                     tf.ones([len(trained)], tf.int64))
+                self.subnetwork_steps.scatter_nd_add(
+                    trained_index, tf.ones([len(trained)], tf.int64)
+                )
         else:
+
             def count_subnetworks():
                 pass
 
@@ -337,8 +417,9 @@ class Iteration:
             return i + 1, iterator
 
         def run_steps(iterator, steps):
-            return tf.while_loop(lambda i, _: i < steps, body,
-                                 (tf.constant(0, tf.int64), iterator))[0]
+            return tf.while_loop(
+                lambda i, _: i < steps, body, (tf.constant(0, tf.int64), iterator)
+            )[0]
 
         return run_steps
 
@@ -390,13 +471,16 @@ class Iteration:
             subnetwork_losses=tuple(float(v) for v in self.subnetwork_train_losses()),
             candidate_diverged=tuple(bool(d) for d in self.candidate_diverged.numpy()),
             subnetwork_diverged=tuple(bool(d) for d in self.subnetwork_diverged.numpy()),
-            active_candidates=tuple(self.active()[1]))
+            active_candidates=tuple(self.active()[1]),
+        )
 
     def scores(self, objectives: Sequence[float]) -> list[ens.Score]:
         """Each candidate's score for selection: its objective and whether it diverged."""
         diverged = self.candidate_diverged.numpy()
-        return [ens.Score(c.name, float(o), c.is_previous, bool(d))
-                for c, o, d in zip(self.candidates, objectives, diverged)]
+        return [
+            ens.Score(c.name, float(o), c.is_previous, bool(d))
+            for c, o, d in zip(self.candidates, objectives, diverged)
+        ]
 
     # -- evaluation -----------------------------------------------------------------------
     def predict_fn(self) -> Callable[[Encoded], tuple[tf.Tensor, tf.Tensor]]:
@@ -408,9 +492,17 @@ class Iteration:
 
             def predict(features):
                 new, logits = self._forward(features, trained=(), candidates=every_candidate)
-                return (tf.stack([logits[c] for c in every_candidate]),
-                        tf.stack([(new[i] if i in new else self.subnetworks[i](
-                            features, training=False))[1] for i in every_subnetwork]))
+                return (
+                    tf.stack([logits[c] for c in every_candidate]),
+                    tf.stack(
+                        [
+                            (new[i] if i in new else self.subnetworks[i](features, training=False))[
+                                1
+                            ]
+                            for i in every_subnetwork
+                        ]
+                    ),
+                )
 
             self._predict = compile_encoded(predict, self.inputs)
         return self._predict
@@ -420,23 +512,24 @@ class Iteration:
         candidate = self.candidates[candidate_index]
         if self.previous is not None and candidate.is_previous:
             return self.previous
-        members = list(self.previous.members) if self.previous and candidate.keep_previous \
-            else []
-        members += [FrozenMember(self.number, self.builders[i], self.subnetworks[i])
-                    for i in candidate.new_subnetworks]
+        members = list(self.previous.members) if self.previous and candidate.keep_previous else []
+        members += [
+            FrozenMember(self.number, self.builders[i], self.subnetworks[i])
+            for i in candidate.new_subnetworks
+        ]
         assert candidate.ensembler is not None  # only the previous ensemble has none
         return FrozenEnsemble(tuple(members), candidate.weights, candidate.ensembler)
 
 
-def compile_encoded(fn: Callable[[Encoded], object], inputs: Inputs
-                    ) -> Callable[[Encoded], object]:
+def compile_encoded(fn: Callable[[Encoded], object], inputs: Inputs) -> Callable[[Encoded], object]:
     """`fn` compiled once for encoded batches of any size (the parts are passed apart: a
     signature of a dict whose keys depend on the schema would do, but less plainly)."""
     dense = tf.TensorSpec([None, inputs.dense_width], tf.float32)
     if inputs.embedded:
         ids = tf.TensorSpec([None, len(inputs.embedded)], tf.int64)
-        compiled = tf.function(lambda d, i: fn(encoded(d, i)), autograph=False,
-                               input_signature=[dense, ids])
+        compiled = tf.function(
+            lambda d, i: fn(encoded(d, i)), autograph=False, input_signature=[dense, ids]
+        )
         return lambda features: compiled(features["dense"], features["ids"])
     compiled = tf.function(lambda d: fn(encoded(d)), autograph=False, input_signature=[dense])
     return lambda features: compiled(features["dense"])
@@ -445,4 +538,4 @@ def compile_encoded(fn: Callable[[Encoded], object], inputs: Inputs
 def _debiased(ema: np.ndarray, steps) -> np.ndarray:
     """An exponential moving average started at zero, divided by its bias after `steps`."""
     steps = np.maximum(np.asarray(steps, np.float64), 1.0)
-    return ema / (1.0 - ens.MOVING_AVERAGE_DECAY ** steps)
+    return ema / (1.0 - ens.MOVING_AVERAGE_DECAY**steps)

@@ -77,9 +77,11 @@ def read_json(path: str):
 
 def read_text(path: str) -> str:
     """The whole file; transient storage errors are retried."""
+
     def read() -> str:
         with tf.io.gfile.GFile(path) as f:
             return f.read()
+
     return storage.retry(read, what=f"reading {path}")
 
 
@@ -93,10 +95,17 @@ class OutputDirs:
     log_dir: str
 
     @classmethod
-    def resolve(cls, *, job_dir: str | None = None, model_dir: str | None = None,
-                checkpoint_dir: str | None = None, log_dir: str | None = None,
-                aip_model_dir: str | None = None, aip_checkpoint_dir: str | None = None,
-                aip_log_dir: str | None = None) -> "OutputDirs":
+    def resolve(
+        cls,
+        *,
+        job_dir: str | None = None,
+        model_dir: str | None = None,
+        checkpoint_dir: str | None = None,
+        log_dir: str | None = None,
+        aip_model_dir: str | None = None,
+        aip_checkpoint_dir: str | None = None,
+        aip_log_dir: str | None = None,
+    ) -> OutputDirs:
         """Flags first; then, without `--job_dir`, Vertex AI's AIP_* dirs; then `job_dir`'s
         subdirs (default job dir `runs/adanet`). Without `--job_dir` the job dir is the
         checkpoint dir when one is known."""
@@ -104,17 +113,25 @@ class OutputDirs:
             aip_model_dir = aip_checkpoint_dir = aip_log_dir = None  # the user said where
         checkpoints = checkpoint_dir or aip_checkpoint_dir
         root = job_dir or checkpoints or DEFAULT_JOB_DIR
-        return cls(job_dir=root,
-                   model_dir=model_dir or aip_model_dir or join(root, "model"),
-                   checkpoint_dir=checkpoints or join(root, "checkpoints"),
-                   log_dir=log_dir or aip_log_dir or join(root, "logs"))
+        return cls(
+            job_dir=root,
+            model_dir=model_dir or aip_model_dir or join(root, "model"),
+            checkpoint_dir=checkpoints or join(root, "checkpoints"),
+            log_dir=log_dir or aip_log_dir or join(root, "logs"),
+        )
 
 
 class JobDir:
     """Paths under one job dir, and the state a resume reads."""
 
-    def __init__(self, root: str, *, model: str | None = None, checkpoints: str | None = None,
-                 logs: str | None = None):
+    def __init__(
+        self,
+        root: str,
+        *,
+        model: str | None = None,
+        checkpoints: str | None = None,
+        logs: str | None = None,
+    ):
         self.root = _strip(root)
         self.checkpoints = _strip(checkpoints) if checkpoints else join(self.root, "checkpoints")
         self.logs = _strip(logs) if logs else join(self.root, "logs")
@@ -125,14 +142,22 @@ class JobDir:
         self.report = join(self.root, "report.json")
 
     @classmethod
-    def of(cls, outputs: OutputDirs) -> "JobDir":
-        return cls(outputs.job_dir, model=outputs.model_dir,
-                   checkpoints=outputs.checkpoint_dir, logs=outputs.log_dir)
+    def of(cls, outputs: OutputDirs) -> JobDir:
+        return cls(
+            outputs.job_dir,
+            model=outputs.model_dir,
+            checkpoints=outputs.checkpoint_dir,
+            logs=outputs.log_dir,
+        )
 
     def output_flags(self) -> list[tuple[str, str]]:
         """(flag, dir) of every dir this job writes, for the preflight check."""
-        return [("--job_dir", self.root), ("--checkpoint_dir", self.checkpoints),
-                ("--tensorboard_log_dir", self.logs), ("--model_dir", self.model)]
+        return [
+            ("--job_dir", self.root),
+            ("--checkpoint_dir", self.checkpoints),
+            ("--tensorboard_log_dir", self.logs),
+            ("--model_dir", self.model),
+        ]
 
     def exists(self) -> bool:
         return storage.retry(lambda: tf.io.gfile.exists(self.run), what=f"reading {self.run}")
@@ -144,8 +169,9 @@ class JobDir:
 
     def remove_leftovers(self) -> None:
         """Deletes temporary files and half-exported models a crash may have left."""
-        model_parent, model_name = self.model.rsplit("/", 1) if "/" in self.model else (
-            ".", self.model)
+        model_parent, model_name = (
+            self.model.rsplit("/", 1) if "/" in self.model else (".", self.model)
+        )
         folders = {self.root: "", self.checkpoints: "", model_parent: model_name}
         for folder, prefix in folders.items():
             if not tf.io.gfile.isdir(folder):
@@ -182,8 +208,11 @@ class JobDir:
         """
         if not tf.io.gfile.isdir(self.checkpoints):
             return []
-        numbers = sorted(int(m.group(1)) for name in tf.io.gfile.listdir(self.checkpoints)
-                         if (m := _RECORD.match(name)))
+        numbers = sorted(
+            int(m.group(1))
+            for name in tf.io.gfile.listdir(self.checkpoints)
+            if (m := _RECORD.match(name))
+        )
         records: list[IterationRecord] = []
         for t in numbers:
             if t != len(records):

@@ -14,6 +14,7 @@ import yaml
 from trainer.errors import InputError
 from trainer.local_cluster import POOL_ROLES, ClusterShape
 
+
 @dataclasses.dataclass(frozen=True)
 class JobConfig:
     """What the launcher takes from a Vertex CustomJobSpec."""
@@ -32,8 +33,9 @@ def _replica_count(pool: dict, position: int, path: str) -> int:
     if isinstance(value, str) and value.strip().isdigit():
         value = int(value)
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise InputError(f"{path}: workerPoolSpecs[{position}].replicaCount ({value!r}) must "
-                         "be an integer >= 0.")
+        raise InputError(
+            f"{path}: workerPoolSpecs[{position}].replicaCount ({value!r}) must be an integer >= 0."
+        )
     return value
 
 
@@ -41,20 +43,23 @@ def _task_spec(pool: dict, position: int, path: str) -> dict:
     """The pool's pythonPackageSpec or containerSpec (exactly one must be there)."""
     specs = [k for k in ("pythonPackageSpec", "containerSpec") if k in pool]
     if len(specs) != 1:
-        raise InputError(f"{path}: workerPoolSpecs[{position}] needs exactly one of "
-                         f"pythonPackageSpec or containerSpec (found {specs or 'neither'}).")
+        raise InputError(
+            f"{path}: workerPoolSpecs[{position}] needs exactly one of "
+            f"pythonPackageSpec or containerSpec (found {specs or 'neither'})."
+        )
     spec = pool[specs[0]]
     if not isinstance(spec, dict):
-        raise InputError(f"{path}: workerPoolSpecs[{position}].{specs[0]} must be a mapping, "
-                         f"not {type(spec).__name__}.")
+        raise InputError(
+            f"{path}: workerPoolSpecs[{position}].{specs[0]} must be a mapping, "
+            f"not {type(spec).__name__}."
+        )
     return spec
 
 
 def _pool_args(spec: dict, path: str) -> tuple[str, ...]:
     args = spec.get("args") or []
     if not isinstance(args, list) or any(isinstance(a, (dict, list)) for a in args):
-        raise InputError(f"{path}: workerPoolSpecs[0] args ({args!r}) must be a list of "
-                         "strings.")
+        raise InputError(f"{path}: workerPoolSpecs[0] args ({args!r}) must be a list of strings.")
     return tuple(str(a) for a in args)
 
 
@@ -74,20 +79,28 @@ def _load_yaml(path: str) -> object:
 def _worker_pool_specs(spec: object, path: str) -> list[dict]:
     """The workerPoolSpecs list of a CustomJobSpec, checked for shape."""
     if isinstance(spec, dict) and "jobSpec" in spec and "workerPoolSpecs" not in spec:
-        raise InputError(f"{path}: this is a CustomJob, not a CustomJobSpec; gcloud's --config "
-                         "takes the spec: move the contents of jobSpec to the top level.")
+        raise InputError(
+            f"{path}: this is a CustomJob, not a CustomJobSpec; gcloud's --config "
+            "takes the spec: move the contents of jobSpec to the top level."
+        )
     if not isinstance(spec, dict) or not isinstance(spec.get("workerPoolSpecs"), list):
-        raise InputError(f"{path}: not a Vertex AI CustomJobSpec: it needs a top-level "
-                         "`workerPoolSpecs` list (pools [0] chief, [1] workers, [2] ps, "
-                         "[3] evaluator).")
+        raise InputError(
+            f"{path}: not a Vertex AI CustomJobSpec: it needs a top-level "
+            "`workerPoolSpecs` list (pools [0] chief, [1] workers, [2] ps, "
+            "[3] evaluator)."
+        )
     pools = spec["workerPoolSpecs"]
     if not 1 <= len(pools) <= len(POOL_ROLES):
-        raise InputError(f"{path}: workerPoolSpecs has {len(pools)} pools; Vertex takes 1 to "
-                         f"{len(POOL_ROLES)} (chief, workers, ps, evaluator).")
+        raise InputError(
+            f"{path}: workerPoolSpecs has {len(pools)} pools; Vertex takes 1 to "
+            f"{len(POOL_ROLES)} (chief, workers, ps, evaluator)."
+        )
     for position, pool in enumerate(pools):
         if pool is not None and not isinstance(pool, dict):
-            raise InputError(f"{path}: workerPoolSpecs[{position}] must be a mapping "
-                             "(`{}` for an unused pool).")
+            raise InputError(
+                f"{path}: workerPoolSpecs[{position}] must be a mapping "
+                "(`{}` for an unused pool)."
+            )
     return [pool or {} for pool in pools] + [{}] * (len(POOL_ROLES) - len(pools))
 
 
@@ -126,8 +139,10 @@ def read_job_config(path: str) -> JobConfig:
     pools = _worker_pool_specs(load_job_spec(path), path)
     counts = [_replica_count(pool, i, path) for i, pool in enumerate(pools)]
     if counts[0] != 1:
-        raise InputError(f"{path}: workerPoolSpecs[0].replicaCount ({counts[0]}) must be 1: "
-                         "pool 0 is the chief, and a job has exactly one.")
+        raise InputError(
+            f"{path}: workerPoolSpecs[0].replicaCount ({counts[0]}) must be 1: "
+            "pool 0 is the chief, and a job has exactly one."
+        )
     for position, pool in enumerate(pools):
         if pool:
             _task_spec(pool, position, path)
@@ -135,4 +150,5 @@ def read_job_config(path: str) -> JobConfig:
     return JobConfig(
         shape=ClusterShape(workers=counts[1], ps=counts[2], evaluator=counts[3] >= 1),
         args=_pool_args(chief_spec, path),
-        module=chief_spec.get("pythonModule"))
+        module=chief_spec.get("pythonModule"),
+    )

@@ -22,7 +22,7 @@ import argparse
 import dataclasses
 import signal
 import sys
-from typing import Sequence
+from collections.abc import Sequence
 
 from trainer.errors import InputError
 from trainer.job_spec import read_job_config
@@ -41,22 +41,38 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m trainer.launch",
         usage="%(prog)s [--workers=N] [--ps=M] [--evaluator] [--config=config.yaml] "
-              "[--module=trainer.task] [--grace=SECONDS] -- TRAINER_ARGS...",
+        "[--module=trainer.task] [--grace=SECONDS] -- TRAINER_ARGS...",
         description="Runs a chief, workers, parameter servers and an evaluator as local "
-                    "processes with Vertex AI's TF_CONFIG; stops them all when the chief ends "
-                    "and exits with its code.")
-    parser.add_argument("--workers", type=int, help="Workers (default: the config's pool 1, "
-                        "else 0).")
-    parser.add_argument("--ps", type=int, help="Parameter servers (default: the config's "
-                        "pool 2, else 0).")
-    parser.add_argument("--evaluator", action=argparse.BooleanOptionalAction,
-                        help="Start an evaluator (default: if the config's pool 3 has one).")
-    parser.add_argument("--config", help="A Vertex AI CustomJobSpec in YAML (config.yaml): pool "
-                        "sizes, and the chief's args when no TRAINER_ARGS are given.")
-    parser.add_argument("--module", help=f"Python module each process runs (default: the "
-                        f"config's pythonModule, else {DEFAULT_MODULE}).")
-    parser.add_argument("--grace", type=float, default=5.0, help="Seconds between SIGTERM and "
-                        "SIGKILL when stopping (default: 5).")
+        "processes with Vertex AI's TF_CONFIG; stops them all when the chief ends "
+        "and exits with its code.",
+    )
+    parser.add_argument(
+        "--workers", type=int, help="Workers (default: the config's pool 1, else 0)."
+    )
+    parser.add_argument(
+        "--ps", type=int, help="Parameter servers (default: the config's pool 2, else 0)."
+    )
+    parser.add_argument(
+        "--evaluator",
+        action=argparse.BooleanOptionalAction,
+        help="Start an evaluator (default: if the config's pool 3 has one).",
+    )
+    parser.add_argument(
+        "--config",
+        help="A Vertex AI CustomJobSpec in YAML (config.yaml): pool "
+        "sizes, and the chief's args when no TRAINER_ARGS are given.",
+    )
+    parser.add_argument(
+        "--module",
+        help=f"Python module each process runs (default: the "
+        f"config's pythonModule, else {DEFAULT_MODULE}).",
+    )
+    parser.add_argument(
+        "--grace",
+        type=float,
+        default=5.0,
+        help="Seconds between SIGTERM and SIGKILL when stopping (default: 5).",
+    )
     return parser
 
 
@@ -79,7 +95,7 @@ def parse_command_line(argv: Sequence[str]) -> LaunchOptions:
     argv = list(argv)
     split = argv.index("--") if "--" in argv else len(argv)
     flags = _parser().parse_args(argv[:split])
-    trainer_args = tuple(argv[split + 1:])
+    trainer_args = tuple(argv[split + 1 :])
     for name in ("workers", "ps"):
         value = getattr(flags, name)
         if value is not None and value < 0:
@@ -89,14 +105,16 @@ def parse_command_line(argv: Sequence[str]) -> LaunchOptions:
     shape = ClusterShape(
         workers=base.workers if flags.workers is None else flags.workers,
         ps=base.ps if flags.ps is None else flags.ps,
-        evaluator=base.evaluator if flags.evaluator is None else flags.evaluator)
+        evaluator=base.evaluator if flags.evaluator is None else flags.evaluator,
+    )
     if flags.grace < 0:
         raise InputError(f"--grace ({flags.grace}) must be >= 0 seconds.")
     return LaunchOptions(
         shape=shape,
         module=flags.module or (job.module if job else None) or DEFAULT_MODULE,
         args=trainer_args or (job.args if job else ()),
-        grace=flags.grace)
+        grace=flags.grace,
+    )
 
 
 def _ignore_signals() -> None:
@@ -119,8 +137,9 @@ def run(options: LaunchOptions) -> int:
     """Runs the cluster until the chief ends or a signal arrives; returns the exit code."""
     signal.signal(signal.SIGINT, _raise_interrupted)
     signal.signal(signal.SIGTERM, _raise_interrupted)
-    cluster = LocalCluster(options.shape, module=options.module, args=options.args,
-                           grace=options.grace)
+    cluster = LocalCluster(
+        options.shape, module=options.module, args=options.args, grace=options.grace
+    )
     try:
         cluster.start()
         code = cluster.wait()

@@ -26,7 +26,8 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Sequence, TextIO
+from collections.abc import Sequence
+from typing import TextIO
 
 from trainer.errors import InputError
 
@@ -42,6 +43,7 @@ _CLUSTER_VARIABLES = ("TF_CONFIG", "CLUSTER_SPEC")
 
 # -- the shape of the cluster -----------------------------------------------------------------
 
+
 @dataclasses.dataclass(frozen=True)
 class Task:
     """One replica: its role (`chief`, `worker`, `ps`, `evaluator`) and index in the role."""
@@ -53,8 +55,11 @@ class Task:
         if self.role not in POOL_ROLES:
             raise ValueError(f"role {self.role!r} is not one of {', '.join(POOL_ROLES)}.")
         if self.index < 0 or (self.role in (CHIEF, EVALUATOR) and self.index != 0):
-            raise ValueError(f"{self.role} index ({self.index}) must be 0"
-                             + ("" if self.role in (CHIEF, EVALUATOR) else " or more") + ".")
+            raise ValueError(
+                f"{self.role} index ({self.index}) must be 0"
+                + ("" if self.role in (CHIEF, EVALUATOR) else " or more")
+                + "."
+            )
 
     @property
     def label(self) -> str:
@@ -88,13 +93,16 @@ class ClusterShape:
 
     def tasks(self) -> tuple[Task, ...]:
         """Every task, in pool order: chief, workers, ps, evaluator."""
-        return ((Task(CHIEF),)
-                + tuple(Task(WORKER, i) for i in range(self.workers))
-                + tuple(Task(PS, i) for i in range(self.ps))
-                + ((Task(EVALUATOR),) if self.evaluator else ()))
+        return (
+            (Task(CHIEF),)
+            + tuple(Task(WORKER, i) for i in range(self.workers))
+            + tuple(Task(PS, i) for i in range(self.ps))
+            + ((Task(EVALUATOR),) if self.evaluator else ())
+        )
 
 
 # -- what each process is told ----------------------------------------------------------------
+
 
 def tf_config(addresses: dict[Task, str], task: Task) -> dict:
     """`TF_CONFIG` for `task` in Vertex's shape.
@@ -106,8 +114,11 @@ def tf_config(addresses: dict[Task, str], task: Task) -> dict:
     for other in sorted(addresses, key=lambda t: (t.pool, t.index)):
         if other.role != EVALUATOR:
             cluster.setdefault(other.role, []).append(addresses[other])
-    return {"cluster": cluster, "task": {"type": task.role, "index": task.index},
-            "environment": "cloud"}
+    return {
+        "cluster": cluster,
+        "task": {"type": task.role, "index": task.index},
+        "environment": "cloud",
+    }
 
 
 def cluster_spec(addresses: dict[Task, str], task: Task) -> dict:
@@ -116,8 +127,11 @@ def cluster_spec(addresses: dict[Task, str], task: Task) -> dict:
     cluster: dict[str, list[str]] = {}
     for other in sorted(addresses, key=lambda t: (t.pool, t.index)):
         cluster.setdefault(f"workerpool{other.pool}", []).append(addresses[other])
-    return {"cluster": cluster, "environment": "cloud",
-            "task": {"type": f"workerpool{task.pool}", "index": task.index}}
+    return {
+        "cluster": cluster,
+        "environment": "cloud",
+        "task": {"type": f"workerpool{task.pool}", "index": task.index},
+    }
 
 
 def with_loopback_no_proxy(no_proxy: str | None) -> str:
@@ -127,8 +141,9 @@ def with_loopback_no_proxy(no_proxy: str | None) -> str:
     return ",".join(entries + [h for h in LOOPBACK_NO_PROXY if h not in entries])
 
 
-def task_environment(base: dict[str, str], addresses: dict[Task, str] | None,
-                     task: Task) -> dict[str, str]:
+def task_environment(
+    base: dict[str, str], addresses: dict[Task, str] | None, task: Task
+) -> dict[str, str]:
     """The environment of one process: `base` plus the cluster variables.
 
     `addresses=None` is a lone chief: no TF_CONFIG or CLUSTER_SPEC, even if `base` has them.
@@ -153,14 +168,17 @@ def free_ports(count: int, host: str = DEFAULT_HOST) -> list[int]:
     program; the kernel picks bind(0) ports at random, which makes that unlikely.
     """
     with contextlib.ExitStack() as stack:
-        sockets = [stack.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
-                   for _ in range(count)]
+        sockets = [
+            stack.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
+            for _ in range(count)
+        ]
         for s in sockets:
             s.bind((host, 0))
         return [s.getsockname()[1] for s in sockets]
 
 
 # -- the processes ----------------------------------------------------------------------------
+
 
 @dataclasses.dataclass
 class _Launch:
@@ -196,10 +214,18 @@ class LocalCluster:
             code = cluster.wait()
     """
 
-    def __init__(self, shape: ClusterShape, *, module: str = DEFAULT_MODULE,
-                 args: Sequence[str] = (), env: dict[str, str] | None = None,
-                 cwd: str | os.PathLike | None = None, sink: TextIO | None = sys.stdout,
-                 grace: float = 5.0, host: str = DEFAULT_HOST):
+    def __init__(
+        self,
+        shape: ClusterShape,
+        *,
+        module: str = DEFAULT_MODULE,
+        args: Sequence[str] = (),
+        env: dict[str, str] | None = None,
+        cwd: str | os.PathLike | None = None,
+        sink: TextIO | None = sys.stdout,
+        grace: float = 5.0,
+        host: str = DEFAULT_HOST,
+    ):
         # -- what runs
         self.shape = shape
         self.module = module
@@ -218,7 +244,7 @@ class LocalCluster:
         self._readers: list[threading.Thread] = []
 
     # -- context manager
-    def __enter__(self) -> "LocalCluster":
+    def __enter__(self) -> LocalCluster:
         self.start()
         return self
 
@@ -262,15 +288,21 @@ class LocalCluster:
         # Each process leads its own session, so a Ctrl-C in the terminal reaches only the
         # launcher, which then stops them all in order (and their children with them).
         process = subprocess.Popen(
-            [sys.executable, "-m", self.module, *self.args], cwd=self.cwd, env=env,
-            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-            start_new_session=True)
+            [sys.executable, "-m", self.module, *self.args],
+            cwd=self.cwd,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         launch = _Launch(process)
         self._launches[task] = launch
         address = self._addresses[task] if self._addresses else "no TF_CONFIG"
         self.log(f"{task.label}: pid {process.pid}, {address}")
-        launch.reader = threading.Thread(target=self._read, args=(task, launch),
-                                         name=f"read {task.label}", daemon=True)
+        launch.reader = threading.Thread(
+            target=self._read, args=(task, launch), name=f"read {task.label}", daemon=True
+        )
         self._readers.append(launch.reader)
         launch.reader.start()
         return process
@@ -300,8 +332,10 @@ class LocalCluster:
         code = launch.process.wait()
         if task.role != CHIEF and not launch.stopping.is_set() and not self._chief_done.is_set():
             verdict = "failed" if code else "ended"
-            self.log(f"{task.label} {verdict} with {exit_description(code)} before the chief "
-                     "ended; the others keep running (the chief may recover).")
+            self.log(
+                f"{task.label} {verdict} with {exit_description(code)} before the chief "
+                "ended; the others keep running (the chief may recover)."
+            )
 
     def output(self, role: str, index: int = 0) -> list[str]:
         """Every line the task has printed so far (stdout and stderr, all its starts)."""
@@ -343,8 +377,7 @@ class LocalCluster:
     def stop(self) -> None:
         """Stops every process (SIGTERM, SIGKILL after `grace` seconds) and drains output."""
         self._chief_done.set()
-        running = [launch for launch in self._launches.values()
-                   if launch.process.poll() is None]
+        running = [launch for launch in self._launches.values() if launch.process.poll() is None]
         if running:
             self.log(f"stopping {len(running)} process(es)")
         self._terminate(list(self._launches.values()))
@@ -367,5 +400,3 @@ class LocalCluster:
                 launch.process.wait()
             # The group may hold children that outlived their leader.
             _signal_group(launch.process, signal.SIGKILL)
-
-

@@ -61,8 +61,15 @@ class LocalLoop:
     first call: it builds the graph, and the pause between iterations ends with it). Every
     replica trains everything for every step."""
 
-    def __init__(self, *, iteration: Iteration, iterator, budget: int, steps_per_loop: int,
-                 replicas: tuple[str, ...]):
+    def __init__(
+        self,
+        *,
+        iteration: Iteration,
+        iterator,
+        budget: int,
+        steps_per_loop: int,
+        replicas: tuple[str, ...],
+    ):
         self.iteration, self.iterator = iteration, iterator
         self.budget, self.steps_per_loop, self.replicas = budget, steps_per_loop, replicas
         self.step = int(iteration.step.numpy())
@@ -81,9 +88,14 @@ class LocalLoop:
 
     def placement(self) -> tuple[UnitRecord, ...]:
         steps = int(self.iteration.step.numpy())
-        return (UnitRecord("everything",
-                           ("ensemble", *(s.name for s in self.iteration.subnetworks)),
-                           self.replicas, dict.fromkeys(self.replicas, steps)),)
+        return (
+            UnitRecord(
+                "everything",
+                ("ensemble", *(s.name for s in self.iteration.subnetworks)),
+                self.replicas,
+                dict.fromkeys(self.replicas, steps),
+            ),
+        )
 
 
 class CoordinatedLoop:
@@ -97,8 +109,16 @@ class CoordinatedLoop:
     Each `train()` call keeps up to two chunks per worker in flight and waits for one.
     """
 
-    def __init__(self, *, runtime: distributed.Runtime, iteration: Iteration, iterator,
-                 budget: int, steps_per_loop: int, stall_secs: float):
+    def __init__(
+        self,
+        *,
+        runtime: distributed.Runtime,
+        iteration: Iteration,
+        iterator,
+        budget: int,
+        steps_per_loop: int,
+        stall_secs: float,
+    ):
         self.runtime = runtime
         self.iteration = iteration
         self.iterator = iterator
@@ -110,8 +130,7 @@ class CoordinatedLoop:
         with runtime.strategy.scope():
             self.steal = tf.Variable(False, trainable=False, name="steal")
         # steps[worker][unit index] actually run (a unit taken over counts for its taker).
-        self.steps: dict[int, collections.Counter] = collections.defaultdict(
-            collections.Counter)
+        self.steps: dict[int, collections.Counter] = collections.defaultdict(collections.Counter)
         self._chunk: Callable | None = None
         self._inflight: collections.deque = collections.deque()
         counters = self.counters()
@@ -126,8 +145,8 @@ class CoordinatedLoop:
     def _build_chunk(self) -> Callable:
         iteration, units, budget = self.iteration, self.units, self.budget
         unit_of_worker = tf.constant(
-            [self.assignment.unit_index(w) for w in range(len(self.assignment.units))],
-            tf.int64)
+            [self.assignment.unit_index(w) for w in range(len(self.assignment.units))], tf.int64
+        )
         runs = [iteration.steps_fn(u) for u in units]
         jobs = [iteration.unit_jobs(u) for u in units]
         idle = len(units)
@@ -139,10 +158,14 @@ class CoordinatedLoop:
                 if candidates:
                     parts.append(budget - iteration.step)
                 if trained:
-                    parts.append(budget - tf.reduce_min(
-                        tf.gather(iteration.subnetwork_steps, trained)))
-                left.append(tf.maximum(tf.reduce_max(tf.stack(parts)), 0) if parts
-                            else tf.constant(0, tf.int64))
+                    parts.append(
+                        budget - tf.reduce_min(tf.gather(iteration.subnetwork_steps, trained))
+                    )
+                left.append(
+                    tf.maximum(tf.reduce_max(tf.stack(parts)), 0)
+                    if parts
+                    else tf.constant(0, tf.int64)
+                )
             return tf.stack([*left, tf.constant(0, tf.int64)])
 
         def chunk(iterator, steps):
@@ -150,13 +173,15 @@ class CoordinatedLoop:
             left = remaining()
             own = tf.gather(unit_of_worker, worker)
             neediest = tf.argmax(left, output_type=tf.int64)
-            target = tf.where(left[own] > 0, own,
-                              tf.where(self.steal & (left[neediest] > 0), neediest, idle))
+            target = tf.where(
+                left[own] > 0, own, tf.where(self.steal & (left[neediest] > 0), neediest, idle)
+            )
             count = tf.minimum(steps, tf.gather(left, target))
             done = tf.switch_case(
                 tf.cast(target, tf.int32),
                 [lambda run=run: run(iterator, count) for run in runs]
-                + [lambda: tf.constant(0, tf.int64)])
+                + [lambda: tf.constant(0, tf.int64)],
+            )
             return worker, target, done
 
         return tf.function(chunk, autograph=False)
@@ -164,8 +189,10 @@ class CoordinatedLoop:
     def counters(self) -> tuple[int, tuple[int, ...]]:
         """The ensemble's and each subnetwork's steps so far (read from the parameter
         servers once per chunk)."""
-        return (int(self.iteration.step.numpy()),
-                tuple(int(n) for n in self.iteration.subnetwork_steps.numpy()))
+        return (
+            int(self.iteration.step.numpy()),
+            tuple(int(n) for n in self.iteration.subnetwork_steps.numpy()),
+        )
 
     def remaining(self, counters: tuple[int, tuple[int, ...]]) -> int:
         """The most steps any active job still needs."""
@@ -186,8 +213,11 @@ class CoordinatedLoop:
         try:
             while self._left > 0 and len(self._inflight) < 2 * workers:
                 steps = min(self.steps_per_loop, max(1, math.ceil(self._left / workers)))
-                self._inflight.append(coordinator.schedule(
-                    self._chunk, args=(self.iterator, tf.constant(steps, tf.int64))))
+                self._inflight.append(
+                    coordinator.schedule(
+                        self._chunk, args=(self.iterator, tf.constant(steps, tf.int64))
+                    )
+                )
             worker, target, done = (int(v) for v in self._inflight.popleft().fetch())
         except tf.errors.OpError as e:
             if not distributed.lost_workers_only(e):
@@ -197,9 +227,12 @@ class CoordinatedLoop:
             # which the counters on the ps say are still to do.
             if not isinstance(e, tf.errors.CancelledError):
                 logging.log_every_n_seconds(
-                    logging.WARNING, "A chunk failed with a lost worker; its steps are "
-                    "scheduled again (%s: %s).", 10, type(e).__name__,
-                    str(e).splitlines()[0][:200])
+                    logging.WARNING,
+                    "A chunk failed with a lost worker; its steps are scheduled again (%s: %s).",
+                    10,
+                    type(e).__name__,
+                    str(e).splitlines()[0][:200],
+                )
             return Chunk(self._progress[0][0], (), self.done)
         if target < len(self.units):
             self.steps[worker][target] += done
@@ -217,10 +250,12 @@ class CoordinatedLoop:
         last, since = self._progress
         if counters != last:
             self._progress = (counters, time.monotonic())
-        elif (self._left > 0 and time.monotonic() - since > self.stall_secs
-              and not self._stealing):
-            logging.warning("No progress for %.0f s (a worker lost?): idle workers take over "
-                            "the remaining steps.", self.stall_secs)
+        elif self._left > 0 and time.monotonic() - since > self.stall_secs and not self._stealing:
+            logging.warning(
+                "No progress for %.0f s (a worker lost?): idle workers take over "
+                "the remaining steps.",
+                self.stall_secs,
+            )
             self.steal.assign(True)
             self._stealing = True
 
@@ -235,10 +270,15 @@ class CoordinatedLoop:
                 + tuple(self.iteration.subnetworks[i].name for i in unit.subnetworks),
                 tuple(name(w) for w in self.assignment.workers_of(unit)),
                 {name(w): counts[u] for w, counts in sorted(self.steps.items()) if counts[u]},
-                {self.iteration.subnetworks[i].name: _ps_tasks(
-                    self.iteration.subnetworks[i].checkpoint_variables().values())
-                 for i in unit.subnetworks})
-            for u, unit in enumerate(self.units))
+                {
+                    self.iteration.subnetworks[i].name: _ps_tasks(
+                        self.iteration.subnetworks[i].checkpoint_variables().values()
+                    )
+                    for i in unit.subnetworks
+                },
+            )
+            for u, unit in enumerate(self.units)
+        )
 
 
 def _ps_tasks(variables) -> tuple[int, ...]:
@@ -251,8 +291,17 @@ class LoopMaker:
     """Makes each iteration's loop for this replica: coordinated under a `ClusterCoordinator`,
     else local. Owns the datasets the loops read."""
 
-    def __init__(self, *, runtime: distributed.Runtime, data: JobInput, batch_size: int,
-                 seed: int, steps_per_loop: int, stall_secs: float, budget: int):
+    def __init__(
+        self,
+        *,
+        runtime: distributed.Runtime,
+        data: JobInput,
+        batch_size: int,
+        seed: int,
+        steps_per_loop: int,
+        stall_secs: float,
+        budget: int,
+    ):
         self.runtime, self.data = runtime, data
         self.batch_size, self.seed = batch_size, seed
         self.steps_per_loop, self.stall_secs, self.budget = steps_per_loop, stall_secs, budget
@@ -264,29 +313,43 @@ class LoopMaker:
 
     def __call__(self, iteration: Iteration) -> TrainLoop:
         if self.runtime.coordinator is not None:
-            return CoordinatedLoop(runtime=self.runtime, iteration=iteration,
-                                   iterator=self._per_worker_iterator(), budget=self.budget,
-                                   steps_per_loop=self.steps_per_loop,
-                                   stall_secs=self.stall_secs)
+            return CoordinatedLoop(
+                runtime=self.runtime,
+                iteration=iteration,
+                iterator=self._per_worker_iterator(),
+                budget=self.budget,
+                steps_per_loop=self.steps_per_loop,
+                stall_secs=self.stall_secs,
+            )
         # A new order per iteration, and per resume point: a resumed run does not replay the
         # batches it already trained on.
         step = int(iteration.step.numpy())
-        seed = (self.seed * 1_000_003 + iteration.number * 10_007 + step) % 2 ** 31
-        iterator = iter(self.runtime.strategy.distribute_datasets_from_function(
-            lambda context: self._replica_batches(context, seed)))
-        return LocalLoop(iteration=iteration, iterator=iterator, budget=self.budget,
-                         steps_per_loop=self.steps_per_loop, replicas=self.readers())
+        seed = (self.seed * 1_000_003 + iteration.number * 10_007 + step) % 2**31
+        iterator = iter(
+            self.runtime.strategy.distribute_datasets_from_function(
+                lambda context: self._replica_batches(context, seed)
+            )
+        )
+        return LocalLoop(
+            iteration=iteration,
+            iterator=iterator,
+            budget=self.budget,
+            steps_per_loop=self.steps_per_loop,
+            replicas=self.readers(),
+        )
 
-    def _replica_batches(self, context: tf.distribute.InputContext, seed: int
-                         ) -> tf.data.Dataset:
+    def _replica_batches(self, context: tf.distribute.InputContext, seed: int) -> tf.data.Dataset:
         """The batches of one input pipeline (of each host, under a synchronous strategy): its
         shard of the training rows, in batches of the per-replica size."""
         readers = context.num_input_pipelines
         return self.data.training(
             readers=readers,
-            shard=Shard.of(context.input_pipeline_id, readers,
-                           num_files=len(self.data.train.files)),
-            batch_size=context.get_per_replica_batch_size(self.batch_size), seed=seed)
+            shard=Shard.of(
+                context.input_pipeline_id, readers, num_files=len(self.data.train.files)
+            ),
+            batch_size=context.get_per_replica_batch_size(self.batch_size),
+            seed=seed,
+        )
 
     def _per_worker_iterator(self):
         """Each worker's endless shuffled batches of its own shard of the training rows (built
@@ -301,8 +364,12 @@ class LoopMaker:
                 return data.training(
                     readers=workers,
                     shard=Shard.of(worker, workers, num_files=len(data.train.files)),
-                    batch_size=batch_size, seed=seed, in_process=False)
+                    batch_size=batch_size,
+                    seed=seed,
+                    in_process=False,
+                )
 
             self._worker_iterator = iter(
-                self.runtime.coordinator.create_per_worker_dataset(dataset_fn))
+                self.runtime.coordinator.create_per_worker_dataset(dataset_fn)
+            )
         return self._worker_iterator

@@ -26,7 +26,7 @@ def bucket_of(path: str) -> str | None:
     """`BUCKET` of `gs://BUCKET/...` or `/gcs/BUCKET/...`; None for other paths."""
     for prefix in (GCS_PREFIX, FUSE_ROOT):
         if path.startswith(prefix):
-            return path[len(prefix):].split("/", 1)[0] or None
+            return path[len(prefix) :].split("/", 1)[0] or None
     return None
 
 
@@ -47,4 +47,4 @@ def split_gcs(uri: str) -> tuple[str, str]:
         raise ValueError(f"'{uri}' is not a Cloud Storage URI; write gs://BUCKET/PATH.")
     if not bucket:
         raise ValueError(f"'{uri}' names no bucket; write gs://BUCKET/PATH.")
-    return bucket, uri[len(GCS_PREFIX) + len(bucket) + 1:]
+    return bucket, uri[len(GCS_PREFIX) + len(bucket) + 1 :]

@@ -36,8 +36,14 @@ def rate(steps: int, seconds: float) -> float | None:
     return steps / seconds if steps > 0 and seconds > 0 else None
 
 
-def progress_line(number: int, names: tuple[str, ...], snapshot: Snapshot, total: int,
-                  steps_per_sec: float | None, batch_size: int) -> str:
+def progress_line(
+    number: int,
+    names: tuple[str, ...],
+    snapshot: Snapshot,
+    total: int,
+    steps_per_sec: float | None,
+    batch_size: int,
+) -> str:
     """'iteration 1 step 300/3000 (10%) | 700 steps/s, 44,800 examples/s | 0:00:04 left |
     best <candidate> <objective>'."""
     step = snapshot.step
@@ -45,12 +51,13 @@ def progress_line(number: int, names: tuple[str, ...], snapshot: Snapshot, total
     left = (total - step) / steps_per_sec if steps_per_sec > 0 else float("inf")
     alive = snapshot.active_candidates
     best = min(alive, key=lambda i: snapshot.objectives[i]) if alive else None
-    best_text = (f" | best {names[best]} {snapshot.objectives[best]:.4f}"
-                 if best is not None else "")
+    best_text = f" | best {names[best]} {snapshot.objectives[best]:.4f}" if best is not None else ""
     eta = str(datetime.timedelta(seconds=round(left))) if math.isfinite(left) else "?"
-    return (f"iteration {number} step {step}/{total} ({step / total:.0%}) | "
-            f"{steps_per_sec:,.0f} steps/s, {steps_per_sec * batch_size:,.0f} examples/s | "
-            f"{eta} left{best_text}")
+    return (
+        f"iteration {number} step {step}/{total} ({step / total:.0%}) | "
+        f"{steps_per_sec:,.0f} steps/s, {steps_per_sec * batch_size:,.0f} examples/s | "
+        f"{eta} left{best_text}"
+    )
 
 
 class SummaryWriters:
@@ -63,10 +70,14 @@ class SummaryWriters:
         if logs is None:
             return
         root = job_dir_lib.join(logs, f"iteration-{iteration.number}")
-        self.candidates = [tf.summary.create_file_writer(job_dir_lib.join(root, c.name))
-                           for c in iteration.candidates]
-        self.subnetworks = [tf.summary.create_file_writer(
-            job_dir_lib.join(root, f"subnetwork_{s.name}")) for s in iteration.subnetworks]
+        self.candidates = [
+            tf.summary.create_file_writer(job_dir_lib.join(root, c.name))
+            for c in iteration.candidates
+        ]
+        self.subnetworks = [
+            tf.summary.create_file_writer(job_dir_lib.join(root, f"subnetwork_{s.name}"))
+            for s in iteration.subnetworks
+        ]
 
     def write_training(self, snapshot: Snapshot) -> None:
         for writer, value in zip(self.candidates, snapshot.objectives):
@@ -77,8 +88,10 @@ class SummaryWriters:
                 tf.summary.scalar("loss", value)
 
     def write_eval(self, record: IterationRecord) -> None:
-        for writers, entries in ((self.candidates, record.candidates),
-                                 (self.subnetworks, record.subnetworks)):
+        for writers, entries in (
+            (self.candidates, record.candidates),
+            (self.subnetworks, record.subnetworks),
+        ):
             for writer, entry in zip(writers, entries):
                 with writer.as_default(step=record.steps):
                     for name, value in entry.eval.items():
@@ -97,10 +110,18 @@ class Progress:
     checkpoint, and the `TrainingTime` (its pause counted from `previous_end`, when the
     previous iteration's training ended)."""
 
-    def __init__(self, *, iteration: Iteration, manager: tf.train.CheckpointManager,
-                 writers: SummaryWriters, total: int, batch_size: int,
-                 checkpoint_every_secs: float, options: tf.train.CheckpointOptions | None,
-                 previous_end: float | None):
+    def __init__(
+        self,
+        *,
+        iteration: Iteration,
+        manager: tf.train.CheckpointManager,
+        writers: SummaryWriters,
+        total: int,
+        batch_size: int,
+        checkpoint_every_secs: float,
+        options: tf.train.CheckpointOptions | None,
+        previous_end: float | None,
+    ):
         self.iteration, self.manager, self.writers = iteration, manager, writers
         self.total, self.batch_size = total, batch_size
         self.checkpoint_every_secs, self.options = checkpoint_every_secs, options
@@ -125,18 +146,31 @@ class Progress:
         self._line(step, ended)
         self.manager.save(checkpoint_number=step, options=self.options)
         first = self.first or ended
-        pause = (None if self.first is None or self.previous_end is None
-                 else self.first - self.previous_end)
-        return TrainingTime(seconds=time.monotonic() - self.started,
-                            first_step_seconds=first - self.started,
-                            steps_per_sec=rate(step - self.first_step, ended - first),
-                            pause_before=pause, first_step_at=self.first)
+        pause = (
+            None
+            if self.first is None or self.previous_end is None
+            else self.first - self.previous_end
+        )
+        return TrainingTime(
+            seconds=time.monotonic() - self.started,
+            first_step_seconds=first - self.started,
+            steps_per_sec=rate(step - self.first_step, ended - first),
+            pause_before=pause,
+            first_step_at=self.first,
+        )
 
     def _line(self, step: int, now: float) -> None:
         first = self.first or now
         snapshot = self.iteration.snapshot()
-        logging.info(progress_line(
-            self.iteration.number, tuple(c.name for c in self.iteration.candidates),
-            snapshot, self.total, rate(step - self.first_step, now - first), self.batch_size))
+        logging.info(
+            progress_line(
+                self.iteration.number,
+                tuple(c.name for c in self.iteration.candidates),
+                snapshot,
+                self.total,
+                rate(step - self.first_step, now - first),
+                self.batch_size,
+            )
+        )
         self.writers.write_training(snapshot)
         self.last_line = now

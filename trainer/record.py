@@ -128,8 +128,10 @@ class IterationRecord:
 
     def __post_init__(self):
         if self.chosen not in [c.name for c in self.candidates]:
-            raise ValueError(f"iteration {self.iteration}: the chosen candidate "
-                             f"{self.chosen!r} is not one of its candidates.")
+            raise ValueError(
+                f"iteration {self.iteration}: the chosen candidate "
+                f"{self.chosen!r} is not one of its candidates."
+            )
 
     @property
     def chosen_candidate(self) -> CandidateRecord:
@@ -151,27 +153,38 @@ class IterationRecord:
         that is not an iteration record."""
         if not isinstance(data, dict) or data.get("version") != RECORD_VERSION:
             version = data.get("version") if isinstance(data, dict) else None
-            raise InputError(f"{path} is not an iteration record this trainer reads (record "
-                             f"version {version}, this one reads {RECORD_VERSION}): the job dir "
-                             "was written by another version. Train in a new --job_dir.")
+            raise InputError(
+                f"{path} is not an iteration record this trainer reads (record "
+                f"version {version}, this one reads {RECORD_VERSION}): the job dir "
+                "was written by another version. Train in a new --job_dir."
+            )
         try:
             return cls(
-                iteration=data["iteration"], steps=data["steps"],
-                steps_per_sec=data["steps_per_sec"], batch_size=data["batch_size"],
-                selection=data["selection"], chosen=data["chosen"],
+                iteration=data["iteration"],
+                steps=data["steps"],
+                steps_per_sec=data["steps_per_sec"],
+                batch_size=data["batch_size"],
+                selection=data["selection"],
+                chosen=data["chosen"],
                 eval_examples=data["eval_examples"],
-                candidates=tuple(CandidateRecord(**{**c, "members": tuple(c["members"])})
-                                 for c in data["candidates"]),
+                candidates=tuple(
+                    CandidateRecord(**{**c, "members": tuple(c["members"])})
+                    for c in data["candidates"]
+                ),
                 subnetworks=tuple(SubnetworkRecord(**s) for s in data["subnetworks"]),
                 placement=tuple(_unit(u) for u in data["placement"]),
                 architecture=Architecture(
                     ensembler=data["architecture"]["ensembler"],
                     members=tuple(MemberRecord(**m) for m in data["architecture"]["members"]),
-                    mixture_weights=data["architecture"]["mixture_weights"]),
-                seconds=Seconds(**data["seconds"]))
+                    mixture_weights=data["architecture"]["mixture_weights"],
+                ),
+                seconds=Seconds(**data["seconds"]),
+            )
         except (KeyError, TypeError, ValueError) as e:
-            raise InputError(f"{path} is not a complete iteration record ({type(e).__name__}: "
-                             f"{e}). Train in a new --job_dir.") from None
+            raise InputError(
+                f"{path} is not a complete iteration record ({type(e).__name__}: "
+                f"{e}). Train in a new --job_dir."
+            ) from None
 
 
 def _json_values(value: Any) -> Any:
@@ -184,6 +197,10 @@ def _json_values(value: Any) -> Any:
 
 def _unit(data: dict) -> UnitRecord:
     on_ps = data.get("subnetwork_variables_on_ps")
-    return UnitRecord(data["unit"], tuple(data["trains"]), tuple(data["assigned_to"]),
-                      dict(data["steps_by_worker"]),
-                      None if on_ps is None else {k: tuple(v) for k, v in on_ps.items()})
+    return UnitRecord(
+        data["unit"],
+        tuple(data["trains"]),
+        tuple(data["assigned_to"]),
+        dict(data["steps_by_worker"]),
+        None if on_ps is None else {k: tuple(v) for k, v in on_ps.items()},
+    )

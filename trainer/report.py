@@ -13,9 +13,16 @@ from trainer.record import IterationRecord
 from trainer.schema import Schema
 
 
-def build_report(*, config: RunConfig, schema: Schema, records: Sequence[IterationRecord],
-                 final: dict | None, job: job_dir_lib.JobDir, input_summary: dict,
-                 timing: dict) -> dict:
+def build_report(
+    *,
+    config: RunConfig,
+    schema: Schema,
+    records: Sequence[IterationRecord],
+    final: dict | None,
+    job: job_dir_lib.JobDir,
+    input_summary: dict,
+    timing: dict,
+) -> dict:
     """`report.json`: complete with the exported model's `final` metrics, else training."""
     return {
         "status": "complete" if final else "training",
@@ -45,14 +52,22 @@ def table(report: dict) -> str:
     rows = []
     for record in report["iterations"]:
         for candidate in record["candidates"]:
-            flag = "<- chosen" if candidate["name"] == record["chosen"] else (
-                "diverged" if candidate["diverged"] else "")
-            rows.append([str(record["iteration"]), candidate["name"],
-                         _fmt(candidate["objective"]),
-                         *[_fmt(candidate["eval"].get(m)) for m in metric_names], flag])
+            flag = (
+                "<- chosen"
+                if candidate["name"] == record["chosen"]
+                else ("diverged" if candidate["diverged"] else "")
+            )
+            rows.append(
+                [
+                    str(record["iteration"]),
+                    candidate["name"],
+                    _fmt(candidate["objective"]),
+                    *[_fmt(candidate["eval"].get(m)) for m in metric_names],
+                    flag,
+                ]
+            )
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip()
-             for r in [header, *rows]]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in [header, *rows]]
     lines.insert(1, "-" * len(lines[0]))
     if report.get("architecture"):
         members = ", ".join(m["key"] for m in report["architecture"]["members"])
@@ -60,8 +75,9 @@ def table(report: dict) -> str:
     if report.get("final"):
         final = report["final"]
         metrics = ", ".join(f"{k} {_fmt(v)}" for k, v in final["metrics"].items())
-        lines.append(f"exported model on {final['eval_data']} ({final['examples']} examples): "
-                     f"{metrics}")
+        lines.append(
+            f"exported model on {final['eval_data']} ({final['examples']} examples): {metrics}"
+        )
         lines.append(f"model: {report['model_dir']}")
     return "\n".join(lines)
 

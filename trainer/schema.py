@@ -15,7 +15,7 @@ import dataclasses
 import enum
 import json
 import math
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
@@ -97,8 +97,10 @@ class CategoricalColumn:
 
     def __post_init__(self):
         if (self.encoding is Encoding.EMBEDDING) != (self.embedding_dim > 0):
-            raise ValueError(f"column '{self.name}': embedding_dim ({self.embedding_dim}) must "
-                             "be > 0 exactly for an embedding.")
+            raise ValueError(
+                f"column '{self.name}': embedding_dim ({self.embedding_dim}) must "
+                "be > 0 exactly for an embedding."
+            )
 
     @property
     def size(self) -> int:
@@ -142,11 +144,13 @@ class Label:
             raise InputError(
                 f"label column '{self.name}' has {len(self.classes)} distinct value(s) "
                 f"{list(self.classes)}; a {self.head.value} head needs at least 2. Check "
-                "--label_column and the training data.")
+                "--label_column and the training data."
+            )
         if self.head is HeadType.BINARY and len(self.classes) != 2:
             raise InputError(
                 f"--head=binary needs exactly 2 label values, label column '{self.name}' has "
-                f"{len(self.classes)}: {list(self.classes)[:10]}. Use --head=multiclass.")
+                f"{len(self.classes)}: {list(self.classes)[:10]}. Use --head=multiclass."
+            )
 
     @property
     def logits_dimension(self) -> int:
@@ -170,7 +174,8 @@ class Schema:
         if not self.columns:
             raise InputError(
                 f"no feature columns besides the label '{self.label.name}': the model needs "
-                "at least one. Check --ignore_columns and the header of the data.")
+                "at least one. Check --ignore_columns and the header of the data."
+            )
 
     @property
     def dense_width(self) -> int:
@@ -179,8 +184,11 @@ class Schema:
 
     @property
     def embedded(self) -> tuple[Embedded, ...]:
-        return tuple(Embedded(c.name, c.size, c.embedding_dim) for c in self.columns
-                     if c.kind is Kind.CATEGORICAL and c.encoding is Encoding.EMBEDDING)
+        return tuple(
+            Embedded(c.name, c.size, c.embedding_dim)
+            for c in self.columns
+            if c.kind is Kind.CATEGORICAL and c.encoding is Encoding.EMBEDDING
+        )
 
     @property
     def feature_names(self) -> tuple[str, ...]:
@@ -204,19 +212,28 @@ class Schema:
             if c.kind is Kind.CATEGORICAL:
                 data["encoding"] = c.encoding.value
             return data
+
         label = dataclasses.asdict(self.label)
         label["head"] = self.label.head.value
-        return json.dumps({"version": SCHEMA_VERSION,
-                           "columns": [column(c) for c in self.columns], "label": label,
-                           "input": dict(self.summary)}, indent=1)
+        return json.dumps(
+            {
+                "version": SCHEMA_VERSION,
+                "columns": [column(c) for c in self.columns],
+                "label": label,
+                "input": dict(self.summary),
+            },
+            indent=1,
+        )
 
     @classmethod
-    def from_json(cls, text: str, *, path: str = "schema.json") -> "Schema":
+    def from_json(cls, text: str, *, path: str = "schema.json") -> Schema:
         data = json.loads(text)
         if data.get("version") != SCHEMA_VERSION:
-            raise InputError(f"{path} was written by another version of this trainer (schema "
-                             f"version {data.get('version')}, this one reads "
-                             f"{SCHEMA_VERSION}). Train in a new --job_dir.")
+            raise InputError(
+                f"{path} was written by another version of this trainer (schema "
+                f"version {data.get('version')}, this one reads "
+                f"{SCHEMA_VERSION}). Train in a new --job_dir."
+            )
         columns = []
         for c in data["columns"]:
             kind = Kind(c.pop("kind"))
@@ -224,8 +241,11 @@ class Schema:
                 c["edges"] = tuple(c["edges"])
                 columns.append(NumericColumn(**c))
             else:
-                c.update(vocabulary=tuple(c["vocabulary"]), counts=tuple(c["counts"]),
-                         encoding=Encoding(c["encoding"]))
+                c.update(
+                    vocabulary=tuple(c["vocabulary"]),
+                    counts=tuple(c["counts"]),
+                    encoding=Encoding(c["encoding"]),
+                )
                 columns.append(CategoricalColumn(**c))
         label = dict(data["label"])
         label["head"] = HeadType(label["head"])
@@ -260,24 +280,34 @@ def check_choices(header: Sequence[str], choices: ColumnChoices, *, source: str)
     """Fails when a flag names a column the data does not have, or names one twice."""
     known = set(header)
     if not choices.label:
-        raise InputError("--label_column is required: name the column to predict "
-                         f"(columns in {source}: {', '.join(header)}).")
+        raise InputError(
+            "--label_column is required: name the column to predict "
+            f"(columns in {source}: {', '.join(header)})."
+        )
     if choices.label not in known:
-        raise InputError(f"--label_column='{choices.label}' is not a column of {source}; "
-                         f"its columns are: {', '.join(header)}.")
-    for flag, names in (("--numeric_columns", choices.numeric),
-                        ("--categorical_columns", choices.categorical),
-                        ("--ignore_columns", choices.ignore)):
+        raise InputError(
+            f"--label_column='{choices.label}' is not a column of {source}; "
+            f"its columns are: {', '.join(header)}."
+        )
+    for flag, names in (
+        ("--numeric_columns", choices.numeric),
+        ("--categorical_columns", choices.categorical),
+        ("--ignore_columns", choices.ignore),
+    ):
         unknown = [n for n in names if n not in known]
         if unknown:
-            raise InputError(f"{flag} names unknown column(s) {unknown}; columns of {source} "
-                             f"are: {', '.join(header)}.")
+            raise InputError(
+                f"{flag} names unknown column(s) {unknown}; columns of {source} "
+                f"are: {', '.join(header)}."
+            )
         if choices.label in names:
             raise InputError(f"{flag} names the label column '{choices.label}'; remove it.")
     both = set(choices.numeric) & set(choices.categorical)
     if both:
-        raise InputError(f"column(s) {sorted(both)} are in both --numeric_columns and "
-                         "--categorical_columns; name each column once.")
+        raise InputError(
+            f"column(s) {sorted(both)} are in both --numeric_columns and "
+            "--categorical_columns; name each column once."
+        )
 
 
 # -- inference from what the scan counted ---------------------------------------------------
@@ -293,14 +323,33 @@ def infer_kind(name: str, choices: ColumnChoices, *, numbers: int, not_numbers: 
     return Kind.NUMERIC if share >= NUMERIC_TYPO_SHARE else Kind.CATEGORICAL
 
 
-def numeric_column(name: str, *, count: int, missing: int, mean: float, std: float,
-                   minimum: float, maximum: float, sample: np.ndarray,
-                   num_bins: int) -> NumericColumn:
+def numeric_column(
+    name: str,
+    *,
+    count: int,
+    missing: int,
+    mean: float,
+    std: float,
+    minimum: float,
+    maximum: float,
+    sample: np.ndarray,
+    num_bins: int,
+) -> NumericColumn:
     if count == 0:
-        raise InputError(f"numeric column '{name}' has no values in the training data; drop it "
-                         f"with --ignore_columns={name}.")
-    return NumericColumn(name, float(mean), float(std) or 1.0, quantile_edges(sample, num_bins),
-                         count=count, missing=missing, min=float(minimum), max=float(maximum))
+        raise InputError(
+            f"numeric column '{name}' has no values in the training data; drop it "
+            f"with --ignore_columns={name}."
+        )
+    return NumericColumn(
+        name,
+        float(mean),
+        float(std) or 1.0,
+        quantile_edges(sample, num_bins),
+        count=count,
+        missing=missing,
+        min=float(minimum),
+        max=float(maximum),
+    )
 
 
 def quantile_edges(values: np.ndarray, num_bins: int) -> tuple[float, ...]:
@@ -321,23 +370,33 @@ def quantile_edges(values: np.ndarray, num_bins: int) -> tuple[float, ...]:
     return tuple(float(e) for e in edges) if len(edges) > 1 else ()
 
 
-def categorical_column(name: str, most_common: Sequence[tuple[str, int]], *,
-                       count_error: int, choices: ColumnChoices) -> CategoricalColumn:
+def categorical_column(
+    name: str, most_common: Sequence[tuple[str, int]], *, count_error: int, choices: ColumnChoices
+) -> CategoricalColumn:
     """The vocabulary (most frequent first, at most `max_vocabulary_size`), one-hot up to
     `one_hot_max_size` values, else an embedding of dim min(embedding_dim, 1.6 * n^0.56)
     (fast.ai's rule of thumb for tabular embeddings)."""
-    most_common = list(most_common)[:choices.max_vocabulary_size]
+    most_common = list(most_common)[: choices.max_vocabulary_size]
     vocabulary = tuple(v for v, _ in most_common)
     counts = tuple(int(c) for _, c in most_common)
     if len(vocabulary) <= choices.one_hot_max_size:
         return CategoricalColumn(name, vocabulary, counts, count_error=count_error)
     dim = max(1, min(choices.embedding_dim, round(1.6 * (len(vocabulary) + 1) ** 0.56)))
-    return CategoricalColumn(name, vocabulary, counts, Encoding.EMBEDDING, dim,
-                             count_error=count_error)
+    return CategoricalColumn(
+        name, vocabulary, counts, Encoding.EMBEDDING, dim, count_error=count_error
+    )
 
 
-def infer_label(name: str, head: HeadType | None, *, distinct: Mapping[str, int] | None,
-                all_numbers: bool, all_integral: bool, mean: float, std: float) -> Label:
+def infer_label(
+    name: str,
+    head: HeadType | None,
+    *,
+    distinct: Mapping[str, int] | None,
+    all_numbers: bool,
+    all_integral: bool,
+    mean: float,
+    std: float,
+) -> Label:
     """The label's head and classes (or mean and std) from its values: `distinct` maps each
     canonical value to its count (None: more than `MAX_CLASSES` distinct values). Without
     `head`, labels that are not all numbers are classes (binary for two), integral numbers
@@ -345,9 +404,11 @@ def infer_label(name: str, head: HeadType | None, *, distinct: Mapping[str, int]
     if head is None:
         if not all_numbers:
             if distinct is None:
-                raise InputError(f"label column '{name}' holds more than {MAX_CLASSES} distinct "
-                                 "values, not all numbers: too many to be classes. Check "
-                                 "--label_column.")
+                raise InputError(
+                    f"label column '{name}' holds more than {MAX_CLASSES} distinct "
+                    "values, not all numbers: too many to be classes. Check "
+                    "--label_column."
+                )
             head = HeadType.BINARY if len(distinct) == 2 else HeadType.MULTICLASS
         elif distinct is not None and all_integral and len(distinct) <= _MAX_INTEGER_CLASSES:
             head = HeadType.BINARY if len(distinct) == 2 else HeadType.MULTICLASS
@@ -355,11 +416,15 @@ def infer_label(name: str, head: HeadType | None, *, distinct: Mapping[str, int]
             head = HeadType.REGRESSION
     if head is HeadType.REGRESSION:
         if not math.isfinite(mean):
-            raise InputError(f"label column '{name}' has no numeric values: regression labels "
-                             "must be finite numbers.")
+            raise InputError(
+                f"label column '{name}' has no numeric values: regression labels "
+                "must be finite numbers."
+            )
         return Label(name, head, mean=float(mean), std=float(std) or 1.0)
     if distinct is None:
-        raise InputError(f"label column '{name}' holds more than {MAX_CLASSES} distinct values; "
-                         f"a {head.value} head learns at most {MAX_CLASSES} classes. Use "
-                         "--head=regression for a numeric target.")
+        raise InputError(
+            f"label column '{name}' holds more than {MAX_CLASSES} distinct values; "
+            f"a {head.value} head learns at most {MAX_CLASSES} classes. Use "
+            "--head=regression for a numeric target."
+        )
     return Label(name, head, classes=tuple(sorted(distinct)))

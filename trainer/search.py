@@ -48,8 +48,9 @@ class Search:
             ValueError: the generator proposed nothing, or two builders with one name.
         """
         builders = propose(self.config.generator, IterationContext(number, tuple(previous)))
-        specs = ens.candidate_specs(self.config.strategies, [b.name for b in builders],
-                                    has_previous=bool(previous))
+        specs = ens.candidate_specs(
+            self.config.strategies, [b.name for b in builders], has_previous=bool(previous)
+        )
         return Proposal(number, tuple(builders), tuple(specs))
 
     def members(self, records: Sequence[IterationRecord]) -> tuple[Builder, ...]:
@@ -66,8 +67,7 @@ class Search:
             members = []
             for member in record.architecture.members:
                 if member.key not in chain:
-                    chain[member.key] = find_builder(self.config.generator, context,
-                                                     member.builder)
+                    chain[member.key] = find_builder(self.config.generator, context, member.builder)
                 members.append(chain[member.key])
             previous = tuple(members)
         return previous

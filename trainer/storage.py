@@ -14,10 +14,12 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import time
 import uuid
-from typing import Callable, Iterable, TypeVar
+from collections.abc import Callable, Iterable
+from typing import TypeVar
 
 import tensorflow as tf
 from absl import logging
@@ -27,15 +29,20 @@ from trainer.paths import FUSE_ROOT, bucket_of, has_atomic_rename, is_fuse, is_g
 
 T = TypeVar("T")
 
-_CHECK = ("check the bucket name, that it exists, and the credentials "
-          "(GOOGLE_APPLICATION_CREDENTIALS or the job's service account)")
-TRANSIENT_ERRORS = (tf.errors.UnavailableError, tf.errors.DeadlineExceededError,
-                    tf.errors.ResourceExhaustedError, tf.errors.AbortedError)
+_CHECK = (
+    "check the bucket name, that it exists, and the credentials "
+    "(GOOGLE_APPLICATION_CREDENTIALS or the job's service account)"
+)
+TRANSIENT_ERRORS = (
+    tf.errors.UnavailableError,
+    tf.errors.DeadlineExceededError,
+    tf.errors.ResourceExhaustedError,
+    tf.errors.AbortedError,
+)
 
 
 # -- retries --------------------------------------------------------------------------------
-def retry(fn: Callable[[], T], *, what: str, attempts: int = 4,
-          first_delay: float = 0.5) -> T:
+def retry(fn: Callable[[], T], *, what: str, attempts: int = 4, first_delay: float = 0.5) -> T:
     """Calls `fn`, retrying transient storage errors `attempts - 1` times with doubling
     delays (0.5, 1, 2 s by default); other errors, and the last transient one, propagate.
 
@@ -50,8 +57,15 @@ def retry(fn: Callable[[], T], *, what: str, attempts: int = 4,
         except TRANSIENT_ERRORS as e:
             if attempt == attempts:
                 raise
-            logging.warning("%s failed (%s: %s); retry %d of %d in %.1f s.", what,
-                            type(e).__name__, e.message, attempt, attempts - 1, delay)
+            logging.warning(
+                "%s failed (%s: %s); retry %d of %d in %.1f s.",
+                what,
+                type(e).__name__,
+                e.message,
+                attempt,
+                attempts - 1,
+                delay,
+            )
             time.sleep(delay)
             delay *= 2
     raise AssertionError("unreachable")
@@ -67,8 +81,9 @@ def check_writable(path: str, *, flag: str) -> None:
     """
     probe = f"{path.rstrip('/')}/.write-probe-{uuid.uuid4().hex[:8]}"
     try:
-        retry(lambda: _write_probe(path, probe), what=f"writing {probe}", attempts=2,
-              first_delay=0.2)
+        retry(
+            lambda: _write_probe(path, probe), what=f"writing {probe}", attempts=2, first_delay=0.2
+        )
     except tf.errors.OpError as e:
         raise InputError(_storage_message(flag, path, "cannot write to", e)) from None
 
@@ -117,13 +132,19 @@ def check_readable(pattern_list: str, *, flag: str) -> None:
         if bucket is None:
             continue
         try:
-            found = retry(lambda: _bucket_exists(pattern), what=f"reading {pattern}",
-                          attempts=2, first_delay=0.2)
+            found = retry(
+                functools.partial(_bucket_exists, pattern),
+                what=f"reading {pattern}",
+                attempts=2,
+                first_delay=0.2,
+            )
         except tf.errors.OpError as e:
             raise InputError(_storage_message(flag, pattern, "cannot read", e)) from None
         if not found:
-            raise InputError(f"{flag}: bucket '{bucket}' of {pattern} does not exist or is "
-                             f"not visible: {_CHECK}.")
+            raise InputError(
+                f"{flag}: bucket '{bucket}' of {pattern} does not exist or is "
+                f"not visible: {_CHECK}."
+            )
 
 
 def _bucket_exists(path: str) -> bool:
@@ -138,8 +159,7 @@ def _bucket_exists(path: str) -> bool:
     return True
 
 
-def preflight(*, outputs: Iterable[tuple[str, str]], inputs: Iterable[tuple[str, str]]
-              ) -> None:
+def preflight(*, outputs: Iterable[tuple[str, str]], inputs: Iterable[tuple[str, str]]) -> None:
     """Checks every output dir is writable and every input bucket readable, before any work.
 
     Args:
@@ -172,8 +192,9 @@ def _storage_message(flag: str, path: str, action: str, error: tf.errors.OpError
 
 
 # -- publishing a directory -----------------------------------------------------------------
-def publish_dir(temp: str, final: str, *, complete_marker: str,
-                atomic_rename: bool | None = None) -> None:
+def publish_dir(
+    temp: str, final: str, *, complete_marker: str, atomic_rename: bool | None = None
+) -> None:
     """Moves the finished dir `temp` to `final`; `final/complete_marker` appears last.
 
     Locally one atomic rename. On `gs://` and `/gcs/`, where a directory rename is a copy of
@@ -195,13 +216,15 @@ def publish_dir(temp: str, final: str, *, complete_marker: str,
     for name in [f for f in files if f != complete_marker] + [complete_marker]:
         target = f"{final}/{name}"
         tf.io.gfile.makedirs(target.rsplit("/", 1)[0])
-        retry(lambda: tf.io.gfile.copy(f"{temp}/{name}", target, overwrite=True),
-              what=f"copying to {target}")
+        retry(
+            functools.partial(tf.io.gfile.copy, f"{temp}/{name}", target, overwrite=True),
+            what=f"copying to {target}",
+        )
     tf.io.gfile.rmtree(temp)
 
 
 def _relative_files(root: str) -> Iterable[str]:
     for folder, _, files in tf.io.gfile.walk(root):
-        relative = folder[len(root):].strip("/")
+        relative = folder[len(root) :].strip("/")
         for name in files:
             yield f"{relative}/{name}" if relative else name

@@ -13,114 +13,201 @@ from absl import app, flags, logging
 
 from trainer import cluster as cluster_lib
 from trainer import config as config_lib
-from trainer import distributed
-from trainer import evaluator
+from trainer import distributed, evaluator, model, training
 from trainer import ensemble as ens
 from trainer import job_dir as job_dir_lib
-from trainer import model
 from trainer import report as report_lib
-from trainer import training
+from trainer.config import OPTIMIZER_NAMES, TrainOptions
 from trainer.environment import Environment
 from trainer.errors import InputError, TrainingError
 from trainer.input import files as files_lib
 from trainer.input.options import BadRows, InputOptions
-from trainer.config import OPTIMIZER_NAMES, TrainOptions
 from trainer.placement import Placement
 from trainer.schema import ColumnChoices, HeadType
 
 FLAGS = flags.FLAGS
 
 # -- data -------------------------------------------------------------------------------------
-flags.DEFINE_string("train_data", None, "CSV (with header, optionally .gz) or TFRecord "
-                    "(tf.Example) files: a path, a glob or a comma-separated list. Default: the "
-                    "census training data shipped in the package.")
-flags.DEFINE_string("eval_data", None, "Eval data in the same format. Default: the census test "
-                    "data with the default --train_data, else --holdout_fraction of it.")
-flags.DEFINE_float("holdout_fraction", 0.1, "Share of --train_data held out for evaluation "
-                   "when --eval_data is not given.")
+flags.DEFINE_string(
+    "train_data",
+    None,
+    "CSV (with header, optionally .gz) or TFRecord "
+    "(tf.Example) files: a path, a glob or a comma-separated list. Default: the "
+    "census training data shipped in the package.",
+)
+flags.DEFINE_string(
+    "eval_data",
+    None,
+    "Eval data in the same format. Default: the census test "
+    "data with the default --train_data, else --holdout_fraction of it.",
+)
+flags.DEFINE_float(
+    "holdout_fraction",
+    0.1,
+    "Share of --train_data held out for evaluation when --eval_data is not given.",
+)
 flags.DEFINE_string("label_column", None, "The column to predict (required with --train_data).")
 flags.DEFINE_list("numeric_columns", [], "Columns to treat as numeric (default: inferred).")
-flags.DEFINE_list("categorical_columns", [], "Columns to treat as categorical (default: "
-                  "inferred).")
+flags.DEFINE_list("categorical_columns", [], "Columns to treat as categorical (default: inferred).")
 flags.DEFINE_list("ignore_columns", [], "Columns not to use as features.")
-flags.DEFINE_enum("head", "auto", ["auto"] + [h.value for h in HeadType],
-                  "The kind of label (default: inferred from the label values).")
-flags.DEFINE_integer("num_bins", 16, "Quantile bins of the piecewise-linear encoding of "
-                     "each numeric column (0: standardised value only).")
-flags.DEFINE_integer("max_vocabulary_size", 100_000, "Most frequent categories kept per "
-                     "column; the others share one out-of-vocabulary id.")
-flags.DEFINE_integer("one_hot_max_size", 64, "Categorical columns with at most this many "
-                     "categories are one-hot encoded; larger ones get a learned embedding in "
-                     "each subnetwork (its cost per example does not grow with the vocabulary).")
-flags.DEFINE_integer("embedding_dim", 16, "Largest embedding width (a column of n categories "
-                     "gets min(embedding_dim, 1.6 n^0.56)).")
-flags.DEFINE_enum("bad_rows", BadRows.ERROR.value, [b.value for b in BadRows],
-                  "A row that cannot be used (wrong field count, a number that is not one, a "
-                  "missing label): error stops the job before training, naming its file and "
-                  "line; skip skips such rows and counts them per file in report.json.")
-flags.DEFINE_float("cache_mb", 256.0, "Keep the encoded training rows in memory when a "
-                   "reader's share fits in this many MB (else stream them from the files every "
-                   "epoch; 0: always stream).")
+flags.DEFINE_enum(
+    "head",
+    "auto",
+    ["auto"] + [h.value for h in HeadType],
+    "The kind of label (default: inferred from the label values).",
+)
+flags.DEFINE_integer(
+    "num_bins",
+    16,
+    "Quantile bins of the piecewise-linear encoding of "
+    "each numeric column (0: standardised value only).",
+)
+flags.DEFINE_integer(
+    "max_vocabulary_size",
+    100_000,
+    "Most frequent categories kept per column; the others share one out-of-vocabulary id.",
+)
+flags.DEFINE_integer(
+    "one_hot_max_size",
+    64,
+    "Categorical columns with at most this many "
+    "categories are one-hot encoded; larger ones get a learned embedding in "
+    "each subnetwork (its cost per example does not grow with the vocabulary).",
+)
+flags.DEFINE_integer(
+    "embedding_dim",
+    16,
+    "Largest embedding width (a column of n categories gets min(embedding_dim, 1.6 n^0.56)).",
+)
+flags.DEFINE_enum(
+    "bad_rows",
+    BadRows.ERROR.value,
+    [b.value for b in BadRows],
+    "A row that cannot be used (wrong field count, a number that is not one, a "
+    "missing label): error stops the job before training, naming its file and "
+    "line; skip skips such rows and counts them per file in report.json.",
+)
+flags.DEFINE_float(
+    "cache_mb",
+    256.0,
+    "Keep the encoded training rows in memory when a "
+    "reader's share fits in this many MB (else stream them from the files every "
+    "epoch; 0: always stream).",
+)
 flags.DEFINE_integer("shuffle_buffer", 65_536, "Rows shuffled together when streaming.")
 # -- the search -------------------------------------------------------------------------------
-flags.DEFINE_list("generator", ["dnn", "cross"], "Search spaces: any of dnn, cross, linear; "
-                  "several propose the union of their candidates.")
+flags.DEFINE_list(
+    "generator",
+    ["dnn", "cross"],
+    "Search spaces: any of dnn, cross, linear; several propose the union of their candidates.",
+)
 flags.DEFINE_integer("layer_size", 64, "Units per hidden layer of dnn and cross subnetworks.")
 flags.DEFINE_integer("initial_num_layers", 0, "Depth of the shallower DNN at iteration 0.")
 flags.DEFINE_float("dropout", 0.0, "Dropout rate of dnn subnetworks.")
-flags.DEFINE_list("ensemblers", ["complexity_regularized"], "complexity_regularized and/or "
-                  "mean; every ensemble strategy x ensembler pair is a candidate.")
-flags.DEFINE_enum("mixture_weight_type", "scalar", [t.value for t in ens.MixtureWeightType],
-                  "Mixture weights of complexity_regularized ensembles.")
+flags.DEFINE_list(
+    "ensemblers",
+    ["complexity_regularized"],
+    "complexity_regularized and/or mean; every ensemble strategy x ensembler pair is a candidate.",
+)
+flags.DEFINE_enum(
+    "mixture_weight_type",
+    "scalar",
+    [t.value for t in ens.MixtureWeightType],
+    "Mixture weights of complexity_regularized ensembles.",
+)
 flags.DEFINE_float("adanet_lambda", 0.0, "Complexity penalty per unit of complexity.")
 flags.DEFINE_float("adanet_beta", 0.0, "Complexity penalty per mixture weight.")
-flags.DEFINE_boolean("learn_mixture_weights", False, "Train the mixture weights on the AdaNet "
-                     "objective (default: fixed at 1/N, AdaNet's default).")
+flags.DEFINE_boolean(
+    "learn_mixture_weights",
+    False,
+    "Train the mixture weights on the AdaNet objective (default: fixed at 1/N, AdaNet's default).",
+)
 flags.DEFINE_boolean("use_bias", False, "Add a bias to complexity_regularized ensembles.")
-flags.DEFINE_boolean("warm_start_mixture_weights", False, "Start kept members at their "
-                     "previous mixture weights.")
+flags.DEFINE_boolean(
+    "warm_start_mixture_weights", False, "Start kept members at their previous mixture weights."
+)
 flags.DEFINE_list("ensemble_strategies", ["grow"], "Any of grow, all, solo.")
-flags.DEFINE_enum("selection", ens.Selection.MOVING_AVERAGE.value,
-                  [s.value for s in ens.Selection],
-                  "How the best candidate is chosen: moving_average of the training objective, "
-                  "or an evaluator pass over the train data or the held-out eval data.")
+flags.DEFINE_enum(
+    "selection",
+    ens.Selection.MOVING_AVERAGE.value,
+    [s.value for s in ens.Selection],
+    "How the best candidate is chosen: moving_average of the training objective, "
+    "or an evaluator pass over the train data or the held-out eval data.",
+)
 flags.DEFINE_boolean("force_grow", False, "Never keep the previous ensemble unchanged.")
 flags.DEFINE_integer("max_iterations", 3, "AdaNet iterations.")
 flags.DEFINE_integer("max_iteration_steps", 3000, "Train steps per iteration.")
 # -- training ---------------------------------------------------------------------------------
 flags.DEFINE_integer("batch_size", 64, "Examples per train step.")
 flags.DEFINE_float("learning_rate", 0.001, "Learning rate of the subnetworks.")
-flags.DEFINE_float("mixture_learning_rate", None, "Learning rate of the mixture weights "
-                   "(default: --learning_rate).")
+flags.DEFINE_float(
+    "mixture_learning_rate",
+    None,
+    "Learning rate of the mixture weights (default: --learning_rate).",
+)
 flags.DEFINE_enum("optimizer", "adam", list(OPTIMIZER_NAMES), "Optimizer.")
 flags.DEFINE_integer("seed", 42, "Seed of initialisation, data order and hold-out split.")
-flags.DEFINE_string("job_dir", None, "Where checkpoints, logs, the model and the "
-                    "report go (local, gs://BUCKET/... or /gcs/BUCKET/...). Re-running with the "
-                    "same job dir resumes. Default: Vertex AI's AIP_* dirs when set (the job "
-                    "dir is then AIP_CHECKPOINT_DIR), else runs/adanet.")
+flags.DEFINE_string(
+    "job_dir",
+    None,
+    "Where checkpoints, logs, the model and the "
+    "report go (local, gs://BUCKET/... or /gcs/BUCKET/...). Re-running with the "
+    "same job dir resumes. Default: Vertex AI's AIP_* dirs when set (the job "
+    "dir is then AIP_CHECKPOINT_DIR), else runs/adanet.",
+)
 # -- output dirs outside the job dir (Cloud Storage, Vertex AI; see job_dir.OutputDirs) ------
-flags.DEFINE_string("model_dir", None, "Where the SavedModel goes. Default: AIP_MODEL_DIR "
-                    "without --job_dir, else JOB_DIR/model.")
-flags.DEFINE_string("checkpoint_dir", None, "Where checkpoints go. Default: "
-                    "AIP_CHECKPOINT_DIR without --job_dir, else JOB_DIR/checkpoints.")
-flags.DEFINE_string("tensorboard_log_dir", None, "Where TensorBoard logs go. Default: "
-                    "AIP_TENSORBOARD_LOG_DIR without --job_dir, else JOB_DIR/logs. (absl "
-                    "owns --log_dir: its own log files.)")
+flags.DEFINE_string(
+    "model_dir",
+    None,
+    "Where the SavedModel goes. Default: AIP_MODEL_DIR without --job_dir, else JOB_DIR/model.",
+)
+flags.DEFINE_string(
+    "checkpoint_dir",
+    None,
+    "Where checkpoints go. Default: "
+    "AIP_CHECKPOINT_DIR without --job_dir, else JOB_DIR/checkpoints.",
+)
+flags.DEFINE_string(
+    "tensorboard_log_dir",
+    None,
+    "Where TensorBoard logs go. Default: "
+    "AIP_TENSORBOARD_LOG_DIR without --job_dir, else JOB_DIR/logs. (absl "
+    "owns --log_dir: its own log files.)",
+)
 flags.DEFINE_integer("steps_per_loop", 100, "Train steps per compiled loop call.")
 flags.DEFINE_float("checkpoint_every_secs", 30.0, "Seconds between periodic checkpoints.")
-flags.DEFINE_string("hypertune_metric", None, "Metric reported to Vertex AI hyperparameter "
-                    "tuning (default: accuracy, or mse for regression).")
+flags.DEFINE_string(
+    "hypertune_metric",
+    None,
+    "Metric reported to Vertex AI hyperparameter "
+    "tuning (default: accuracy, or mse for regression).",
+)
 
 # -- cluster ----------------------------------------------------------------------------------
-flags.DEFINE_enum("placement", Placement.REPLICATION.value, [p.value for p in Placement],
-                  "With parameter servers: replication (every worker trains everything) or "
-                  "round_robin (AdaNet's: one worker per subnetwork, one for the ensemble).")
-flags.DEFINE_float("cluster_timeout_secs", 600.0, "How long the chief waits for its workers "
-                   "and parameter servers to start.")
-flags.DEFINE_float("stall_secs", 120.0, "A worker's share of an iteration that makes no "
-                   "progress this long (worker lost) is taken over by idle workers.")
-flags.DEFINE_float("server_grace_secs", 120.0, "How long workers and parameter servers wait "
-                   "for a vanished chief to come back before they exit.")
+flags.DEFINE_enum(
+    "placement",
+    Placement.REPLICATION.value,
+    [p.value for p in Placement],
+    "With parameter servers: replication (every worker trains everything) or "
+    "round_robin (AdaNet's: one worker per subnetwork, one for the ensemble).",
+)
+flags.DEFINE_float(
+    "cluster_timeout_secs",
+    600.0,
+    "How long the chief waits for its workers and parameter servers to start.",
+)
+flags.DEFINE_float(
+    "stall_secs",
+    120.0,
+    "A worker's share of an iteration that makes no "
+    "progress this long (worker lost) is taken over by idle workers.",
+)
+flags.DEFINE_float(
+    "server_grace_secs",
+    120.0,
+    "How long workers and parameter servers wait "
+    "for a vanished chief to come back before they exit.",
+)
 
 _GENERATORS = {"dnn", "cross", "linear"}
 
@@ -128,8 +215,10 @@ _GENERATORS = {"dnn", "cross", "linear"}
 def _choice(flag: str, values: list[str], allowed) -> list[str]:
     unknown = [v for v in values if v not in allowed]
     if unknown or not values:
-        raise InputError(f"--{flag}={','.join(values)}: unknown or missing value(s) {unknown}; "
-                         f"choose from {', '.join(sorted(allowed))}.")
+        raise InputError(
+            f"--{flag}={','.join(values)}: unknown or missing value(s) {unknown}; "
+            f"choose from {', '.join(sorted(allowed))}."
+        )
     if len(set(values)) != len(values):
         raise InputError(f"--{flag}={','.join(values)} names a value twice.")
     return values
@@ -144,34 +233,42 @@ def build_config(f=FLAGS, environment: Environment | None = None) -> config_lib.
         eval_data = eval_data or files_lib.CENSUS_TEST
         label = label or files_lib.CENSUS_LABEL
     elif not label:
-        raise InputError("--label_column is required with --train_data: name the column to "
-                         "predict.")
+        raise InputError(
+            "--label_column is required with --train_data: name the column to predict."
+        )
     generators = []
     for name in _choice("generator", f.generator, _GENERATORS):
         if name == "dnn":
-            generators.append(model.DNNGenerator(layer_size=f.layer_size,
-                                                 initial_num_layers=f.initial_num_layers,
-                                                 dropout=f.dropout))
+            generators.append(
+                model.DNNGenerator(
+                    layer_size=f.layer_size,
+                    initial_num_layers=f.initial_num_layers,
+                    dropout=f.dropout,
+                )
+            )
         elif name == "cross":
             generators.append(model.CrossGenerator(layer_size=f.layer_size))
         else:
             generators.append(model.LinearGenerator())
-    generator = generators[0] if len(generators) == 1 else model.UnionGenerator(
-        tuple(generators))
+    generator = generators[0] if len(generators) == 1 else model.UnionGenerator(tuple(generators))
 
     ensembler_names = _choice("ensemblers", f.ensemblers, {"complexity_regularized", "mean"})
-    regularized_flags = {"adanet_lambda": f.adanet_lambda != 0.0,
-                         "adanet_beta": f.adanet_beta != 0.0,
-                         "learn_mixture_weights": f.learn_mixture_weights,
-                         "use_bias": f.use_bias,
-                         "mixture_weight_type": f.mixture_weight_type != "scalar",
-                         "warm_start_mixture_weights": f.warm_start_mixture_weights}
+    regularized_flags = {
+        "adanet_lambda": f.adanet_lambda != 0.0,
+        "adanet_beta": f.adanet_beta != 0.0,
+        "learn_mixture_weights": f.learn_mixture_weights,
+        "use_bias": f.use_bias,
+        "mixture_weight_type": f.mixture_weight_type != "scalar",
+        "warm_start_mixture_weights": f.warm_start_mixture_weights,
+    }
     if "complexity_regularized" not in ensembler_names:
         set_flags = [k for k, v in regularized_flags.items() if v]
         if set_flags:
-            raise InputError(f"--{', --'.join(set_flags)} only apply to "
-                             "--ensemblers=complexity_regularized, not to mean. Add "
-                             "complexity_regularized to --ensemblers or drop those flags.")
+            raise InputError(
+                f"--{', --'.join(set_flags)} only apply to "
+                "--ensemblers=complexity_regularized, not to mean. Add "
+                "complexity_regularized to --ensemblers or drop those flags."
+            )
     if f.mixture_learning_rate is not None and not f.learn_mixture_weights:
         raise InputError("--mixture_learning_rate needs --learn_mixture_weights.")
     ensemblers = []
@@ -180,55 +277,95 @@ def build_config(f=FLAGS, environment: Environment | None = None) -> config_lib.
             ensemblers.append(ens.MeanEnsembler())
         else:
             try:
-                ensemblers.append(ens.ComplexityRegularizedEnsembler(
-                    mixture_weight_type=ens.MixtureWeightType(f.mixture_weight_type),
-                    adanet_lambda=f.adanet_lambda, adanet_beta=f.adanet_beta,
-                    use_bias=f.use_bias, learn_mixture_weights=f.learn_mixture_weights,
-                    warm_start_mixture_weights=f.warm_start_mixture_weights))
+                ensemblers.append(
+                    ens.ComplexityRegularizedEnsembler(
+                        mixture_weight_type=ens.MixtureWeightType(f.mixture_weight_type),
+                        adanet_lambda=f.adanet_lambda,
+                        adanet_beta=f.adanet_beta,
+                        use_bias=f.use_bias,
+                        learn_mixture_weights=f.learn_mixture_weights,
+                        warm_start_mixture_weights=f.warm_start_mixture_weights,
+                    )
+                )
             except ValueError as e:
                 raise InputError(f"--adanet_lambda/--adanet_beta: {e}") from None
-    strategies = tuple(ens.STRATEGIES[n] for n in _choice(
-        "ensemble_strategies", f.ensemble_strategies, ens.STRATEGIES))
+    strategies = tuple(
+        ens.STRATEGIES[n]
+        for n in _choice("ensemble_strategies", f.ensemble_strategies, ens.STRATEGIES)
+    )
 
     overlapping = set(f.numeric_columns) & set(f.categorical_columns)
     if overlapping:
-        raise InputError(f"column(s) {sorted(overlapping)} are in both --numeric_columns and "
-                         "--categorical_columns; name each column once.")
+        raise InputError(
+            f"column(s) {sorted(overlapping)} are in both --numeric_columns and "
+            "--categorical_columns; name each column once."
+        )
     columns = ColumnChoices(
-        label=label, numeric=tuple(f.numeric_columns), categorical=tuple(f.categorical_columns),
-        ignore=tuple(f.ignore_columns), head=None if f.head == "auto" else HeadType(f.head),
-        num_bins=f.num_bins, max_vocabulary_size=f.max_vocabulary_size,
-        one_hot_max_size=f.one_hot_max_size, embedding_dim=f.embedding_dim)
+        label=label,
+        numeric=tuple(f.numeric_columns),
+        categorical=tuple(f.categorical_columns),
+        ignore=tuple(f.ignore_columns),
+        head=None if f.head == "auto" else HeadType(f.head),
+        num_bins=f.num_bins,
+        max_vocabulary_size=f.max_vocabulary_size,
+        one_hot_max_size=f.one_hot_max_size,
+        embedding_dim=f.embedding_dim,
+    )
     if f.layer_size < 1 or f.initial_num_layers < 0 or not 0 <= f.dropout < 1:
-        raise InputError(f"--layer_size ({f.layer_size}) must be >= 1, --initial_num_layers "
-                         f"({f.initial_num_layers}) >= 0 and --dropout ({f.dropout}) in [0, 1).")
+        raise InputError(
+            f"--layer_size ({f.layer_size}) must be >= 1, --initial_num_layers "
+            f"({f.initial_num_layers}) >= 0 and --dropout ({f.dropout}) in [0, 1)."
+        )
     return config_lib.RunConfig(
         data=config_lib.DataConfig(
-            train_data=train_data, eval_data=eval_data, columns=columns,
+            train_data=train_data,
+            eval_data=eval_data,
+            columns=columns,
             holdout_fraction=f.holdout_fraction,
-            input=InputOptions(bad_rows=BadRows(f.bad_rows), cache_mb=f.cache_mb,
-                               shuffle_buffer=f.shuffle_buffer)),
+            input=InputOptions(
+                bad_rows=BadRows(f.bad_rows), cache_mb=f.cache_mb, shuffle_buffer=f.shuffle_buffer
+            ),
+        ),
         search=config_lib.SearchConfig(
-            generator=generator, ensemblers=tuple(ensemblers), strategies=strategies,
-            selection=ens.Selection(f.selection), force_grow=f.force_grow,
-            max_iterations=f.max_iterations, max_iteration_steps=f.max_iteration_steps),
-        train=TrainOptions(batch_size=f.batch_size, learning_rate=f.learning_rate,
-                           optimizer=f.optimizer,
-                           mixture_learning_rate=f.mixture_learning_rate),
-        **_output_dirs(f, environment), seed=f.seed, steps_per_loop=f.steps_per_loop,
+            generator=generator,
+            ensemblers=tuple(ensemblers),
+            strategies=strategies,
+            selection=ens.Selection(f.selection),
+            force_grow=f.force_grow,
+            max_iterations=f.max_iterations,
+            max_iteration_steps=f.max_iteration_steps,
+        ),
+        train=TrainOptions(
+            batch_size=f.batch_size,
+            learning_rate=f.learning_rate,
+            optimizer=f.optimizer,
+            mixture_learning_rate=f.mixture_learning_rate,
+        ),
+        **_output_dirs(f, environment),
+        seed=f.seed,
+        steps_per_loop=f.steps_per_loop,
         checkpoint_every_secs=f.checkpoint_every_secs,
         hypertune_metric=(f.hypertune_metric or "") if environment.is_tuning else None,
         distribution=config_lib.DistributionConfig(
-            placement=Placement(f.placement), cluster_timeout_secs=f.cluster_timeout_secs,
-            stall_secs=f.stall_secs, server_grace_secs=f.server_grace_secs))
+            placement=Placement(f.placement),
+            cluster_timeout_secs=f.cluster_timeout_secs,
+            stall_secs=f.stall_secs,
+            server_grace_secs=f.server_grace_secs,
+        ),
+    )
 
 
 def _output_dirs(f, environment: Environment) -> dict:
     """job_dir, model_dir, checkpoint_dir, log_dir: flags, then AIP_*, then runs/adanet."""
     outputs = job_dir_lib.OutputDirs.resolve(
-        job_dir=f.job_dir, model_dir=f.model_dir, checkpoint_dir=f.checkpoint_dir,
-        log_dir=f.tensorboard_log_dir, aip_model_dir=environment.model_dir,
-        aip_checkpoint_dir=environment.checkpoint_dir, aip_log_dir=environment.log_dir)
+        job_dir=f.job_dir,
+        model_dir=f.model_dir,
+        checkpoint_dir=f.checkpoint_dir,
+        log_dir=f.tensorboard_log_dir,
+        aip_model_dir=environment.model_dir,
+        aip_checkpoint_dir=environment.checkpoint_dir,
+        aip_log_dir=environment.log_dir,
+    )
     return dataclasses.asdict(outputs)
 
 
@@ -240,8 +377,7 @@ def main(argv):
         config = build_config(FLAGS, environment)
         cluster = environment.cluster
         if cluster.task_type in (cluster_lib.WORKER, cluster_lib.PS) and cluster.has_ps:
-            return distributed.serve(cluster,
-                                     grace_secs=config.distribution.server_grace_secs)
+            return distributed.serve(cluster, grace_secs=config.distribution.server_grace_secs)
         if cluster.task_type == cluster_lib.EVALUATOR:
             evaluator.run(config)
             return 0

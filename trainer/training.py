@@ -30,14 +30,28 @@ from trainer.loops import LoopMaker
 from trainer.placement import Placement
 
 
-def prepare_input(config: RunConfig, job: job_dir_lib.JobDir, *, scan_if_new: bool = True,
-                  wait_secs: float = 0.0, open_train: bool = True) -> input_lib.JobInput:
+def prepare_input(
+    config: RunConfig,
+    job: job_dir_lib.JobDir,
+    *,
+    scan_if_new: bool = True,
+    wait_secs: float = 0.0,
+    open_train: bool = True,
+) -> input_lib.JobInput:
     """The job's input (see `trainer.input.job.prepare`)."""
     data = config.data
     return input_lib.prepare(
-        train_data=data.train_data, eval_data=data.eval_data, columns=data.columns,
-        holdout_fraction=data.holdout_fraction, options=data.input, seed=config.seed, job=job,
-        scan_if_new=scan_if_new, wait_secs=wait_secs, open_train=open_train)
+        train_data=data.train_data,
+        eval_data=data.eval_data,
+        columns=data.columns,
+        holdout_fraction=data.holdout_fraction,
+        options=data.input,
+        seed=config.seed,
+        job=job,
+        scan_if_new=scan_if_new,
+        wait_secs=wait_secs,
+        open_train=open_train,
+    )
 
 
 def check_resumable(config: RunConfig, job: job_dir_lib.JobDir) -> None:
@@ -49,8 +63,10 @@ def check_resumable(config: RunConfig, job: job_dir_lib.JobDir) -> None:
     changed = {k: (recorded.get(k), v) for k, v in current.items() if recorded.get(k) != v}
     if changed:
         lines = "; ".join(f"{k}: was {old!r}, now {new!r}" for k, (old, new) in changed.items())
-        raise InputError(f"--job_dir {job.root} holds a run with other settings ({lines}). "
-                         "Re-run with the same flags to resume it, or pick a new --job_dir.")
+        raise InputError(
+            f"--job_dir {job.root} holds a run with other settings ({lines}). "
+            "Re-run with the same flags to resume it, or pick a new --job_dir."
+        )
 
 
 def report_to_hypertune(metric: str, metrics: dict, steps: int) -> None:
@@ -58,7 +74,8 @@ def report_to_hypertune(metric: str, metrics: dict, steps: int) -> None:
     import hypertune  # cloudml-hypertune: writes CLOUD_ML_HP_METRIC_FILE
 
     hypertune.HyperTune().report_hyperparameter_tuning_metric(
-        hyperparameter_metric_tag=metric, metric_value=metrics[metric], global_step=steps)
+        hyperparameter_metric_tag=metric, metric_value=metrics[metric], global_step=steps
+    )
     logging.info("Reported %s=%s to hyperparameter tuning.", metric, metrics[metric])
 
 
@@ -68,40 +85,73 @@ def evaluate_export(job: job_dir_lib.JobDir, data: input_lib.JobInput, head: Hea
     metrics = Metrics(head)
     for features, labels in data.eval_raw():
         metrics.update(labels.numpy(), serve(**features)["logits"].numpy())
-    return {"eval_data": data.describe_eval(), "examples": metrics.count,
-            "metrics": metrics.result()}
+    return {
+        "eval_data": data.describe_eval(),
+        "examples": metrics.count,
+        "metrics": metrics.result(),
+    }
 
 
 def _bad_rows(summary: dict) -> dict:
     """The policy, and the bad rows of each file that had any."""
-    files = {key: {f["path"]: f["bad_rows"] for f in summary[key]["files"] if f["bad_rows"]}
-             for key in ("train", "eval") if summary.get(key)}
+    files = {
+        key: {f["path"]: f["bad_rows"] for f in summary[key]["files"] if f["bad_rows"]}
+        for key in ("train", "eval")
+        if summary.get(key)
+    }
     return {"policy": summary.get("bad_rows"), "by_file": files}
 
 
-def _train(config: RunConfig, data: input_lib.JobInput, job: job_dir_lib.JobDir,
-           runtime: distributed.Runtime, *, started: float, input_seconds: float) -> dict:
+def _train(
+    config: RunConfig,
+    data: input_lib.JobInput,
+    job: job_dir_lib.JobDir,
+    runtime: distributed.Runtime,
+    *,
+    started: float,
+    input_seconds: float,
+) -> dict:
     """Runs the iterations (the chief: then exports, evaluates and reports); returns the
     report (the chief's; {} on other replicas)."""
-    models = Models(config, data.schema, strategy=runtime.strategy, layout=runtime.layout,
-                    checkpoint_options=runtime.checkpoint_options)
-    loops = LoopMaker(runtime=runtime, data=data, batch_size=config.train.batch_size,
-                      seed=config.seed, steps_per_loop=config.steps_per_loop,
-                      stall_secs=config.distribution.stall_secs,
-                      budget=config.search.max_iteration_steps)
+    models = Models(
+        config,
+        data.schema,
+        strategy=runtime.strategy,
+        layout=runtime.layout,
+        checkpoint_options=runtime.checkpoint_options,
+    )
+    loops = LoopMaker(
+        runtime=runtime,
+        data=data,
+        batch_size=config.train.batch_size,
+        seed=config.seed,
+        steps_per_loop=config.steps_per_loop,
+        stall_secs=config.distribution.stall_secs,
+        budget=config.search.max_iteration_steps,
+    )
     writes = job_dir_lib.ReplicaWrites(job, chief=runtime.is_chief)
-    controller = Controller(config=config, models=models, data=data, writes=writes,
-                            loops=loops, started=started)
+    controller = Controller(
+        config=config, models=models, data=data, writes=writes, loops=loops, started=started
+    )
 
     def report(final: dict | None) -> dict:
         summary = data.schema.summary
         value = report_lib.build_report(
-            config=config, schema=data.schema, records=controller.records, final=final,
-            job=job, input_summary={**data.reads(list(loops.readers())),
-                                    "bad_rows": _bad_rows(summary),
-                                    "statistics": summary.get("statistics")},
-            timing={"input_seconds": input_seconds,
-                    "first_step_seconds": controller.first_step_seconds})
+            config=config,
+            schema=data.schema,
+            records=controller.records,
+            final=final,
+            job=job,
+            input_summary={
+                **data.reads(list(loops.readers())),
+                "bad_rows": _bad_rows(summary),
+                "statistics": summary.get("statistics"),
+            },
+            timing={
+                "input_seconds": input_seconds,
+                "first_step_seconds": controller.first_step_seconds,
+            },
+        )
         job_dir_lib.write_json(job.report, value)
         return value
 
@@ -115,24 +165,30 @@ def _train(config: RunConfig, data: input_lib.JobInput, job: job_dir_lib.JobDir,
         # A copy on this machine, under no strategy: the SavedModel holds plain variables
         # wherever training kept them (parameter servers, mirrored replicas).
         local = controller.restore(controller.records, local=True)
-        export_lib.export(export_lib.ServingModel(Preprocessor(data.schema), local,
-                                                  models.head), job)
+        export_lib.export(
+            export_lib.ServingModel(Preprocessor(data.schema), local, models.head), job
+        )
         logging.info("Exported the chosen ensemble to %s", job.model)
     final = evaluate_export(job, data, models.head)
     value = report(final)
     if config.hypertune_metric is not None:
-        report_to_hypertune(config.hypertune_metric or models.head.objective_metric,
-                            final["metrics"], sum(r.steps for r in controller.records))
+        report_to_hypertune(
+            config.hypertune_metric or models.head.objective_metric,
+            final["metrics"],
+            sum(r.steps for r in controller.records),
+        )
     return value
 
 
 def _runtime(config: RunConfig, cluster: Cluster) -> distributed.Runtime:
-    return distributed.make_runtime(cluster, config.distribution.placement.strategy(),
-                                    timeout_secs=config.distribution.cluster_timeout_secs)
+    return distributed.make_runtime(
+        cluster,
+        config.distribution.placement.strategy(),
+        timeout_secs=config.distribution.cluster_timeout_secs,
+    )
 
 
-def _start_job_dir(config: RunConfig, job: job_dir_lib.JobDir,
-                   data: input_lib.JobInput) -> None:
+def _start_job_dir(config: RunConfig, job: job_dir_lib.JobDir, data: input_lib.JobInput) -> None:
     """Creates the job dir (removing what a crash left), and on a new job writes its schema
     and the flags a resume must match."""
     job.create()
@@ -141,17 +197,20 @@ def _start_job_dir(config: RunConfig, job: job_dir_lib.JobDir,
         job_dir_lib.write_json(job.run, {"fingerprint": config.fingerprint()})
 
 
-def run(config: RunConfig, cluster: Cluster = Cluster()) -> dict:
+def run(config: RunConfig, cluster: Cluster | None = None) -> dict:
     """Trains (or resumes) the job described by `config` as this replica of `cluster`;
     returns the report (the chief's; {} on other replicas)."""
+    cluster = cluster or Cluster()
     job = job_dir_lib.JobDir.of(config.outputs)
     storage.preflight(outputs=job.output_flags(), inputs=config.data.input_flags())
     placement = config.distribution.placement
     if cluster.is_distributed and not cluster.has_ps and placement is not Placement.REPLICATION:
-        raise InputError(f"--placement={placement.value} needs parameter servers (a ps pool: "
-                         "workerPoolSpecs[2]); a cluster of workers alone trains "
-                         "synchronously, every worker on everything. Use "
-                         "--placement=replication or add parameter servers.")
+        raise InputError(
+            f"--placement={placement.value} needs parameter servers (a ps pool: "
+            "workerPoolSpecs[2]); a cluster of workers alone trains "
+            "synchronously, every worker on everything. Use "
+            "--placement=replication or add parameter servers."
+        )
     check_resumable(config, job)
     started = time.monotonic()
     # Synchronous replicas (MultiWorkerMirroredStrategy) must start their collectives before
@@ -160,14 +219,20 @@ def run(config: RunConfig, cluster: Cluster = Cluster()) -> dict:
     # cluster that never starts leaves nothing written.
     synchronous = cluster.is_distributed and not cluster.has_ps
     runtime = _runtime(config, cluster) if synchronous else None
-    data = prepare_input(config, job, scan_if_new=cluster.is_chief,
-                         wait_secs=config.distribution.cluster_timeout_secs)
+    data = prepare_input(
+        config,
+        job,
+        scan_if_new=cluster.is_chief,
+        wait_secs=config.distribution.cluster_timeout_secs,
+    )
     input_seconds = time.monotonic() - started
     metrics = Head(data.schema.label).metric_names
     if config.hypertune_metric and config.hypertune_metric not in metrics:
-        raise InputError(f"--hypertune_metric={config.hypertune_metric} is not an eval metric "
-                         f"of a {data.schema.label.head.value} head; choose from "
-                         f"{', '.join(metrics)}.")
+        raise InputError(
+            f"--hypertune_metric={config.hypertune_metric} is not an eval metric "
+            f"of a {data.schema.label.head.value} head; choose from "
+            f"{', '.join(metrics)}."
+        )
     runtime = runtime or _runtime(config, cluster)
     if cluster.is_chief:  # from here on the job dir is written, by the chief alone
         _start_job_dir(config, job, data)
@@ -176,8 +241,9 @@ def run(config: RunConfig, cluster: Cluster = Cluster()) -> dict:
     except tf.errors.InvalidArgumentError as e:
         if "a row that cannot be used" not in str(e):
             raise
-        raise TrainingError(f"the input changed since its scan: {e.message.splitlines()[0]}"
-                            ) from None
+        raise TrainingError(
+            f"the input changed since its scan: {e.message.splitlines()[0]}"
+        ) from None
     except distributed.LOST_REPLICA_ERRORS as e:
         if not cluster.is_distributed:
             raise

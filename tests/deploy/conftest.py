@@ -11,8 +11,14 @@ from tests.deploy.fake_vertex import FakeVertex
 from tests.support import run_task
 
 # A tiny census model: a linear candidate, one iteration (about 15 s on 2 cores, once).
-CENSUS_FLAGS = ["--generator=linear", "--max_iterations=1", "--max_iteration_steps=300",
-                "--batch_size=128", "--steps_per_loop=100", "--learning_rate=0.05"]
+CENSUS_FLAGS = [
+    "--generator=linear",
+    "--max_iterations=1",
+    "--max_iteration_steps=300",
+    "--batch_size=128",
+    "--steps_per_loop=100",
+    "--learning_rate=0.05",
+]
 
 
 @pytest.fixture(scope="session")
@@ -39,12 +45,13 @@ def census_rows() -> list[dict]:
 
     from trainer.input.files import CENSUS_LABEL, CENSUS_TEST
 
-    numeric = {"age", "fnlwgt", "education_num", "capital_gain", "capital_loss",
-               "hours_per_week"}
+    numeric = {"age", "fnlwgt", "education_num", "capital_gain", "capital_loss", "hours_per_week"}
     with gzip.open(CENSUS_TEST, "rt") as f:
         rows = [r for _, r in zip(range(50), csv.DictReader(f))]
-    return [{k: float(v) if k in numeric else v for k, v in r.items() if k != CENSUS_LABEL}
-            for r in rows]
+    return [
+        {k: float(v) if k in numeric else v for k, v in r.items() if k != CENSUS_LABEL}
+        for r in rows
+    ]
 
 
 @pytest.fixture
@@ -55,8 +62,12 @@ def cloud_sdk():
     from deploy import api
 
     with FakeVertex() as fake:
-        cloud = api.Cloud(project="my-project", region="us-central1", api_endpoint=fake.url,
-                          credentials=AnonymousCredentials())
+        cloud = api.Cloud(
+            project="my-project",
+            region="us-central1",
+            api_endpoint=fake.url,
+            credentials=AnonymousCredentials(),
+        )
         yield fake, cloud
         assert fake.problems == [], "the fake service rejected requests"
 

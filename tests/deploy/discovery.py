@@ -15,8 +15,9 @@ import re
 
 import googleapiclient
 
-DOCUMENT = os.path.join(os.path.dirname(googleapiclient.__file__), "discovery_cache",
-                        "documents", "aiplatform.v1.json")
+DOCUMENT = os.path.join(
+    os.path.dirname(googleapiclient.__file__), "discovery_cache", "documents", "aiplatform.v1.json"
+)
 _INT = re.compile(r"^-?\d+$")
 _DURATION = re.compile(r"^-?\d+(\.\d{1,9})?s$")
 _DATETIME = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?(Z|[+-]\d\d:\d\d)$")
@@ -43,8 +44,14 @@ def _methods() -> list[tuple[str, re.Pattern, str, str | None]]:
             for method in resource.get("methods", {}).values():
                 pattern = re.escape(method["flatPath"])
                 pattern = re.sub(r"\\\{[^}]+\\\}", "[^/:]+", pattern)
-                found.append((method["httpMethod"], re.compile(f"^/{pattern}$"), method["id"],
-                              method.get("request", {}).get("$ref")))
+                found.append(
+                    (
+                        method["httpMethod"],
+                        re.compile(f"^/{pattern}$"),
+                        method["id"],
+                        method.get("request", {}).get("$ref"),
+                    )
+                )
             walk(resource.get("resources", {}))
 
     walk(document()["resources"])
@@ -73,8 +80,9 @@ def _check(value, spec: dict, where: str) -> list[str]:
     if kind == "array":
         if not isinstance(value, list):
             return [f"{where}: expected a list, got {value!r}"]
-        return [e for i, item in enumerate(value) for e in _check(item, spec["items"],
-                                                                   f"{where}[{i}]")]
+        return [
+            e for i, item in enumerate(value) for e in _check(item, spec["items"], f"{where}[{i}]")
+        ]
     return _check_scalar(value, kind, spec, where)
 
 
@@ -102,11 +110,19 @@ def _check_scalar(value, kind, spec: dict, where: str) -> list[str]:
         "any": lambda: True,
         "boolean": lambda: isinstance(value, bool),
         "number": lambda: isinstance(value, (int, float)) and not isinstance(value, bool),
-        "integer": lambda: (isinstance(value, int) and not isinstance(value, bool))
-        or (isinstance(value, str) and bool(_INT.match(value))),
-        "string": lambda: isinstance(value, str) and _string_format_ok(value, fmt)
-        or (fmt in ("int64", "uint64") and isinstance(value, int)
-            and not isinstance(value, bool)),
+        "integer": lambda: (
+            (isinstance(value, int) and not isinstance(value, bool))
+            or (isinstance(value, str) and bool(_INT.match(value)))
+        ),
+        "string": lambda: (
+            isinstance(value, str)
+            and _string_format_ok(value, fmt)
+            or (
+                fmt in ("int64", "uint64")
+                and isinstance(value, int)
+                and not isinstance(value, bool)
+            )
+        ),
     }.get(kind, lambda: False)()
     if not ok:
         return [f"{where}: expected {kind}{f' ({fmt})' if fmt else ''}, got {value!r}"]

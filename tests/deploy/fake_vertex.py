@@ -19,7 +19,7 @@ import json
 import re
 import threading
 import urllib.parse
-from typing import Callable
+from collections.abc import Callable
 
 from tests.deploy import discovery
 
@@ -60,7 +60,7 @@ class FakeVertex:
     def url(self) -> str:
         return f"http://127.0.0.1:{self._server.server_port}"
 
-    def __enter__(self) -> "FakeVertex":
+    def __enter__(self) -> FakeVertex:
         threading.Thread(target=self._server.serve_forever, daemon=True).start()
         return self
 
@@ -77,8 +77,9 @@ class FakeVertex:
 
     def bodies(self, method_id_suffix: str) -> list[dict]:
         """Bodies of the recorded requests whose method id ends with the suffix."""
-        return [r.body for r in self.requests
-                if r.method_id and r.method_id.endswith(method_id_suffix)]
+        return [
+            r.body for r in self.requests if r.method_id and r.method_id.endswith(method_id_suffix)
+        ]
 
     # Dispatch ------------------------------------------------------------------------------
 
@@ -97,7 +98,7 @@ class FakeVertex:
         handler = getattr(self, "_" + method_id.split(".", 3)[3].replace(".", "_"), None)
         if handler is None:
             self._fail(501, "UNIMPLEMENTED", f"the fake does not answer {method_id}")
-        name = re.sub(r":\w+$", "", path[len("/v1/"):])  # the resource, without ":verb"
+        name = re.sub(r":\w+$", "", path[len("/v1/") :])  # the resource, without ":verb"
         with self._lock:
             return handler(name, query, body)
 
@@ -119,16 +120,25 @@ class FakeVertex:
 
     def _operation(self, resource_name: str, response_type: str, response: dict) -> dict:
         name = f"{resource_name}/operations/{next(self._ids)}"
-        self._operations[name] = {"name": name, "done": True,
-                                  "response": {"@type": _TYPE + response_type, **response}}
-        return {"name": name, "done": False,
-                "metadata": {"@type": _TYPE + "GenericOperationMetadata",
-                             "genericMetadata": {"createTime": NOW, "updateTime": NOW}}}
+        self._operations[name] = {
+            "name": name,
+            "done": True,
+            "response": {"@type": _TYPE + response_type, **response},
+        }
+        return {
+            "name": name,
+            "done": False,
+            "metadata": {
+                "@type": _TYPE + "GenericOperationMetadata",
+                "genericMetadata": {"createTime": NOW, "updateTime": NOW},
+            },
+        }
 
     def _empty_operation(self, resource_name: str) -> dict:
         op = self._operation(resource_name, "DeleteOperationMetadata", {})
-        self._operations[op["name"]]["response"] = {"@type": "type.googleapis.com/"
-                                                    "google.protobuf.Empty"}
+        self._operations[op["name"]]["response"] = {
+            "@type": "type.googleapis.com/google.protobuf.Empty"
+        }
         return op
 
     # Methods (named after the discovery method id) ----------------------------------------
@@ -148,18 +158,28 @@ class FakeVertex:
 
     def _models_upload(self, parent, query, body):
         # A model with a serving container is deployable on dedicated machines, as in Vertex.
-        model = self._new(parent, {**body["model"], "versionId": "1",
-                                   "supportedDeploymentResourcesTypes": ["DEDICATED_RESOURCES"]})
-        return self._operation(model["name"], "UploadModelResponse",
-                               {"model": model["name"], "modelVersionId": "1"})
+        model = self._new(
+            parent,
+            {
+                **body["model"],
+                "versionId": "1",
+                "supportedDeploymentResourcesTypes": ["DEDICATED_RESOURCES"],
+            },
+        )
+        return self._operation(
+            model["name"], "UploadModelResponse", {"model": model["name"], "modelVersionId": "1"}
+        )
 
     def _models_get(self, name, query, body):
         return self._get_resource(name.split("@")[0])
 
     def _models_delete(self, name, query, body):
         self._get_resource(name)
-        in_use = [e["name"] for e in self._endpoints()
-                  if any(d["model"].split("@")[0] == name for d in e.get("deployedModels", []))]
+        in_use = [
+            e["name"]
+            for e in self._endpoints()
+            if any(d["model"].split("@")[0] == name for d in e.get("deployedModels", []))
+        ]
         if in_use:
             self._fail(400, "FAILED_PRECONDITION", f"{name} is deployed to {in_use}")
         del self.resources[name]
@@ -177,8 +197,12 @@ class FakeVertex:
 
     def _endpoints_list(self, parent, query, body):
         wanted = re.fullmatch(r'display_name="([^"]*)"', query.get("filter", ""))
-        found = [e for e in self._endpoints() if e["name"].startswith(parent + "/")
-                 and (not wanted or e.get("displayName") == wanted.group(1))]
+        found = [
+            e
+            for e in self._endpoints()
+            if e["name"].startswith(parent + "/")
+            and (not wanted or e.get("displayName") == wanted.group(1))
+        ]
         return {"endpoints": found}
 
     def _endpoints_deployModel(self, name, query, body):
@@ -186,8 +210,10 @@ class FakeVertex:
         self._get_resource(body["deployedModel"]["model"].split("@")[0])  # name@version
         deployed = {**body["deployedModel"], "id": str(next(self._ids)), "createTime": NOW}
         endpoint.setdefault("deployedModels", []).append(deployed)
-        split = {deployed["id"] if k == "0" else k: v
-                 for k, v in body.get("trafficSplit", {"0": 100}).items()}
+        split = {
+            deployed["id"] if k == "0" else k: v
+            for k, v in body.get("trafficSplit", {"0": 100}).items()
+        }
         if sum(split.values()) != 100:
             self._fail(400, "INVALID_ARGUMENT", f"traffic split {split} does not add to 100")
         endpoint["trafficSplit"] = split
@@ -198,8 +224,9 @@ class FakeVertex:
         ids = [d["id"] for d in endpoint.get("deployedModels", [])]
         if body["deployedModelId"] not in ids:
             self._fail(404, "NOT_FOUND", f"no deployed model {body['deployedModelId']}")
-        endpoint["deployedModels"] = [d for d in endpoint["deployedModels"]
-                                      if d["id"] != body["deployedModelId"]]
+        endpoint["deployedModels"] = [
+            d for d in endpoint["deployedModels"] if d["id"] != body["deployedModelId"]
+        ]
         endpoint["trafficSplit"] = body.get("trafficSplit", {})
         return self._operation(name, "UndeployModelResponse", {})
 
@@ -220,8 +247,12 @@ class FakeVertex:
         except ValueError as e:
             self._fail(400, "INVALID_ARGUMENT", str(e))
         deployed = endpoint["deployedModels"][0]
-        return {"predictions": predictions, "deployedModelId": deployed["id"],
-                "model": deployed["model"], "modelVersionId": "1"}
+        return {
+            "predictions": predictions,
+            "deployedModelId": deployed["id"],
+            "model": deployed["model"],
+            "modelVersionId": "1",
+        }
 
     def _operations_get(self, name, query, body):
         if name not in self._operations:
@@ -242,12 +273,16 @@ def _handler_for(fake: FakeVertex):
                 body = json.loads(raw) if raw else None
                 status, answer = 200, fake.handle(self.command, url.path, query, body)
             except ApiFailure as e:
-                status, answer = e.code, {"error": {"code": e.code, "message": str(e),
-                                                    "status": e.status}}
+                status, answer = (
+                    e.code,
+                    {"error": {"code": e.code, "message": str(e), "status": e.status}},
+                )
             except json.JSONDecodeError as e:
                 fake.problems.append(f"body is not JSON: {e}")
-                status, answer = 400, {"error": {"code": 400, "message": str(e),
-                                                 "status": "INVALID_ARGUMENT"}}
+                status, answer = (
+                    400,
+                    {"error": {"code": 400, "message": str(e), "status": "INVALID_ARGUMENT"}},
+                )
             data = json.dumps(answer).encode()
             self.send_response(status)
             self.send_header("Content-Type", "application/json")

@@ -11,6 +11,7 @@ import os
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -19,11 +20,16 @@ from deploy import api, batch, batch_csv, batch_local, batch_vertex
 from deploy.instances import NUMBER
 from tests.support import REPO
 
+
 def _assert_same_predictions(got: list[dict], expected: list[dict]) -> None:
     """Equal classes; probabilities equal up to float32 rounding (batch sizes differ)."""
     assert [g["classes"] for g in got] == [e["classes"] for e in expected]
-    np.testing.assert_allclose([g["probabilities"] for g in got],
-                               [e["probabilities"] for e in expected], rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(
+        [g["probabilities"] for g in got],
+        [e["probabilities"] for e in expected],
+        rtol=1e-5,
+        atol=1e-7,
+    )
 
 
 def _write_jsonl(path, rows, bad_lines=()):
@@ -37,22 +43,32 @@ def _write_jsonl(path, rows, bad_lines=()):
 def test_jsonl_bad_lines_are_reported_and_the_rest_predicted(tmp_path, predictor, census_rows):
     rows = census_rows[:20]
     wrong_type = dict(rows[0], age="forty")
-    source = _write_jsonl(tmp_path / "in.jsonl", rows,
-                          bad_lines=[(3, "{not json"), (7, json.dumps(wrong_type))])
-    result = batch_local.predict_local(model_dir="", sources=[source], predictor=predictor,
-                                 output_prefix=str(tmp_path / "out"), batch_size=8,
-                                 num_shards=3, model_name="census")
+    source = _write_jsonl(
+        tmp_path / "in.jsonl", rows, bad_lines=[(3, "{not json"), (7, json.dumps(wrong_type))]
+    )
+    result = batch_local.predict_local(
+        model_dir="",
+        sources=[source],
+        predictor=predictor,
+        output_prefix=str(tmp_path / "out"),
+        batch_size=8,
+        num_shards=3,
+        model_name="census",
+    )
     assert os.path.basename(result.output_dir).startswith("prediction-census-")
     names = sorted(os.listdir(result.output_dir))
-    assert names == ["prediction.errors_stats-00000-of-00001",
-                     *[f"prediction.results-0000{i}-of-00003" for i in range(3)]]
+    assert names == [
+        "prediction.errors_stats-00000-of-00001",
+        *[f"prediction.results-0000{i}-of-00003" for i in range(3)],
+    ]
     results, errors = batch.read_results(result.output_dir)
     assert [r["instance"] for r in results] == rows  # in input order, none lost
     _assert_same_predictions([r["prediction"] for r in results], predictor.predict(rows))
     assert [e["error"]["message"] for e in errors] == [
         f"{source}:4: not JSON (Expecting property name enclosed in double quotes: line 1 "
         "column 2 (char 1))",
-        f"{source}:8: field 'age' must be a number, got 'forty'."]
+        f"{source}:8: field 'age' must be a number, got 'forty'.",
+    ]
     assert errors[0]["instance"] == "{not json" and errors[1]["instance"] == wrong_type
     assert (result.num_predictions, result.num_errors) == (20, 2)
 
@@ -67,24 +83,35 @@ def test_csv_with_an_excluded_label_and_bad_rows(tmp_path, predictor, census_row
             writer.writerow([*row.values(), "<=50K"])
         writer.writerow(["1", "2"])  # line 12: too few fields
         writer.writerow(["x", *list(census_rows[0].values())[1:], "<=50K"])  # line 13
-    result = batch_local.predict_local(model_dir="", sources=[str(path)], predictor=predictor,
-                                 output_prefix=str(tmp_path / "out"), instances_format="csv",
-                                 excluded_fields=["income_bracket"])
+    result = batch_local.predict_local(
+        model_dir="",
+        sources=[str(path)],
+        predictor=predictor,
+        output_prefix=str(tmp_path / "out"),
+        instances_format="csv",
+        excluded_fields=["income_bracket"],
+    )
     results, errors = batch.read_results(result.output_dir)
     assert [r["instance"] for r in results] == census_rows[:10]
     assert [e["error"]["message"].split(": ", 1) for e in errors] == [
         [f"{path}:12", "2 fields, the header has 15 (quote values that contain commas)"],
-        [f"{path}:13", "field 'age' must be a number, got 'x'."]]
+        [f"{path}:13", "field 'age' must be a number, got 'x'."],
+    ]
 
 
 def test_gcs_in_and_out_through_the_emulator(gcs, tmp_path, predictor, census_rows):
     bucket = gcs.bucket("test-bucket")
     for part in range(2):
         bucket.blob(f"in/part-{part}.jsonl").upload_from_string(
-            "".join(json.dumps(r) + "\n" for r in census_rows[part * 5:part * 5 + 5]))
+            "".join(json.dumps(r) + "\n" for r in census_rows[part * 5 : part * 5 + 5])
+        )
     bucket.blob("in/other.txt").upload_from_string("not an input")
-    result = batch_local.predict_local(model_dir="", sources=["gs://test-bucket/in/*.jsonl"],
-                                 output_prefix="gs://test-bucket/out", predictor=predictor)
+    result = batch_local.predict_local(
+        model_dir="",
+        sources=["gs://test-bucket/in/*.jsonl"],
+        output_prefix="gs://test-bucket/out",
+        predictor=predictor,
+    )
     assert result.output_dir.startswith("gs://test-bucket/out/prediction-model-")
     results, errors = batch.read_results(result.output_dir)
     assert [r["instance"] for r in results] == census_rows[:10] and errors == []
@@ -92,48 +119,71 @@ def test_gcs_in_and_out_through_the_emulator(gcs, tmp_path, predictor, census_ro
 
 def test_nothing_is_written_for_bad_arguments(tmp_path, predictor):
     with pytest.raises(api.DeployError, match="--instances_format \\('parquet'\\)"):
-        batch_local.predict_local(model_dir="", sources=["x"], output_prefix=str(tmp_path / "o"),
-                            instances_format="parquet", predictor=predictor)
+        batch_local.predict_local(
+            model_dir="",
+            sources=["x"],
+            output_prefix=str(tmp_path / "o"),
+            instances_format="parquet",
+            predictor=predictor,
+        )
     with pytest.raises(FileNotFoundError, match="matches no file"):
-        batch_local.predict_local(model_dir="", sources=[str(tmp_path / "none-*.jsonl")],
-                            output_prefix=str(tmp_path / "o"), predictor=predictor)
+        batch_local.predict_local(
+            model_dir="",
+            sources=[str(tmp_path / "none-*.jsonl")],
+            output_prefix=str(tmp_path / "o"),
+            predictor=predictor,
+        )
     assert not (tmp_path / "o").exists()
 
 
 def test_vertex_job_through_the_sdk_matches_the_dry_run(cloud_sdk):
     fake, cloud = cloud_sdk
     model = fake.add_model(cloud.parent, "m")
-    job = batch_vertex.VertexBatchJob(display_name="census-batch", model=model.rsplit("/", 1)[1],
-                               sources=("gs://test-bucket/in/*.jsonl",),
-                               output_prefix="gs://test-bucket/out", max_replica_count=4)
+    job = batch_vertex.VertexBatchJob(
+        display_name="census-batch",
+        model=model.rsplit("/", 1)[1],
+        sources=("gs://test-bucket/in/*.jsonl",),
+        output_prefix="gs://test-bucket/out",
+        max_replica_count=4,
+    )
     created = batch_vertex.submit_vertex(cloud, job)
     assert created.resource_name.startswith(f"{cloud.parent}/batchPredictionJobs/")
     assert fake.bodies("batchPredictionJobs.create") == [job.request(cloud).body]
 
 
-@pytest.mark.parametrize("changes, message", [
-    (dict(sources=("data/in.jsonl",)), "--source"),
-    (dict(output_prefix="out"), "--output_prefix"),
-    (dict(instances_format="tf-record"), "--instances_format"),
-    (dict(starting_replica_count=5), "below --starting_replica_count"),
-])
+@pytest.mark.parametrize(
+    "changes, message",
+    [
+        (dict(sources=("data/in.jsonl",)), "--source"),
+        (dict(output_prefix="out"), "--output_prefix"),
+        (dict(instances_format="tf-record"), "--instances_format"),
+        (dict(starting_replica_count=5), "below --starting_replica_count"),
+    ],
+)
 def test_bad_vertex_jobs_fail_before_any_request(changes, message):
-    options = dict(display_name="b", model="1", sources=("gs://b/in.jsonl",),
-                   output_prefix="gs://b/out")
+    options = dict(
+        display_name="b", model="1", sources=("gs://b/in.jsonl",), output_prefix="gs://b/out"
+    )
     with pytest.raises(api.DeployError, match=message):
         batch_vertex.VertexBatchJob(**{**options, **changes})
 
 
 def test_a_csv_job_is_not_sent_as_csv(cloud_sdk):
     fake, cloud = cloud_sdk
-    job = batch_vertex.VertexBatchJob(display_name="b", model="1", sources=("gs://b/in.csv",),
-                               output_prefix="gs://b/out", instances_format="csv")
+    job = batch_vertex.VertexBatchJob(
+        display_name="b",
+        model="1",
+        sources=("gs://b/in.csv",),
+        output_prefix="gs://b/out",
+        instances_format="csv",
+    )
     with pytest.raises(api.DeployError, match="convert them first"):
         batch_vertex.submit_vertex(cloud, job)
     assert fake.requests == []
 
 
 # CSV sources for a Vertex job: converted to JSON Lines objects in the bucket first -----------
+
 
 def _census_csv_lines(count: int) -> list[str]:
     """The header and the first `count` rows of the census test file, as text."""
@@ -143,10 +193,16 @@ def _census_csv_lines(count: int) -> list[str]:
         return [line.rstrip("\n") for _, line in zip(range(count + 1), f)]
 
 
-def _csv_job(sources, *, model="1", excluded_fields=("income_bracket",), model_dir=None
-             ) -> batch_csv.CsvVertexJob:
-    job = batch_vertex.VertexBatchJob(display_name="census-csv", model=model, sources=tuple(sources),
-                               output_prefix="gs://test-bucket/out", instances_format="csv")
+def _csv_job(
+    sources, *, model="1", excluded_fields=("income_bracket",), model_dir=None
+) -> batch_csv.CsvVertexJob:
+    job = batch_vertex.VertexBatchJob(
+        display_name="census-csv",
+        model=model,
+        sources=tuple(sources),
+        output_prefix="gs://test-bucket/out",
+        instances_format="csv",
+    )
     return batch_csv.CsvVertexJob.of(job, excluded_fields=excluded_fields, model_dir=model_dir)
 
 
@@ -155,20 +211,22 @@ def _objects(gcs, prefix: str) -> dict[str, str]:
 
 
 def test_vertex_csv_job_reads_jsonl_objects_converted_in_the_bucket(
-        cloud_sdk, gcs, census_model, predictor, census_rows):
+    cloud_sdk, gcs, census_model, predictor, census_rows
+):
     fake, cloud = cloud_sdk
     header, *rows = _census_csv_lines(20)
-    bad_age = "x" + rows[3][rows[3].index(","):]
+    bad_age = "x" + rows[3][rows[3].index(",") :]
     bucket = gcs.bucket("test-bucket")
     bucket.blob("in/a.csv").upload_from_string(
-        "\n".join([header, *rows[:3], bad_age, *rows[3:10]]) + "\n")  # bad_age: line 5
+        "\n".join([header, *rows[:3], bad_age, *rows[3:10]]) + "\n"
+    )  # bad_age: line 5
     bucket.blob("in/b.csv.gz").upload_from_string(
-        gzip.compress("\n".join([header, *rows[10:20], "1,2"]).encode()))  # "1,2": line 12
+        gzip.compress("\n".join([header, *rows[10:20], "1,2"]).encode())
+    )  # "1,2": line 12
     # The fake keeps the artifactUri as given: here the local export (TensorFlow reads a
     # gs:// one natively; tests/test_gcs.py covers that route).
     model = fake.add_model(cloud.parent, "census", artifact_uri=census_model)
-    csv_job = _csv_job(["gs://test-bucket/in/*.csv", "gs://test-bucket/in/*.csv.gz"],
-                       model=model)
+    csv_job = _csv_job(["gs://test-bucket/in/*.csv", "gs://test-bucket/in/*.csv.gz"], model=model)
 
     conversion, created = batch_csv.submit_vertex_csv(cloud, csv_job)
 
@@ -176,59 +234,96 @@ def test_vertex_csv_job_reads_jsonl_objects_converted_in_the_bucket(
     assert directory.startswith("gs://test-bucket/out/instances-")
     prefix = directory.removeprefix("gs://test-bucket/") + "/"
     objects = _objects(gcs, prefix)
-    assert sorted(objects) == [prefix + "00000-a.jsonl", prefix + "00001-b.jsonl",
-                               prefix + "conversion.errors_stats"]
-    converted = [json.loads(line) for name in sorted(objects) if name.endswith(".jsonl")
-                 for line in objects[name].splitlines()]
+    assert sorted(objects) == [
+        prefix + "00000-a.jsonl",
+        prefix + "00001-b.jsonl",
+        prefix + "conversion.errors_stats",
+    ]
+    converted = [
+        json.loads(line)
+        for name in sorted(objects)
+        if name.endswith(".jsonl")
+        for line in objects[name].splitlines()
+    ]
     assert converted == census_rows[:20]  # in order, the label dropped, the bad rows out
     kinds = predictor.fields.kinds
     assert all(sorted(row) == sorted(kinds) for row in converted)
-    assert all(isinstance(row[name], float if kind == NUMBER else str)
-               for row in converted for name, kind in kinds.items())
-    errors = [json.loads(line) for line in objects[prefix + "conversion.errors_stats"]
-              .splitlines()]
+    assert all(
+        isinstance(row[name], float if kind == NUMBER else str)
+        for row in converted
+        for name, kind in kinds.items()
+    )
+    errors = [json.loads(line) for line in objects[prefix + "conversion.errors_stats"].splitlines()]
     assert [e["error"]["message"] for e in errors] == [
         "gs://test-bucket/in/a.csv:5: field 'age' must be a number, got 'x'.",
         "gs://test-bucket/in/b.csv.gz:12: 2 fields, the header has 15 (quote values that "
-        "contain commas)"]
+        "contain commas)",
+    ]
     assert errors[0]["instance"]["age"] == "x" and "income_bracket" not in errors[0]["instance"]
     assert (conversion.num_rows, conversion.num_errors) == (20, 2)
     assert conversion.summary() == (
         f"CSV to JSON Lines: 20 rows converted, 2 rows with errors (listed in {directory}/"
-        f"conversion.errors_stats); 2 .jsonl file(s) in {directory}/")
+        f"conversion.errors_stats); 2 .jsonl file(s) in {directory}/"
+    )
 
     # A GET on the model for its artifactUri, then the job, over exactly the converted files:
     # what a dry run prints.
     requests = csv_job.requests(cloud)
     assert [(r.method, fake.url + r.path) for r in fake.requests] == [
-        (r.method, r.url) for r in requests]
+        (r.method, r.url) for r in requests
+    ]
     assert created.resource_name.startswith(f"{cloud.parent}/batchPredictionJobs/")
     (body,) = fake.bodies("batchPredictionJobs.create")
     assert body == requests[-1].body
-    assert body["inputConfig"] == {"instancesFormat": "jsonl",
-                                   "gcsSource": {"uris": [f"{directory}/*.jsonl"]}}
+    assert body["inputConfig"] == {
+        "instancesFormat": "jsonl",
+        "gcsSource": {"uris": [f"{directory}/*.jsonl"]},
+    }
     pattern = f"{prefix}*.jsonl"
     assert [n for n in objects if fnmatch.fnmatchcase(n, pattern)] == [
-        prefix + "00000-a.jsonl", prefix + "00001-b.jsonl"]
+        prefix + "00000-a.jsonl",
+        prefix + "00001-b.jsonl",
+    ]
 
 
-@pytest.mark.parametrize("text, excluded, message", [
-    ("", ["income_bracket"], "a.csv is empty: it needs a header row"),
-    ("HEADER_WITHOUT_AGE", ["income_bracket"], "the header has no column age; the model "
-                                               "takes age, capital_gain, "),
-    ("HEADER", ["income_bracket", "age"], "no column age once --excluded_fields are dropped"),
-    ("HEADER", [], "the header names income_bracket, which the model does not take; drop it "
-                   "with --excluded_fields=income_bracket"),
-    ("ROWS_ONLY", ["income_bracket"], r"the first line \(25,Private,226802,.*\) names none "
-                                      "of the model's columns; it must be a header row"),
-    ("HEADER\nx,1,2\n", ["income_bracket"], r"no CSV row of gs://test-bucket/in/a.csv fits "
-                                             r"the model \(gs://test-bucket/in/a.csv:2: 3 "
-                                             r"fields"),
-])
+@pytest.mark.parametrize(
+    "text, excluded, message",
+    [
+        ("", ["income_bracket"], "a.csv is empty: it needs a header row"),
+        (
+            "HEADER_WITHOUT_AGE",
+            ["income_bracket"],
+            "the header has no column age; the model takes age, capital_gain, ",
+        ),
+        ("HEADER", ["income_bracket", "age"], "no column age once --excluded_fields are dropped"),
+        (
+            "HEADER",
+            [],
+            "the header names income_bracket, which the model does not take; drop it "
+            "with --excluded_fields=income_bracket",
+        ),
+        (
+            "ROWS_ONLY",
+            ["income_bracket"],
+            r"the first line \(25,Private,226802,.*\) names none "
+            "of the model's columns; it must be a header row",
+        ),
+        (
+            "HEADER\nx,1,2\n",
+            ["income_bracket"],
+            r"no CSV row of gs://test-bucket/in/a.csv fits "
+            r"the model \(gs://test-bucket/in/a.csv:2: 3 "
+            r"fields",
+        ),
+    ],
+)
 def test_bad_csv_fails_before_anything_is_written(gcs, predictor, text, excluded, message):
     header, *rows = _census_csv_lines(3)
-    text = (text.replace("HEADER_WITHOUT_AGE", header.replace("age,", "", 1))
-            .replace("HEADER", header).replace("ROWS_ONLY", "\n".join(rows)))
+    text = (
+        text.replace("HEADER_WITHOUT_AGE", header.replace("age,", "", 1))
+        .replace("HEADER", header)
+        .replace("ROWS_ONLY", "\n".join(rows))
+    )
     gcs.bucket("test-bucket").blob("in/a.csv").upload_from_string(text)
     csv_job = _csv_job(["gs://test-bucket/in/a.csv"], excluded_fields=excluded)
     with pytest.raises(api.DeployError, match=message):
@@ -252,11 +347,24 @@ def test_command_line_dry_run_of_a_csv_job_reads_writes_and_sends_nothing(cloud_
     fake, cloud = cloud_sdk
     gcs.bucket("test-bucket").blob("in/a.csv").upload_from_string("not,a,census,header\n")
     result = subprocess.run(
-        [sys.executable, "-m", "deploy.batch", "vertex", "--project=my-project", "--model=7",
-         f"--api_endpoint={fake.url}", "--source=gs://test-bucket/in/*.csv",
-         "--output_prefix=gs://test-bucket/out", "--instances_format=csv",
-         "--excluded_fields=income_bracket", "--dry_run"],
-        cwd=REPO, capture_output=True, text=True)  # the emulator's address in the environment
+        [
+            sys.executable,
+            "-m",
+            "deploy.batch",
+            "vertex",
+            "--project=my-project",
+            "--model=7",
+            f"--api_endpoint={fake.url}",
+            "--source=gs://test-bucket/in/*.csv",
+            "--output_prefix=gs://test-bucket/out",
+            "--instances_format=csv",
+            "--excluded_fields=income_bracket",
+            "--dry_run",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+    )  # the emulator's address in the environment
     assert result.returncode == 0, result.stderr
     get_model, create_job = json.loads(result.stdout)
     model = "projects/my-project/locations/us-central1/models/7"
@@ -267,32 +375,55 @@ def test_command_line_dry_run_of_a_csv_job_reads_writes_and_sends_nothing(cloud_
     assert body["inputConfig"] == {"instancesFormat": "jsonl"}
     assert re.fullmatch(r"gs://test-bucket/out/instances-[0-9_T]+Z/\*\.jsonl", uri)
     directory = uri.removesuffix("/*.jsonl")
-    assert (f"would convert each CSV file of gs://test-bucket/in/*.csv to {directory}/"
-            "NNNNN-NAME.jsonl") in result.stderr
+    assert (
+        f"would convert each CSV file of gs://test-bucket/in/*.csv to {directory}/NNNNN-NAME.jsonl"
+    ) in result.stderr
     assert f"in {directory}/conversion.errors_stats" in result.stderr
     assert fake.requests == [] and list(_objects(gcs, "")) == ["in/a.csv"]
 
 
 def test_command_line_dry_run_of_a_jsonl_job():
     result = subprocess.run(
-        [sys.executable, "-m", "deploy.batch", "vertex", "--project=my-project", "--model=7",
-         "--source=gs://b/a.jsonl", "--output_prefix=gs://b/out", "--dry_run"],
-        cwd=REPO, capture_output=True, text=True)
+        [
+            sys.executable,
+            "-m",
+            "deploy.batch",
+            "vertex",
+            "--project=my-project",
+            "--model=7",
+            "--source=gs://b/a.jsonl",
+            "--output_prefix=gs://b/out",
+            "--dry_run",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+    )
     assert result.returncode == 0, result.stderr
     (request,) = json.loads(result.stdout)
-    assert request["body"]["inputConfig"] == {"instancesFormat": "jsonl",
-                                              "gcsSource": {"uris": ["gs://b/a.jsonl"]}}
+    assert request["body"]["inputConfig"] == {
+        "instancesFormat": "jsonl",
+        "gcsSource": {"uris": ["gs://b/a.jsonl"]},
+    }
 
 
 def test_csv_only_flags_are_refused_for_a_jsonl_job(capsys):
-    code = batch.main(["vertex", "--project=my-project", "--model=7", "--source=gs://b/a.jsonl",
-                       "--output_prefix=gs://b/out", "--excluded_fields=label", "--dry_run"])
+    code = batch.main(
+        [
+            "vertex",
+            "--project=my-project",
+            "--model=7",
+            "--source=gs://b/a.jsonl",
+            "--output_prefix=gs://b/out",
+            "--excluded_fields=label",
+            "--dry_run",
+        ]
+    )
     assert code == 2
     assert "--excluded_fields and --model_dir apply to csv sources" in capsys.readouterr().err
 
 
-def test_csv_text_that_needs_escaping_and_bytes_that_are_not_utf8(tmp_path, predictor,
-                                                                  census_rows):
+def test_csv_text_that_needs_escaping_and_bytes_that_are_not_utf8(tmp_path, predictor, census_rows):
     """Most rows are written by TensorFlow; a row whose text needs JSON escaping is written
     by Python, and a byte that is not UTF-8 becomes U+FFFD: every line is valid JSON."""
     header = list(census_rows[0])
@@ -305,10 +436,16 @@ def test_csv_text_that_needs_escaping_and_bytes_that_are_not_utf8(tmp_path, pred
             values[1] = '"' + odd[i].replace('"', '""') + '"'
         lines.append(",".join(values))
     path.write_bytes(("\n".join(lines) + "\n").encode().replace(b"Private", b"Priv\xffate"))
-    result = batch_local.predict_local(model_dir="", sources=[str(path)], predictor=predictor,
-                                 output_prefix=str(tmp_path / "out"), instances_format="csv",
-                                 batch_size=4, num_shards=2)
-    text = b"".join(open(f, "rb").read() for f in result.result_files).decode("utf-8")
+    result = batch_local.predict_local(
+        model_dir="",
+        sources=[str(path)],
+        predictor=predictor,
+        output_prefix=str(tmp_path / "out"),
+        instances_format="csv",
+        batch_size=4,
+        num_shards=2,
+    )
+    text = b"".join(Path(f).read_bytes() for f in result.result_files).decode("utf-8")
     records = [json.loads(line) for line in text.splitlines()]
     assert result.num_predictions == len(records) == 6 and result.num_errors == 0
     workclass = {r["instance"]["fnlwgt"]: r["instance"]["workclass"] for r in records}
@@ -316,6 +453,8 @@ def test_csv_text_that_needs_escaping_and_bytes_that_are_not_utf8(tmp_path, pred
         assert workclass[census_rows[i]["fnlwgt"]] == value
     assert any("\ufffd" in w for w in workclass.values())  # the byte that is not UTF-8
     # batch k went to file k mod 2: rows 0-3 to the first file, 4-5 to the second
-    first = [json.loads(line)["instance"]["fnlwgt"]
-             for line in open(result.result_files[0]).read().splitlines()]
+    first = [
+        json.loads(line)["instance"]["fnlwgt"]
+        for line in Path(result.result_files[0]).read_text().splitlines()
+    ]
     assert first == [r["fnlwgt"] for r in census_rows[:4]]

@@ -19,12 +19,14 @@ def test_notebook_runs_and_shows_a_table_and_a_plot(census_model, tmp_path, monk
     monkeypatch.setenv("ADANET_BATCH_OUTPUT", str(tmp_path / "out"))
     monkeypatch.setenv("TF_CPP_MIN_LOG_LEVEL", "2")
     notebook = nbformat.read(NOTEBOOK, as_version=4)
-    nbclient.NotebookClient(notebook, timeout=300, kernel_name="python3",
-                            resources={"metadata": {"path": str(REPO)}}).execute()
+    nbclient.NotebookClient(
+        notebook, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(REPO)}}
+    ).execute()
     outputs = [o for cell in notebook.cells if cell.cell_type == "code" for o in cell.outputs]
     text = "".join(o.get("text", "") for o in outputs)
     assert "16281 predictions, 0 errors" in text
-    assert any("text/html" in o.get("data", {}) and "p(&gt;50K)" in o["data"]["text/html"]
-               for o in outputs), "no table"
+    assert any(
+        "text/html" in o.get("data", {}) and "p(&gt;50K)" in o["data"]["text/html"] for o in outputs
+    ), "no table"
     assert any("image/png" in o.get("data", {}) for o in outputs), "no plot"
     assert list((tmp_path / "out").glob("prediction-census-*/prediction.results-00000-of-00001"))

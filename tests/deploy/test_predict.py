@@ -16,14 +16,17 @@ from tests.support import REPO
 def test_endpoint_predictions_come_through_the_sdk(cloud_sdk, predictor, census_rows):
     fake, cloud = cloud_sdk
     fake.predictor = predictor.predict
-    published = publish.publish(cloud, publish.Deployment(
-        model_dir="gs://test-bucket/model", display_name="m", endpoint_name="e"))
+    published = publish.publish(
+        cloud,
+        publish.Deployment(model_dir="gs://test-bucket/model", display_name="m", endpoint_name="e"),
+    )
     endpoint_id = published.endpoint.rsplit("/", 1)[1]
     answer = predict.predict_endpoint(cloud, endpoint_id, census_rows[:3])
     local = predictor.predict(census_rows[:3])
     assert [a["classes"] for a in answer] == [p["classes"] for p in local]
-    np.testing.assert_allclose([a["probabilities"] for a in answer],
-                               [p["probabilities"] for p in local], rtol=1e-6)
+    np.testing.assert_allclose(
+        [a["probabilities"] for a in answer], [p["probabilities"] for p in local], rtol=1e-6
+    )
     sent = fake.bodies("endpoints.predict")
     assert sent == [predict.predict_request(cloud, endpoint_id, census_rows[:3]).body]
 
@@ -40,13 +43,23 @@ def test_read_instances_takes_jsonl_and_json(tmp_path):
 
 def test_command_line_needs_one_target_and_dry_runs(tmp_path):
     (tmp_path / "a.jsonl").write_text('{"x": 1}\n')
-    run = lambda *args: subprocess.run([sys.executable, "-m", "deploy.predict",  # noqa: E731
-                                        f"--instances={tmp_path / 'a.jsonl'}", *args],
-                                       cwd=REPO, capture_output=True, text=True)
+
+    def run(*args):
+        return subprocess.run(
+            [sys.executable, "-m", "deploy.predict", f"--instances={tmp_path / 'a.jsonl'}", *args],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+        )
+
     neither = run()
     assert neither.returncode == 2 and "exactly one of --endpoint" in neither.stderr
     dry = run("--endpoint=42", "--project=my-project", "--dry_run")
-    assert json.loads(dry.stdout) == [{
-        "method": "POST", "body": {"instances": [{"x": 1}]},
-        "url": "https://us-central1-aiplatform.googleapis.com/v1/projects/my-project/"
-               "locations/us-central1/endpoints/42:predict"}]
+    assert json.loads(dry.stdout) == [
+        {
+            "method": "POST",
+            "body": {"instances": [{"x": 1}]},
+            "url": "https://us-central1-aiplatform.googleapis.com/v1/projects/my-project/"
+            "locations/us-central1/endpoints/42:predict",
+        }
+    ]

@@ -25,8 +25,9 @@ def server(predictor):
 
 
 def _post(url: str, data: bytes) -> tuple[int, dict]:
-    request = urllib.request.Request(url, data=data, method="POST",
-                                     headers={"Content-Type": "application/json"})
+    request = urllib.request.Request(
+        url, data=data, method="POST", headers={"Content-Type": "application/json"}
+    )
     try:
         with urllib.request.urlopen(request, timeout=30) as response:
             return response.status, json.load(response)
@@ -48,12 +49,15 @@ def test_binds_to_loopback_and_answers_health(server):
         assert response.status == 200
 
 
-@pytest.mark.parametrize("change, message", [
-    (lambda x: x.update(colour="red"), "instance 1: unknown field 'colour'"),
-    (lambda x: x.pop("age"), "instance 1: missing field 'age'"),
-    (lambda x: x.update(age="old"), "instance 1: field 'age' must be a number, got 'old'"),
-    (lambda x: x.update(sex=1), "instance 1: field 'sex' must be a string, got 1"),
-])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (lambda x: x.update(colour="red"), "instance 1: unknown field 'colour'"),
+        (lambda x: x.pop("age"), "instance 1: missing field 'age'"),
+        (lambda x: x.update(age="old"), "instance 1: field 'age' must be a number, got 'old'"),
+        (lambda x: x.update(sex=1), "instance 1: field 'sex' must be a string, got 1"),
+    ],
+)
 def test_malformed_instances_get_a_400_naming_the_field(server, census_rows, change, message):
     bad = dict(census_rows[1])
     change(bad)
@@ -62,12 +66,15 @@ def test_malformed_instances_get_a_400_naming_the_field(server, census_rows, cha
     assert len(predict.predict_at_url(server.url, census_rows[:2])) == 2  # still serving
 
 
-@pytest.mark.parametrize("body, message", [
-    (b"{not json", "not JSON"),
-    (b'{"rows": []}', '{"instances": [...]}'),
-    (b'{"instances": {}}', "'instances' must be a list"),
-    (b'{"instances": [[1, 2]]}', "instance 0: is a list, expected an object"),
-])
+@pytest.mark.parametrize(
+    "body, message",
+    [
+        (b"{not json", "not JSON"),
+        (b'{"rows": []}', '{"instances": [...]}'),
+        (b'{"instances": {}}', "'instances' must be a list"),
+        (b'{"instances": [[1, 2]]}', "instance 0: is a list, expected an object"),
+    ],
+)
 def test_malformed_bodies_get_a_400(server, body, message):
     status, answer = _post(server.url + "/predict", body)
     assert status == 400 and message in answer["error"]
@@ -87,8 +94,9 @@ def test_unknown_routes_get_a_404(server):
 
 
 def test_routes_come_from_the_aip_variables():
-    routes = serve.Routes.from_env({"AIP_HTTP_PORT": "9000", "AIP_HEALTH_ROUTE": "/h",
-                                    "AIP_PREDICT_ROUTE": "/v1/p"})
+    routes = serve.Routes.from_env(
+        {"AIP_HTTP_PORT": "9000", "AIP_HEALTH_ROUTE": "/h", "AIP_PREDICT_ROUTE": "/v1/p"}
+    )
     assert routes == serve.Routes(9000, "/h", "/v1/p")
     assert serve.Routes.from_env({}) == serve.Routes(8080, "/health", "/predict")
     with pytest.raises(ValueError, match="AIP_HTTP_PORT"):
@@ -98,10 +106,20 @@ def test_routes_come_from_the_aip_variables():
 @pytest.mark.slow  # a fresh process imports TensorFlow and loads the model: ~10 s on 2 cores
 def test_the_command_serves_the_vertex_contract(census_model, census_rows):
     port = free_port()
-    env = {**task_env(), "AIP_HTTP_PORT": str(port), "AIP_HEALTH_ROUTE": "/ping",
-           "AIP_PREDICT_ROUTE": "/v1/predict", "AIP_STORAGE_URI": census_model}
-    process = subprocess.Popen([sys.executable, "-m", "deploy.serve"], cwd=REPO, env=env,
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    env = {
+        **task_env(),
+        "AIP_HTTP_PORT": str(port),
+        "AIP_HEALTH_ROUTE": "/ping",
+        "AIP_PREDICT_ROUTE": "/v1/predict",
+        "AIP_STORAGE_URI": census_model,
+    }
+    process = subprocess.Popen(
+        [sys.executable, "-m", "deploy.serve"],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
     try:
         url = f"http://127.0.0.1:{port}"
         _wait_healthy(url + "/ping", process)

@@ -18,8 +18,12 @@ PACKAGE = "gs://test-bucket/dist/trainer-0.1.0.tar.gz"
 
 
 def test_resolved_spec_has_the_package_in_every_pool_and_stays_valid():
-    spec = submit.resolve(submit.load_config(), package_uri=PACKAGE,
-                          output_dir="gs://test-bucket/runs/a", extra_args=["--train_data=x"])
+    spec = submit.resolve(
+        submit.load_config(),
+        package_uri=PACKAGE,
+        output_dir="gs://test-bucket/runs/a",
+        extra_args=["--train_data=x"],
+    )
     pools = spec["workerPoolSpecs"]
     assert [p["replicaCount"] for p in pools] == [1, 2, 1, 1]  # chief, workers, ps, evaluator
     assert all(p["pythonPackageSpec"]["packageUris"] == [PACKAGE] for p in pools)
@@ -30,33 +34,47 @@ def test_resolved_spec_has_the_package_in_every_pool_and_stays_valid():
     assert discovery.validate(body, "GoogleCloudAiplatformV1CustomJob") == []
 
 
-@pytest.mark.parametrize("change, output_dir, message", [
-    (lambda s: None, None, "pass --output_dir"),  # config.yaml still says gs://BUCKET/
-    (lambda s: s.update(tensorboard="x"), "gs://b/o", "config key 'tensorboard'"),
-    (lambda s: s["scheduling"].update(strategy="SPOT"), "gs://b/o", "'scheduling.strategy'"),
-    (lambda s: s["workerPoolSpecs"][1].pop("pythonPackageSpec"), "gs://b/o",
-     "workerPoolSpecs[1] has no pythonPackageSpec"),
-    (lambda s: None, "/local/dir", "--output_dir ('/local/dir') must be a Cloud Storage URI"),
-])
+@pytest.mark.parametrize(
+    "change, output_dir, message",
+    [
+        (lambda s: None, None, "pass --output_dir"),  # config.yaml still says gs://BUCKET/
+        (lambda s: s.update(tensorboard="x"), "gs://b/o", "config key 'tensorboard'"),
+        (lambda s: s["scheduling"].update(strategy="SPOT"), "gs://b/o", "'scheduling.strategy'"),
+        (
+            lambda s: s["workerPoolSpecs"][1].pop("pythonPackageSpec"),
+            "gs://b/o",
+            "workerPoolSpecs[1] has no pythonPackageSpec",
+        ),
+        (lambda s: None, "/local/dir", "--output_dir ('/local/dir') must be a Cloud Storage URI"),
+    ],
+)
 def test_bad_specs_fail_naming_the_problem(change, output_dir, message):
     spec = submit.load_config()
     change(spec)
-    with pytest.raises(api.DeployError, match=message.replace("(", r"\(").replace(")", r"\)")
-                       .replace("[", r"\[").replace("]", r"\]")):
+    with pytest.raises(
+        api.DeployError,
+        match=message.replace("(", r"\(")
+        .replace(")", r"\)")
+        .replace("[", r"\[")
+        .replace("]", r"\]"),
+    ):
         submit.resolve(spec, package_uri=PACKAGE, output_dir=output_dir)
 
 
-def test_submit_uploads_the_sdist_and_the_sdk_sends_the_dry_run_body(cloud_sdk, gcs,
-                                                                     tmp_path):
+def test_submit_uploads_the_sdist_and_the_sdk_sends_the_dry_run_body(cloud_sdk, gcs, tmp_path):
     fake, cloud = cloud_sdk
-    options = dict(staging_uri="gs://test-bucket/dist", display_name="census",
-                   output_dir="gs://test-bucket/runs/1", extra_args=["--max_iterations=1"],
-                   dist_dir=str(tmp_path))
+    options = dict(
+        staging_uri="gs://test-bucket/dist",
+        display_name="census",
+        output_dir="gs://test-bucket/runs/1",
+        extra_args=["--max_iterations=1"],
+        dist_dir=str(tmp_path),
+    )
     printed = io.StringIO()
     assert submit.submit(cloud, dry_run=True, out=printed, **options) is None
     assert fake.requests == [], "a dry run sent a request"
     text = printed.getvalue()
-    dry = json.loads(text[:text.index("\n]\n") + 2])
+    dry = json.loads(text[: text.index("\n]\n") + 2])
     assert "gcloud ai custom-jobs create --project=my-project --region=us-central1" in text
 
     job = submit.submit(cloud, out=io.StringIO(), **options)
@@ -70,11 +88,22 @@ def test_submit_uploads_the_sdist_and_the_sdk_sends_the_dry_run_body(cloud_sdk, 
 
 
 def test_command_line_help_and_bad_input():
-    help_text = subprocess.run([sys.executable, "-m", "deploy.submit", "--help"], cwd=REPO,
-                               capture_output=True, text=True)
+    help_text = subprocess.run(
+        [sys.executable, "-m", "deploy.submit", "--help"], cwd=REPO, capture_output=True, text=True
+    )
     assert help_text.returncode == 0 and "--staging_uri" in help_text.stdout
-    bad = subprocess.run([sys.executable, "-m", "deploy.submit", "--project=my-project",
-                          "--staging_uri=/tmp/x", "--dry_run"], cwd=REPO, capture_output=True,
-                         text=True)
+    bad = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "deploy.submit",
+            "--project=my-project",
+            "--staging_uri=/tmp/x",
+            "--dry_run",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+    )
     assert bad.returncode == 2
     assert "--staging_uri ('/tmp/x') must be a Cloud Storage URI" in bad.stderr

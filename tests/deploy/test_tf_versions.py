@@ -28,15 +28,20 @@ print(json.dumps({"version": tf.__version__, "outputs": outputs}))
 
 @pytest.mark.slow
 @pytest.mark.parametrize("version", ["2.15.1", "latest"])
-def test_exported_model_predicts_the_same_under(version, census_model, predictor, census_rows,
-                                                tmp_path):
+def test_exported_model_predicts_the_same_under(
+    version, census_model, predictor, census_rows, tmp_path
+):
     python = venvs.tf_venv(version)
     (tmp_path / "instances.json").write_text(json.dumps(census_rows))
-    result = subprocess.run([str(python), "-c", PREDICT, census_model,
-                             str(tmp_path / "instances.json")], capture_output=True, text=True,
-                            timeout=300)
-    assert result.returncode == 0, (f"TensorFlow {version} cannot serve the model:\n"
-                                    f"{result.stderr[-4000:]}")
+    result = subprocess.run(
+        [str(python), "-c", PREDICT, census_model, str(tmp_path / "instances.json")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, (
+        f"TensorFlow {version} cannot serve the model:\n{result.stderr[-4000:]}"
+    )
     answer = json.loads(result.stdout.strip().splitlines()[-1])
     if version != "latest":
         assert answer["version"] == version
@@ -45,5 +50,9 @@ def test_exported_model_predicts_the_same_under(version, census_model, predictor
     assert got["classes"] == [e["classes"] for e in expected]
     assert got["class_ids"] == [e["class_ids"] for e in expected]
     for name in ("probabilities", "logits"):
-        np.testing.assert_allclose(got[name], [e[name] for e in expected], atol=1e-5,
-                                   err_msg=f"{name} under TensorFlow {answer['version']}")
+        np.testing.assert_allclose(
+            got[name],
+            [e[name] for e in expected],
+            atol=1e-5,
+            err_msg=f"{name} under TensorFlow {answer['version']}",
+        )

@@ -21,8 +21,11 @@ CACHE = REPO / ".cache" / "venvs"
 
 def python311() -> str:
     """A Python 3.11 interpreter (this one's base if it is 3.11), or the test is skipped."""
-    candidates = [Path(sys.base_prefix) / "bin" / "python3.11", shutil.which("python3.11"),
-                  "/root/.pyenv/shims/python3.11"]
+    candidates = [
+        Path(sys.base_prefix) / "bin" / "python3.11",
+        shutil.which("python3.11"),
+        "/root/.pyenv/shims/python3.11",
+    ]
     for candidate in candidates:
         if candidate and os.path.exists(candidate):
             return str(candidate)
@@ -38,8 +41,9 @@ def tf_venv(version: str) -> Path:
     shutil.rmtree(root, ignore_errors=True)
     new_venv(root)
     spec = "tensorflow-cpu" if version == "latest" else f"tensorflow-cpu=={version}"
-    result = subprocess.run([str(python), "-m", "pip", "install", "--quiet", spec],
-                            capture_output=True, text=True)
+    result = subprocess.run(
+        [str(python), "-m", "pip", "install", "--quiet", spec], capture_output=True, text=True
+    )
     assert result.returncode == 0, f"pip install {spec} failed:\n{result.stderr[-3000:]}"
     return python
 
@@ -51,16 +55,25 @@ def new_venv(root: Path) -> Path:
     system's trust store. Returns its python."""
     subprocess.run([python311(), "-m", "venv", str(root)], check=True)
     python = root / "bin" / "python"
-    subprocess.run([str(python), "-m", "pip", "install", "--quiet", "--upgrade", "pip"],
-                   check=True)
+    subprocess.run([str(python), "-m", "pip", "install", "--quiet", "--upgrade", "pip"], check=True)
     return python
 
 
 def _imports_tensorflow(python: Path) -> bool:
-    return subprocess.run([str(python), "-c", "import tensorflow"], capture_output=True
-                          ).returncode == 0
+    return (
+        subprocess.run([str(python), "-c", "import tensorflow"], capture_output=True).returncode
+        == 0
+    )
 
 
 def tf_version(python: Path) -> str:
-    return subprocess.run([str(python), "-c", "import tensorflow as tf; print(tf.__version__)"],
-                          capture_output=True, text=True, check=True).stdout.strip().split()[-1]
+    return (
+        subprocess.run(
+            [str(python), "-c", "import tensorflow as tf; print(tf.__version__)"],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        .stdout.strip()
+        .split()[-1]
+    )

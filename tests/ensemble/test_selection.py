@@ -15,59 +15,68 @@ def scores(*rows):
     return [Score(f"c{i}", obj, prev, div) for i, (obj, prev, div) in enumerate(rows)]
 
 
-@pytest.mark.parametrize("objective, diverged, selectable", [
-    (0.5, False, True),
-    (-3.0, False, True),
-    (0.0, False, True),
-    (0.5, True, False),
-    (NAN, False, False),
-    (INF, False, False),
-    (-INF, False, False),
-])
+@pytest.mark.parametrize(
+    "objective, diverged, selectable",
+    [
+        (0.5, False, True),
+        (-3.0, False, True),
+        (0.0, False, True),
+        (0.5, True, False),
+        (NAN, False, False),
+        (INF, False, False),
+        (-INF, False, False),
+    ],
+)
 def test_is_selectable(objective, diverged, selectable):
     assert Score("c", objective, diverged=diverged).is_selectable is selectable
 
 
-@pytest.mark.parametrize("rows, force_grow, expected", [
-    # lowest objective wins
-    ([(0.3, False, False), (0.1, False, False), (0.2, False, False)], False, 1),
-    ([(0.3, False, False), (0.2, False, False), (0.1, False, False)], False, 2),
-    ([(-1.0, False, False), (0.0, False, False)], False, 0),
-    # NaN / inf / -inf objectives never win (AdaNet mapped NaN to -inf and chose it)
-    ([(0.5, False, False), (NAN, False, False)], False, 0),
-    ([(NAN, False, False), (0.5, False, False)], False, 1),
-    ([(-INF, False, False), (0.5, False, False)], False, 1),
-    ([(INF, False, False), (0.5, False, False)], False, 1),
-    # diverged never wins, even with the best finite objective
-    ([(0.5, False, False), (0.01, False, True)], False, 0),
-    # previous ensemble wins without force_grow when it is best
-    ([(0.1, True, False), (0.2, False, False), (0.3, False, False)], False, 0),
-    # force_grow excludes the previous ensemble
-    ([(0.1, True, False), (0.2, False, False), (0.3, False, False)], True, 1),
-    ([(0.1, True, False), (0.3, False, False), (0.2, False, False)], True, 2),
-    # ... unless every new candidate diverged: then the previous one is kept
-    ([(0.1, True, False), (NAN, False, False), (0.05, False, True)], True, 0),
-    ([(0.9, True, False), (INF, False, False)], True, 0),
-    # force_grow with one good new candidate takes it even if much worse
-    ([(0.1, True, False), (5.0, False, False), (NAN, False, False)], True, 1),
-    # force_grow at iteration 0 (no previous ensemble) is a plain choice
-    ([(0.3, False, False), (0.2, False, False)], True, 1),
-    # ties: the first of the tied candidates
-    ([(0.2, False, False), (0.1, False, False), (0.1, False, False)], False, 1),
-    ([(0.1, True, False), (0.1, False, False)], False, 0),
-    ([(0.1, True, False), (0.2, False, False), (0.2, False, False)], True, 1),
-])
+@pytest.mark.parametrize(
+    "rows, force_grow, expected",
+    [
+        # lowest objective wins
+        ([(0.3, False, False), (0.1, False, False), (0.2, False, False)], False, 1),
+        ([(0.3, False, False), (0.2, False, False), (0.1, False, False)], False, 2),
+        ([(-1.0, False, False), (0.0, False, False)], False, 0),
+        # NaN / inf / -inf objectives never win (AdaNet mapped NaN to -inf and chose it)
+        ([(0.5, False, False), (NAN, False, False)], False, 0),
+        ([(NAN, False, False), (0.5, False, False)], False, 1),
+        ([(-INF, False, False), (0.5, False, False)], False, 1),
+        ([(INF, False, False), (0.5, False, False)], False, 1),
+        # diverged never wins, even with the best finite objective
+        ([(0.5, False, False), (0.01, False, True)], False, 0),
+        # previous ensemble wins without force_grow when it is best
+        ([(0.1, True, False), (0.2, False, False), (0.3, False, False)], False, 0),
+        # force_grow excludes the previous ensemble
+        ([(0.1, True, False), (0.2, False, False), (0.3, False, False)], True, 1),
+        ([(0.1, True, False), (0.3, False, False), (0.2, False, False)], True, 2),
+        # ... unless every new candidate diverged: then the previous one is kept
+        ([(0.1, True, False), (NAN, False, False), (0.05, False, True)], True, 0),
+        ([(0.9, True, False), (INF, False, False)], True, 0),
+        # force_grow with one good new candidate takes it even if much worse
+        ([(0.1, True, False), (5.0, False, False), (NAN, False, False)], True, 1),
+        # force_grow at iteration 0 (no previous ensemble) is a plain choice
+        ([(0.3, False, False), (0.2, False, False)], True, 1),
+        # ties: the first of the tied candidates
+        ([(0.2, False, False), (0.1, False, False), (0.1, False, False)], False, 1),
+        ([(0.1, True, False), (0.1, False, False)], False, 0),
+        ([(0.1, True, False), (0.2, False, False), (0.2, False, False)], True, 1),
+    ],
+)
 def test_choose(rows, force_grow, expected):
     assert choose(scores(*rows), force_grow=force_grow) == expected
 
 
-@pytest.mark.parametrize("rows, force_grow", [
-    ([(NAN, False, False)], False),
-    ([(NAN, False, False), (INF, False, False), (0.1, False, True)], False),
-    ([(NAN, True, False), (0.1, False, True)], True),
-    ([(0.1, True, True), (-INF, False, False)], False),
-    ([], False),
-])
+@pytest.mark.parametrize(
+    "rows, force_grow",
+    [
+        ([(NAN, False, False)], False),
+        ([(NAN, False, False), (INF, False, False), (0.1, False, True)], False),
+        ([(NAN, True, False), (0.1, False, True)], True),
+        ([(0.1, True, True), (-INF, False, False)], False),
+        ([], False),
+    ],
+)
 def test_nothing_selectable_raises(rows, force_grow):
     with pytest.raises(TrainingError, match="diverged"):
         choose(scores(*rows), force_grow=force_grow)
@@ -85,8 +94,7 @@ def test_never_chooses_nan_whatever_its_position():
     for position in range(4):
         objectives = [0.4, 0.3, 0.2, 0.25]
         objectives[position] = NAN
-        chosen = choose([Score(f"c{i}", o) for i, o in enumerate(objectives)],
-                        force_grow=False)
+        chosen = choose([Score(f"c{i}", o) for i, o in enumerate(objectives)], force_grow=False)
         assert not math.isnan(objectives[chosen])
         finite = [o for o in objectives if not math.isnan(o)]
         assert objectives[chosen] == min(finite)

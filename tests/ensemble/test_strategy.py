@@ -9,29 +9,40 @@ def as_rows(specs):
     return [(s.name, s.keep_previous, s.new_subnetworks) for s in specs]
 
 
-@pytest.mark.parametrize("new, expected", [
-    (["a"], [("grow_a", True, ("a",))]),
-    (["a", "b"], [("grow_a", True, ("a",)), ("grow_b", True, ("b",))]),
-    (["b", "a", "c"], [("grow_b", True, ("b",)), ("grow_a", True, ("a",)),
-                       ("grow_c", True, ("c",))]),
-])
+@pytest.mark.parametrize(
+    "new, expected",
+    [
+        (["a"], [("grow_a", True, ("a",))]),
+        (["a", "b"], [("grow_a", True, ("a",)), ("grow_b", True, ("b",))]),
+        (
+            ["b", "a", "c"],
+            [("grow_b", True, ("b",)), ("grow_a", True, ("a",)), ("grow_c", True, ("c",))],
+        ),
+    ],
+)
 def test_grow_strategy(new, expected):
     assert as_rows(st.GrowStrategy().candidates(new)) == expected
 
 
-@pytest.mark.parametrize("new, expected", [
-    (["a"], [("all", True, ("a",))]),
-    (["a", "b"], [("all", True, ("a", "b"))]),
-    (["b", "a", "c"], [("all", True, ("b", "a", "c"))]),
-])
+@pytest.mark.parametrize(
+    "new, expected",
+    [
+        (["a"], [("all", True, ("a",))]),
+        (["a", "b"], [("all", True, ("a", "b"))]),
+        (["b", "a", "c"], [("all", True, ("b", "a", "c"))]),
+    ],
+)
 def test_all_strategy(new, expected):
     assert as_rows(st.AllStrategy().candidates(new)) == expected
 
 
-@pytest.mark.parametrize("new, expected", [
-    (["a"], [("solo_a", False, ("a",))]),
-    (["a", "b"], [("solo_a", False, ("a",)), ("solo_b", False, ("b",))]),
-])
+@pytest.mark.parametrize(
+    "new, expected",
+    [
+        (["a"], [("solo_a", False, ("a",))]),
+        (["a", "b"], [("solo_a", False, ("a",)), ("solo_b", False, ("b",))]),
+    ],
+)
 def test_solo_strategy(new, expected):
     assert as_rows(st.SoloStrategy().candidates(new)) == expected
 
@@ -63,27 +74,30 @@ def test_registry_names():
 G, A, S = st.GrowStrategy(), st.AllStrategy(), st.SoloStrategy()
 
 
-@pytest.mark.parametrize("strategies, new, has_previous, expected_names", [
-    # Iteration 0: no previous ensemble, so grow_x, solo_x (and all, for one subnetwork)
-    # are the same membership; the first strategy's name wins.
-    ([G], ["a", "b"], False, ["grow_a", "grow_b"]),
-    ([G, S], ["a", "b"], False, ["grow_a", "grow_b"]),
-    ([S, G], ["a", "b"], False, ["solo_a", "solo_b"]),
-    ([G, A], ["a"], False, ["grow_a"]),
-    ([A, G], ["a"], False, ["all"]),
-    ([G, A, S], ["a", "b"], False, ["grow_a", "grow_b", "all"]),
-    ([S, A], ["a", "b"], False, ["solo_a", "solo_b", "all"]),
-    # Later iterations: keeping the previous members makes a different membership.
-    ([G, S], ["a", "b"], True, ["grow_a", "grow_b", "solo_a", "solo_b"]),
-    ([S, G], ["a"], True, ["solo_a", "grow_a"]),
-    ([G, A, S], ["a", "b"], True, ["grow_a", "grow_b", "all", "solo_a", "solo_b"]),
-    # All with one subnetwork is grow with that subnetwork, in any iteration.
-    ([G, A], ["a"], True, ["grow_a"]),
-    ([A, S], ["a"], True, ["all", "solo_a"]),
-    # The same strategy twice adds nothing.
-    ([G, G], ["a", "b"], True, ["grow_a", "grow_b"]),
-    ([], ["a"], True, []),
-])
+@pytest.mark.parametrize(
+    "strategies, new, has_previous, expected_names",
+    [
+        # Iteration 0: no previous ensemble, so grow_x, solo_x (and all, for one subnetwork)
+        # are the same membership; the first strategy's name wins.
+        ([G], ["a", "b"], False, ["grow_a", "grow_b"]),
+        ([G, S], ["a", "b"], False, ["grow_a", "grow_b"]),
+        ([S, G], ["a", "b"], False, ["solo_a", "solo_b"]),
+        ([G, A], ["a"], False, ["grow_a"]),
+        ([A, G], ["a"], False, ["all"]),
+        ([G, A, S], ["a", "b"], False, ["grow_a", "grow_b", "all"]),
+        ([S, A], ["a", "b"], False, ["solo_a", "solo_b", "all"]),
+        # Later iterations: keeping the previous members makes a different membership.
+        ([G, S], ["a", "b"], True, ["grow_a", "grow_b", "solo_a", "solo_b"]),
+        ([S, G], ["a"], True, ["solo_a", "grow_a"]),
+        ([G, A, S], ["a", "b"], True, ["grow_a", "grow_b", "all", "solo_a", "solo_b"]),
+        # All with one subnetwork is grow with that subnetwork, in any iteration.
+        ([G, A], ["a"], True, ["grow_a"]),
+        ([A, S], ["a"], True, ["all", "solo_a"]),
+        # The same strategy twice adds nothing.
+        ([G, G], ["a", "b"], True, ["grow_a", "grow_b"]),
+        ([], ["a"], True, []),
+    ],
+)
 def test_candidate_specs_dedup(strategies, new, has_previous, expected_names):
     specs = st.candidate_specs(strategies, new, has_previous=has_previous)
     assert [s.name for s in specs] == expected_names

@@ -26,8 +26,7 @@ def write_tfrecord(path, records, options=None):
                 elif isinstance(value, int):
                     feature[key] = tf.train.Feature(int64_list=tf.train.Int64List(value=[value]))
                 elif isinstance(value, list):
-                    feature[key] = tf.train.Feature(
-                        float_list=tf.train.FloatList(value=value))
+                    feature[key] = tf.train.Feature(float_list=tf.train.FloatList(value=value))
                 else:
                     feature[key] = tf.train.Feature(float_list=tf.train.FloatList(value=[value]))
             example = tf.train.Example(features=tf.train.Features(feature=feature))

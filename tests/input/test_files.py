@@ -37,9 +37,11 @@ def test_header_of_gzip_and_byte_order_mark_and_spaces(tmp_path):
 
 
 def test_tfrecord_feature_names_and_types(tmp_path):
-    path = write_tfrecord(tmp_path / "a.tfrecord.gz", [
-        {"age": 1.5, "city": b"paris", "y": 1}, {"city": b"oslo", "y": 0, "n": 3}],
-        tf.io.TFRecordOptions(compression_type="GZIP"))
+    path = write_tfrecord(
+        tmp_path / "a.tfrecord.gz",
+        [{"age": 1.5, "city": b"paris", "y": 1}, {"city": b"oslo", "y": 0, "n": 3}],
+        tf.io.TFRecordOptions(compression_type="GZIP"),
+    )
     source = files.open_source(path, flag=FLAG)
     assert source.format == files.TFRECORD
     assert source.columns == ("age", "city", "n", "y")

@@ -19,11 +19,19 @@ def test_a_bad_row_stops_the_run_before_training_naming_file_and_line(tmp_path):
     rows = synthetic_rows("binary", 300, 1)
     rows[120][1] = "n/a?"  # x2 is numeric
     path = write_csv(tmp_path / "train.csv", HEADER, rows)
-    result = run_task([f"--train_data={path}", "--label_column=target",
-                       f"--job_dir={tmp_path / 'job'}", *FAST_FLAGS])
+    result = run_task(
+        [
+            f"--train_data={path}",
+            "--label_column=target",
+            f"--job_dir={tmp_path / 'job'}",
+            *FAST_FLAGS,
+        ]
+    )
     assert result.returncode == 2, result.stderr[-2000:]
-    assert (f"numeric column 'x2' holds 'n/a?' at {path} line 122. Fix the value, or pass "
-            "--categorical_columns=x2") in result.stderr
+    assert (
+        f"numeric column 'x2' holds 'n/a?' at {path} line 122. Fix the value, or pass "
+        "--categorical_columns=x2"
+    ) in result.stderr
     assert "--bad_rows=skip" in result.stderr and "Traceback" not in result.stderr
     assert not (tmp_path / "job").exists()
 
@@ -36,22 +44,38 @@ def test_skipped_bad_rows_are_counted_per_file_in_the_report(tmp_path):
     a = write_csv(tmp_path / "a.csv", HEADER, rows[:300])
     b = write_csv(tmp_path / "b.csv", HEADER, rows[300:])
     job = tmp_path / "job"
-    result = run_task([f"--train_data={a},{b}", "--label_column=target", f"--job_dir={job}",
-                       "--bad_rows=skip", *FAST_FLAGS])
+    result = run_task(
+        [
+            f"--train_data={a},{b}",
+            "--label_column=target",
+            f"--job_dir={job}",
+            "--bad_rows=skip",
+            *FAST_FLAGS,
+        ]
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     assert "skipped 3 bad rows" in result.stderr and f"{a} line 7" in result.stderr
     report = load_report(job)
-    assert report["input"]["bad_rows"] == {"policy": "skip",
-                                           "by_file": {"train": {str(a): 1, str(b): 2}}}
+    assert report["input"]["bad_rows"] == {
+        "policy": "skip",
+        "by_file": {"train": {str(a): 1, str(b): 2}},
+    }
     schema = json.loads((job / "schema.json").read_text())
     assert schema["input"]["train"]["rows"] == 597
 
 
 def test_every_eval_pass_counts_each_row_once_and_the_holdout_survives_a_resume(
-        binary_data, tmp_path):
+    binary_data, tmp_path
+):
     job = tmp_path / "job"
-    args = [f"--train_data={binary_data.train}", "--label_column=target", f"--job_dir={job}",
-            "--max_iteration_steps=100", "--batch_size=32", "--holdout_fraction=0.2"]
+    args = [
+        f"--train_data={binary_data.train}",
+        "--label_column=target",
+        f"--job_dir={job}",
+        "--max_iteration_steps=100",
+        "--batch_size=32",
+        "--holdout_fraction=0.2",
+    ]
     assert run_task(args + ["--max_iterations=1"]).returncode == 0
     result = run_task(args + ["--max_iterations=2"])  # a resume: the hold-out is drawn again
     assert result.returncode == 0, result.stderr[-2000:]
@@ -68,8 +92,9 @@ def test_every_eval_pass_counts_each_row_once_and_the_holdout_survives_a_resume(
 def _ids_data(tmp_path, levels: int, rows: int):
     """A label that depends on a user id of `levels` values (and one number)."""
     rng = np.random.default_rng(0)
-    users = rng.permutation(np.concatenate([np.arange(levels),
-                                            rng.integers(0, levels, rows - levels)]))
+    users = rng.permutation(
+        np.concatenate([np.arange(levels), rng.integers(0, levels, rows - levels)])
+    )
     x = rng.normal(size=rows)
     label = ((users % 2 == 0) ^ (x > 1.5)).astype(int)
     lines = ["user,x,label"] + [f"u{u},{v:.3f},{y}" for u, v, y in zip(users, x, label)]
@@ -82,9 +107,18 @@ def _ids_data(tmp_path, levels: int, rows: int):
 def test_a_100k_value_categorical_column_trains_and_serves(tmp_path):
     path, users, x = _ids_data(tmp_path, 100_000, 300_000)
     job = tmp_path / "job"
-    result = run_task([f"--train_data={path}", "--label_column=label", f"--job_dir={job}",
-                       "--generator=dnn", "--max_iterations=1", "--max_iteration_steps=2000",
-                       "--batch_size=256"], timeout=600)
+    result = run_task(
+        [
+            f"--train_data={path}",
+            "--label_column=label",
+            f"--job_dir={job}",
+            "--generator=dnn",
+            "--max_iterations=1",
+            "--max_iteration_steps=2000",
+            "--batch_size=256",
+        ],
+        timeout=600,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     schema = json.loads((job / "schema.json").read_text())
     (user,) = [c for c in schema["columns"] if c["name"] == "user"]
@@ -111,10 +145,17 @@ def test_a_million_rows_end_to_end(tmp_path):
         with gzip.open(tmp_path / f"part-{shard}.csv.gz", "wt", compresslevel=1) as f:
             f.write(header + "\n" + "\n".join(lines[i] for i in picked) + "\n")
     job = tmp_path / "job"
-    result = run_task([f"--train_data={tmp_path / 'part-*.csv.gz'}",
-                       "--label_column=income_bracket", f"--job_dir={job}",
-                       "--max_iterations=1", "--max_iteration_steps=1000", "--batch_size=256"],
-                      timeout=900)
+    result = run_task(
+        [
+            f"--train_data={tmp_path / 'part-*.csv.gz'}",
+            "--label_column=income_bracket",
+            f"--job_dir={job}",
+            "--max_iterations=1",
+            "--max_iteration_steps=1000",
+            "--batch_size=256",
+        ],
+        timeout=900,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     report = load_report(job)
     assert report["input"]["mode"] == "streamed from the files"
@@ -127,12 +168,19 @@ def test_a_resume_on_other_files_is_refused(tmp_path):
     rows = synthetic_rows("binary", 200, 1)
     write_csv(tmp_path / "part-0.csv", HEADER, rows[:100])
     write_csv(tmp_path / "part-1.csv", HEADER, rows[100:])
-    args = [f"--train_data={tmp_path / 'part-*.csv'}", "--label_column=target",
-            f"--job_dir={tmp_path / 'job'}", "--max_iterations=1", "--max_iteration_steps=20"]
+    args = [
+        f"--train_data={tmp_path / 'part-*.csv'}",
+        "--label_column=target",
+        f"--job_dir={tmp_path / 'job'}",
+        "--max_iterations=1",
+        "--max_iteration_steps=20",
+    ]
     assert run_task(args).returncode == 0
     write_csv(tmp_path / "part-2.csv", HEADER, rows[:10])  # the glob now matches three
     result = run_task(args[:-2] + ["--max_iterations=2", "--max_iteration_steps=20"])
     assert result.returncode == 2, result.stderr[-2000:]
-    assert "--train_data now matches 3 files, but the job in this --job_dir was started on 2" \
+    assert (
+        "--train_data now matches 3 files, but the job in this --job_dir was started on 2"
         in result.stderr
+    )
     assert "part-2.csv" in result.stderr

@@ -20,11 +20,14 @@ HEADER = ["id", "x", "c", "y"]
 def make(tmp_path, *, files_count=3, rows=600, bad_rows=BadRows.ERROR, extra=()):
     """`files_count` CSV files; column id numbers the rows (0..rows-1)."""
     all_rows = [[i, i % 13 / 13, "abc"[i % 3], i % 2] for i in range(rows)]
-    paths = [write_rows(tmp_path, HEADER, all_rows[k::files_count] + list(extra),
-                        f"part-{k}.csv") for k in range(files_count)]
+    paths = [
+        write_rows(tmp_path, HEADER, all_rows[k::files_count] + list(extra), f"part-{k}.csv")
+        for k in range(files_count)
+    ]
     source = files.open_source(",".join(paths), flag="--train_data")
-    schema = scan.scan_training(source, S.ColumnChoices("y", numeric=("id",)),
-                                bad_rows=bad_rows, holdout=None)
+    schema = scan.scan_training(
+        source, S.ColumnChoices("y", numeric=("id",)), bad_rows=bad_rows, holdout=None
+    )
     return source, schema
 
 
@@ -36,11 +39,13 @@ def ids(dataset):
     return out
 
 
-@pytest.mark.parametrize("files_count, readers, by_file", [(4, 2, True), (1, 2, False),
-                                                           (3, 4, False), (5, 3, True)])
+@pytest.mark.parametrize(
+    "files_count, readers, by_file", [(4, 2, True), (1, 2, False), (3, 4, False), (5, 3, True)]
+)
 @pytest.mark.parametrize("in_process", [True, False])
-def test_shards_are_disjoint_and_cover_the_data(tmp_path, files_count, readers, by_file,
-                                                in_process):
+def test_shards_are_disjoint_and_cover_the_data(
+    tmp_path, files_count, readers, by_file, in_process
+):
     source, schema = make(tmp_path, files_count=files_count)
     data = Pipeline(source, schema, in_process=in_process)
     seen = []
@@ -70,11 +75,14 @@ def test_the_holdout_is_the_same_for_every_reader_and_complements_training(tmp_p
     train = ids(data.raw(Selection(holdout, Side.TRAIN)))
     assert sorted(held + train) == list(range(600))
     assert 100 < len(held) < 200
-    sharded = [ids(data.raw(Selection(holdout, Side.HELD_OUT, Shard.of(r, 3, num_files=2))))
-               for r in range(3)]
+    sharded = [
+        ids(data.raw(Selection(holdout, Side.HELD_OUT, Shard.of(r, 3, num_files=2))))
+        for r in range(3)
+    ]
     assert sorted(i for part in sharded for i in part) == sorted(held)
-    assert sorted(ids(Pipeline(source, schema, in_process=False).raw(
-        Selection(holdout, Side.HELD_OUT)))) == sorted(held)
+    assert sorted(
+        ids(Pipeline(source, schema, in_process=False).raw(Selection(holdout, Side.HELD_OUT)))
+    ) == sorted(held)
 
 
 def test_an_eval_pass_counts_each_row_once(tmp_path):
@@ -82,8 +90,13 @@ def test_an_eval_pass_counts_each_row_once(tmp_path):
     rows = collections.Counter()
     for encoded, labels in Pipeline(source, schema).encoded(batch_size=512):
         assert encoded["dense"].shape[0] == labels.shape[0] <= 512
-        rows.update(np.round(encoded["dense"][:, 0].numpy() * schema.columns[0].std
-                             + schema.columns[0].mean).astype(int).tolist())
+        rows.update(
+            np.round(
+                encoded["dense"][:, 0].numpy() * schema.columns[0].std + schema.columns[0].mean
+            )
+            .astype(int)
+            .tolist()
+        )
     assert len(rows) == 10_007 and set(rows.values()) == {1}
 
 
@@ -91,8 +104,8 @@ def test_an_eval_pass_counts_each_row_once(tmp_path):
 def test_training_batches_are_full_shuffled_and_endless(tmp_path, cache):
     source, schema = make(tmp_path, files_count=2, rows=300)
     dataset = Pipeline(source, schema).training(
-        Selection(), batch_size=64, seed=5, shuffle_buffer=1000,
-        cache_rows=300 if cache else None)
+        Selection(), batch_size=64, seed=5, shuffle_buffer=1000, cache_rows=300 if cache else None
+    )
     batches = [b for _, b in zip(range(14), dataset)]  # three epochs
     assert all(b[0]["dense"].shape == (64, schema.dense_width) for b in batches)
     first = np.sort(np.concatenate([b[1].numpy() for b in batches[:4]]))
@@ -100,15 +113,15 @@ def test_training_batches_are_full_shuffled_and_endless(tmp_path, cache):
     epoch_ids = lambda bs: [tuple(np.round(b[0]["dense"][:, 0].numpy(), 4)) for b in bs]  # noqa
     assert epoch_ids(batches[:4]) != epoch_ids(batches[4:8])  # a new order each epoch
     if cache:  # the same seed gives the same batches
-        again = Pipeline(source, schema).training(Selection(), batch_size=64, seed=5,
-                                                  shuffle_buffer=1000, cache_rows=300)
+        again = Pipeline(source, schema).training(
+            Selection(), batch_size=64, seed=5, shuffle_buffer=1000, cache_rows=300
+        )
         np.testing.assert_array_equal(next(iter(again))[0]["dense"], batches[0][0]["dense"])
 
 
 def test_bad_rows_are_skipped_or_fail_the_pass(tmp_path):
     extra = [["oops", 0.5, "a", 1]]
-    source, schema = make(tmp_path, files_count=2, rows=100, bad_rows=BadRows.SKIP,
-                          extra=extra)
+    source, schema = make(tmp_path, files_count=2, rows=100, bad_rows=BadRows.SKIP, extra=extra)
     assert schema.summary["train"]["bad_rows"] == 2
     assert sorted(ids(Pipeline(source, schema, BadRows.SKIP).raw())) == list(range(100))
     with pytest.raises(tf.errors.InvalidArgumentError, match="a row that cannot be used"):

@@ -15,12 +15,14 @@ from trainer.input.rows import Columns
 
 def read_all(source, *, in_process=True):
     """[(file index, line, text)] of every row, in order."""
-    dataset = rows.blocks(source, rows.indexed_files(source), parallel=1, deterministic=True,
-                          in_process=in_process)
+    dataset = rows.blocks(
+        source, rows.indexed_files(source), parallel=1, deterministic=True, in_process=in_process
+    )
     out = []
     for file, line, text in dataset:
-        out += list(zip(file.numpy().tolist(), line.numpy().tolist(),
-                        [t.decode() for t in text.numpy()]))
+        out += list(
+            zip(file.numpy().tolist(), line.numpy().tolist(), [t.decode() for t in text.numpy()])
+        )
     return out
 
 
@@ -32,7 +34,12 @@ def test_rows_know_their_file_and_line(tmp_path, in_process):
         f.write("x,y\n3,1\n4,0")  # no final line end
     source = files.open_source(f"{a},{b}", flag="--train_data")
     assert read_all(source, in_process=in_process) == [
-        (0, 2, "1,0"), (0, 3, ""), (0, 4, "2,1"), (1, 2, "3,1"), (1, 3, "4,0")]
+        (0, 2, "1,0"),
+        (0, 3, ""),
+        (0, 4, "2,1"),
+        (1, 2, "3,1"),
+        (1, 3, "4,0"),
+    ]
 
 
 def test_the_chunked_reader_matches_textlinedataset_across_chunks(tmp_path, monkeypatch):
@@ -59,48 +66,64 @@ def test_tfrecord_rows_are_numbered_records(tmp_path):
 
 def parse(tmp_path, text, columns, name="a.csv"):
     source = files.open_source(write(tmp_path, name, text), flag="--train_data")
-    file, line, body = next(iter(rows.blocks(source, rows.indexed_files(source), parallel=1,
-                                              deterministic=True)))
+    file, line, body = next(
+        iter(rows.blocks(source, rows.indexed_files(source), parallel=1, deterministic=True))
+    )
     return rows.RowParser(source, columns).parse(file, line, body)
 
 
 def test_numbers_missing_values_and_text(tmp_path):
-    text = ("n,c,y\n"
-            "1.5, paris ,yes\n"  # plain numbers: the fast path
-            "?,rome,no\n"  # a missing token: parsed as text
-            " 2e3 ,\"Smith, J\",yes\n"
-            "abc,oslo,no\n"  # not a number
-            "inf,x,yes\n"  # not finite: missing
-            ",\"say \"\"hi\"\"\",no\n")
+    text = (
+        "n,c,y\n"
+        "1.5, paris ,yes\n"  # plain numbers: the fast path
+        "?,rome,no\n"  # a missing token: parsed as text
+        ' 2e3 ,"Smith, J",yes\n'
+        "abc,oslo,no\n"  # not a number
+        "inf,x,yes\n"  # not finite: missing
+        ',"say ""hi""",no\n'
+    )
     parsed = parse(tmp_path, text, Columns(("n",), ("c",), "y"))
-    np.testing.assert_array_equal(parsed.numeric["n"].numpy(),
-                                  np.array([1.5, np.nan, 2000, np.nan, np.nan, np.nan], np.float32))
+    np.testing.assert_array_equal(
+        parsed.numeric["n"].numpy(),
+        np.array([1.5, np.nan, 2000, np.nan, np.nan, np.nan], np.float32),
+    )
     assert parsed.not_a_number["n"].numpy().tolist() == [False, False, False, True, False, False]
     assert [c.decode() for c in parsed.categorical["c"].numpy()] == [
-        "paris", "rome", "Smith, J", "oslo", "x", 'say "hi"']
+        "paris",
+        "rome",
+        "Smith, J",
+        "oslo",
+        "x",
+        'say "hi"',
+    ]
     assert not parsed.malformed.numpy().any()
     reasons = rows.feature_reasons(parsed).numpy()
     assert reasons.tolist() == [0, 0, 0, rows.NOT_A_NUMBER, 0, 0]
 
 
 def test_malformed_and_blank_lines(tmp_path):
-    parsed = parse(tmp_path, 'x,y\n1,0\n2,1,5\n\n   \n3\n"open,1\n4,"bad"quote\n5,1\n',
-                   Columns(("x",), (), "y"))
+    parsed = parse(
+        tmp_path,
+        'x,y\n1,0\n2,1,5\n\n   \n3\n"open,1\n4,"bad"quote\n5,1\n',
+        Columns(("x",), (), "y"),
+    )
     assert parsed.line.numpy().tolist() == list(range(2, 10))
-    assert parsed.blank.numpy().tolist() == [False, False, True, True, False, False, False,
-                                             False]
-    assert parsed.malformed.numpy().tolist() == [False, True, False, False, True, True, True,
-                                                 False]
+    assert parsed.blank.numpy().tolist() == [False, False, True, True, False, False, False, False]
+    assert parsed.malformed.numpy().tolist() == [False, True, False, False, True, True, True, False]
     assert parsed.numeric["x"].numpy()[[0, 7]].tolist() == [1.0, 5.0]
 
 
-@pytest.mark.parametrize("labels, texts, numbers", [
-    (["1", "1.0", " 0 ", "2.50"], ["1", "1", "0", "2.50"], [1, 1, 0, 2.5]),
-    (["yes", "", "?", "nan"], ["yes", "", "?", "nan"], [np.nan, np.nan, np.nan, np.nan]),
-])
+@pytest.mark.parametrize(
+    "labels, texts, numbers",
+    [
+        (["1", "1.0", " 0 ", "2.50"], ["1", "1", "0", "2.50"], [1, 1, 0, 2.5]),
+        (["yes", "", "?", "nan"], ["yes", "", "?", "nan"], [np.nan, np.nan, np.nan, np.nan]),
+    ],
+)
 def test_labels_as_canonical_text_and_numbers(tmp_path, labels, texts, numbers):
-    parsed = parse(tmp_path, "x,y\n" + "".join(f"1,{v}\n" for v in labels),
-                   Columns(("x",), (), "y"))
+    parsed = parse(
+        tmp_path, "x,y\n" + "".join(f"1,{v}\n" for v in labels), Columns(("x",), (), "y")
+    )
     assert [t.decode() for t in parsed.label_text.numpy()] == texts
     np.testing.assert_array_equal(parsed.label_value.numpy(), numbers)
 
@@ -108,21 +131,34 @@ def test_labels_as_canonical_text_and_numbers(tmp_path, labels, texts, numbers):
 def test_label_reasons(tmp_path):
     parsed = parse(tmp_path, "x,y\n1,a\n1,\n1,?\n1,inf\n1,2\n", Columns(("x",), (), "y"))
     assert rows.label_reasons(parsed, regression=False).numpy().tolist() == [
-        0, rows.LABEL_MISSING, rows.LABEL_MISSING, rows.LABEL_NOT_FINITE, 0]
+        0,
+        rows.LABEL_MISSING,
+        rows.LABEL_MISSING,
+        rows.LABEL_NOT_FINITE,
+        0,
+    ]
     assert rows.label_reasons(parsed, regression=True).numpy().tolist() == [
-        rows.LABEL_NOT_A_NUMBER, rows.LABEL_MISSING, rows.LABEL_MISSING,
-        rows.LABEL_NOT_FINITE, 0]
+        rows.LABEL_NOT_A_NUMBER,
+        rows.LABEL_MISSING,
+        rows.LABEL_MISSING,
+        rows.LABEL_NOT_FINITE,
+        0,
+    ]
 
 
 def test_tfrecord_parse(tmp_path):
-    path = write_tfrecord(tmp_path / "a.tfrecord", [
-        {"n": 1.5, "t": b"2.5", "c": 7, "y": b"a"},
-        {"t": b"?", "c": 8, "y": b"b"},  # n missing
-        {"n": [1.0, 2.0], "t": b"x", "c": 9, "y": b"a"},  # n has two values
-    ])
+    path = write_tfrecord(
+        tmp_path / "a.tfrecord",
+        [
+            {"n": 1.5, "t": b"2.5", "c": 7, "y": b"a"},
+            {"t": b"?", "c": 8, "y": b"b"},  # n missing
+            {"n": [1.0, 2.0], "t": b"x", "c": 9, "y": b"a"},  # n has two values
+        ],
+    )
     source = files.open_source(path, flag="--train_data")
-    file, line, text = next(iter(rows.blocks(source, rows.indexed_files(source), parallel=1,
-                                              deterministic=True)))
+    file, line, text = next(
+        iter(rows.blocks(source, rows.indexed_files(source), parallel=1, deterministic=True))
+    )
     parsed = rows.RowParser(source, Columns(("n", "t"), ("c",), "y")).parse(file, line, text)
     np.testing.assert_array_equal(parsed.numeric["n"].numpy()[:2], [1.5, np.nan])
     np.testing.assert_array_equal(parsed.numeric["t"].numpy(), [2.5, np.nan, np.nan])
@@ -134,5 +170,6 @@ def test_tfrecord_parse(tmp_path):
 def test_first_where_is_safe_on_empty_blocks():
     mask = tf.constant([False, True, True])
     assert [v.numpy() for v in rows.first_where(mask, tf.constant([5, 6, 7]))] == [6]
-    assert [v.numpy() for v in rows.first_where(tf.zeros([0], tf.bool),
-                                                tf.zeros([0], tf.int64))] == [0]
+    assert [
+        v.numpy() for v in rows.first_where(tf.zeros([0], tf.bool), tf.zeros([0], tf.int64))
+    ] == [0]

@@ -13,11 +13,11 @@ from trainer.input.options import BadRows
 HeadType = S.HeadType
 
 
-def infer(tmp_path, header, rows, label="y", *, bad_rows=BadRows.ERROR, holdout=None,
-          **choices):
+def infer(tmp_path, header, rows, label="y", *, bad_rows=BadRows.ERROR, holdout=None, **choices):
     source = files.open_source(write_rows(tmp_path, header, rows), flag="--train_data")
-    return scan.scan_training(source, S.ColumnChoices(label, **choices), bad_rows=bad_rows,
-                              holdout=holdout)
+    return scan.scan_training(
+        source, S.ColumnChoices(label, **choices), bad_rows=bad_rows, holdout=holdout
+    )
 
 
 def by_name(schema):
@@ -26,9 +26,11 @@ def by_name(schema):
 
 # -- column kinds and statistics --------------------------------------------------------------
 def test_numeric_and_categorical_inference(tmp_path):
-    schema = infer(tmp_path, ["age", "city", "code", "y"],
-                   [[30, "paris", 1, 0], [40, "rome", 2, 1], [50, "paris", "x1", 0],
-                    [60.5, "oslo", 3, 1]])
+    schema = infer(
+        tmp_path,
+        ["age", "city", "code", "y"],
+        [[30, "paris", 1, 0], [40, "rome", 2, 1], [50, "paris", "x1", 0], [60.5, "oslo", 3, 1]],
+    )
     cols = by_name(schema)
     assert schema.feature_names == ("age", "city", "code")
     assert cols["age"].kind is S.Kind.NUMERIC
@@ -50,9 +52,13 @@ def test_missing_tokens_keep_a_column_numeric(tmp_path, missing):
 
 
 def test_flags_override_kinds_and_drop_columns(tmp_path):
-    schema = infer(tmp_path, ["zip", "id", "y"], [[75001, "a", 0], [75002, "b", 1],
-                                                  [75001, "c", 0]],
-                   categorical=("zip",), ignore=("id",))
+    schema = infer(
+        tmp_path,
+        ["zip", "id", "y"],
+        [[75001, "a", 0], [75002, "b", 1], [75001, "c", 0]],
+        categorical=("zip",),
+        ignore=("id",),
+    )
     assert schema.feature_names == ("zip",)
     assert by_name(schema)["zip"].vocabulary == ("75001", "75002")
 
@@ -60,8 +66,9 @@ def test_flags_override_kinds_and_drop_columns(tmp_path):
 def test_quantile_edges_and_vocabulary_order(tmp_path):
     rows = [[i, "abcd"[i % 4] if i % 3 else "c", i % 2] for i in range(20)]
     schema = infer(tmp_path, ["x", "c", "y"], rows, num_bins=5)
-    np.testing.assert_allclose(by_name(schema)["x"].edges,
-                               np.quantile(np.arange(20.0), np.linspace(0, 1, 6)))
+    np.testing.assert_allclose(
+        by_name(schema)["x"].edges, np.quantile(np.arange(20.0), np.linspace(0, 1, 6))
+    )
     # c: 7 + its own 4 others... counted, most frequent first, ties by value
     column = by_name(schema)["c"]
     counts = dict(zip(column.vocabulary, column.counts))
@@ -88,15 +95,18 @@ def test_no_data_rows(tmp_path):
         infer(tmp_path, ["x", "y"], [])
 
 
-@pytest.mark.parametrize("choices, match", [
-    (dict(label=""), "--label_column is required"),
-    (dict(label="target"), "--label_column='target' is not a column"),
-    (dict(label="y", numeric=("q",)), r"--numeric_columns names unknown column\(s\) \['q'\]"),
-    (dict(label="y", categorical=("q",)), "--categorical_columns names unknown"),
-    (dict(label="y", ignore=("q",)), "--ignore_columns names unknown"),
-    (dict(label="y", ignore=("y",)), "--ignore_columns names the label column 'y'"),
-    (dict(label="y", numeric=("a",), categorical=("a",)), r"\['a'\] are in both"),
-])
+@pytest.mark.parametrize(
+    "choices, match",
+    [
+        (dict(label=""), "--label_column is required"),
+        (dict(label="target"), "--label_column='target' is not a column"),
+        (dict(label="y", numeric=("q",)), r"--numeric_columns names unknown column\(s\) \['q'\]"),
+        (dict(label="y", categorical=("q",)), "--categorical_columns names unknown"),
+        (dict(label="y", ignore=("q",)), "--ignore_columns names unknown"),
+        (dict(label="y", ignore=("y",)), "--ignore_columns names the label column 'y'"),
+        (dict(label="y", numeric=("a",), categorical=("a",)), r"\['a'\] are in both"),
+    ],
+)
 def test_bad_column_choices(tmp_path, choices, match):
     label = choices.pop("label")
     with pytest.raises(InputError, match=match) as info:
@@ -111,32 +121,36 @@ def test_no_feature_columns_is_an_error(tmp_path):
 
 
 def test_tfrecord_kinds_come_from_feature_types(tmp_path):
-    path = write_tfrecord(tmp_path / "a.tfrecord",
-                          [{"x": float(i), "c": b"ab"[i % 2:i % 2 + 1], "y": i % 2}
-                           for i in range(6)])
+    path = write_tfrecord(
+        tmp_path / "a.tfrecord",
+        [{"x": float(i), "c": b"ab"[i % 2 : i % 2 + 1], "y": i % 2} for i in range(6)],
+    )
     source = files.open_source(path, flag="--train_data")
-    schema = scan.scan_training(source, S.ColumnChoices("y"), bad_rows=BadRows.ERROR,
-                                holdout=None)
+    schema = scan.scan_training(source, S.ColumnChoices("y"), bad_rows=BadRows.ERROR, holdout=None)
     assert schema.label.head is HeadType.BINARY and schema.label.classes == ("0", "1")
     assert [c.kind for c in schema.columns] == [S.Kind.CATEGORICAL, S.Kind.NUMERIC]
 
 
 # -- label and head ---------------------------------------------------------------------------
-@pytest.mark.parametrize("labels, head, classes", [
-    (["yes", "no", "yes"], HeadType.BINARY, ("no", "yes")),
-    (["<=50K", ">50K", "<=50K"], HeadType.BINARY, ("<=50K", ">50K")),
-    (["1", "1.0", "0", "0.0"], HeadType.BINARY, ("0", "1")),
-    (["-1", "1"], HeadType.BINARY, ("-1", "1")),
-    (["2.0", "0", "1", "2"], HeadType.MULTICLASS, ("0", "1", "2")),
-    (["yes ", "no", "yes"], HeadType.BINARY, ("no", "yes")),
-])
+@pytest.mark.parametrize(
+    "labels, head, classes",
+    [
+        (["yes", "no", "yes"], HeadType.BINARY, ("no", "yes")),
+        (["<=50K", ">50K", "<=50K"], HeadType.BINARY, ("<=50K", ">50K")),
+        (["1", "1.0", "0", "0.0"], HeadType.BINARY, ("0", "1")),
+        (["-1", "1"], HeadType.BINARY, ("-1", "1")),
+        (["2.0", "0", "1", "2"], HeadType.MULTICLASS, ("0", "1", "2")),
+        (["yes ", "no", "yes"], HeadType.BINARY, ("no", "yes")),
+    ],
+)
 def test_classification_head_inference(tmp_path, labels, head, classes):
     schema = infer(tmp_path, ["x", "y"], [[i, v] for i, v in enumerate(labels)])
     assert (schema.label.head, schema.label.classes) == (head, classes)
 
 
-@pytest.mark.parametrize("labels", [[str(i) for i in range(11)], ["0.5", "1.5"],
-                                    ["1.25", "2", "3.5"]])
+@pytest.mark.parametrize(
+    "labels", [[str(i) for i in range(11)], ["0.5", "1.5"], ["1.25", "2", "3.5"]]
+)
 def test_regression_head_inference(tmp_path, labels):
     schema = infer(tmp_path, ["x", "y"], [[i, v] for i, v in enumerate(labels)])
     numbers = np.array(labels, dtype=float)
@@ -173,8 +187,10 @@ def test_a_typo_in_a_numeric_column_names_its_file_line_and_fixes(tmp_path):
     assert message.startswith("--train_data: numeric column 'x' holds '1O' at ")
     assert "train.csv line 19" in message
     assert "--categorical_columns=x" in message and "--bad_rows=skip" in message
-    assert by_name(infer(tmp_path, ["x", "y"], rows, categorical=("x",)))["x"].kind is \
-        S.Kind.CATEGORICAL
+    assert (
+        by_name(infer(tmp_path, ["x", "y"], rows, categorical=("x",)))["x"].kind
+        is S.Kind.CATEGORICAL
+    )
 
 
 def test_wrong_field_count_names_file_and_line(tmp_path):
@@ -198,8 +214,7 @@ def test_skipped_bad_rows_are_counted_per_file_and_left_out_of_the_statistics(tm
     a = write_rows(tmp_path, ["x", "c", "y"], good[:20] + [["1O", "a", 0], [3, "a"]], "a.csv")
     b = write_rows(tmp_path, ["x", "c", "y"], good[20:] + [[5, "a", ""]], "b.csv")
     source = files.open_source(f"{a},{b}", flag="--train_data")
-    schema = scan.scan_training(source, S.ColumnChoices("y"), bad_rows=BadRows.SKIP,
-                                holdout=None)
+    schema = scan.scan_training(source, S.ColumnChoices("y"), bad_rows=BadRows.SKIP, holdout=None)
     train = schema.summary["train"]
     assert [(f["rows"], f["bad_rows"]) for f in train["files"]] == [(20, 2), (20, 1)]
     assert (train["rows"], train["bad_rows"]) == (40, 3)
@@ -212,8 +227,9 @@ def test_holdout_counts_are_stable_and_near_the_fraction(tmp_path):
     holdout = scan.Holdout(0.2, seed=3)
     first = infer(tmp_path, ["x", "z", "y"], rows, holdout=holdout).summary["train"]
     again = infer(tmp_path, ["x", "z", "y"], rows, holdout=holdout).summary["train"]
-    other = infer(tmp_path, ["x", "z", "y"], rows,
-                  holdout=scan.Holdout(0.2, seed=4)).summary["train"]
+    other = infer(tmp_path, ["x", "z", "y"], rows, holdout=scan.Holdout(0.2, seed=4)).summary[
+        "train"
+    ]
     assert first["holdout_rows"] == again["holdout_rows"]
     assert abs(first["holdout_rows"] - 1000) < 100
     assert other["holdout_rows"] != first["holdout_rows"]
@@ -224,9 +240,12 @@ TRAIN = "x,c,y\n1,a,0\n3,b,1\n,a,1.0\n"
 
 
 def eval_summary(tmp_path, text, train=TRAIN, bad_rows=BadRows.ERROR):
-    schema = scan.scan_training(files.open_source(write(tmp_path, "train.csv", train),
-                                                  flag="--train_data"),
-                                S.ColumnChoices("y"), bad_rows=BadRows.ERROR, holdout=None)
+    schema = scan.scan_training(
+        files.open_source(write(tmp_path, "train.csv", train), flag="--train_data"),
+        S.ColumnChoices("y"),
+        bad_rows=BadRows.ERROR,
+        holdout=None,
+    )
     source = files.open_source(write(tmp_path, "eval.csv", text), flag="--eval_data")
     return scan.scan_eval(source, schema, bad_rows=bad_rows)
 
@@ -236,13 +255,22 @@ def test_eval_columns_may_come_in_another_order(tmp_path):
     assert (summary["rows"], summary["bad_rows"]) == (2, 0)
 
 
-@pytest.mark.parametrize("text, match", [
-    ("x,c,y\n1,a,0\n1,a,2\n", r"label '2' at .*eval.csv line 3 is not one of the training "
-                              r"labels \['0', '1'\]"),
-    ("x,c,y\n1,a,0\n1,a,\n", "label column 'y' is empty at .*eval.csv line 3"),
-    ("x,c,y\n1,a,0\n2,a,1\nseven,b,0\n", "numeric column 'x' holds 'seven' at .*eval.csv line 4"),
-    ("x,y\n1,0\n", r"column\(s\) \['c'\] are missing"),
-])
+@pytest.mark.parametrize(
+    "text, match",
+    [
+        (
+            "x,c,y\n1,a,0\n1,a,2\n",
+            r"label '2' at .*eval.csv line 3 is not one of the training "
+            r"labels \['0', '1'\]",
+        ),
+        ("x,c,y\n1,a,0\n1,a,\n", "label column 'y' is empty at .*eval.csv line 3"),
+        (
+            "x,c,y\n1,a,0\n2,a,1\nseven,b,0\n",
+            "numeric column 'x' holds 'seven' at .*eval.csv line 4",
+        ),
+        ("x,y\n1,0\n", r"column\(s\) \['c'\] are missing"),
+    ],
+)
 def test_bad_eval_data(tmp_path, text, match):
     with pytest.raises(InputError, match="^--eval_data: .*" + match):
         eval_summary(tmp_path, text)

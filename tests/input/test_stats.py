@@ -12,7 +12,7 @@ from trainer.input import stats
 def blocks(values, sizes):
     start = 0
     for size in sizes:
-        yield values[start:start + size]
+        yield values[start : start + size]
         start += size
     yield values[start:]
 
@@ -75,8 +75,12 @@ def test_counter_is_exact_under_its_capacity():
 def test_counter_over_capacity_keeps_the_frequent_values_within_its_error_bound():
     rng = np.random.default_rng(0)
     frequent = [f"f{i}".encode() for i in range(20)]
-    rows = np.concatenate([rng.choice(frequent, size=20_000),  # 1,000 each
-                           np.array([f"r{i}".encode() for i in range(30_000)])])  # once each
+    rows = np.concatenate(
+        [
+            rng.choice(frequent, size=20_000),  # 1,000 each
+            np.array([f"r{i}".encode() for i in range(30_000)]),
+        ]
+    )  # once each
     rng.shuffle(rows)
     counter = stats.Counter(capacity=100)
     for block in blocks(rows, [1000] * 50):
@@ -93,11 +97,16 @@ def test_counter_over_capacity_keeps_the_frequent_values_within_its_error_bound(
 
 def test_label_values():
     label = stats.LabelValues(max_distinct=3)
-    label.update(np.array([b"1", b"0"]), [2, 1], np.array([1.0, 1.0, 0.0]),
-                 np.array([True, True, True]))
+    label.update(
+        np.array([b"1", b"0"]), [2, 1], np.array([1.0, 1.0, 0.0]), np.array([True, True, True])
+    )
     assert label.all_numbers and label.non_integral == 0 and not label.overflowed
     assert label.distinct == {b"1": 2, b"0": 1}
-    label.update(np.array([b"2.5", b"x", b"y"]), [1, 1, 1], np.array([2.5, np.nan, np.nan]),
-                 np.array([True, False, False]))
+    label.update(
+        np.array([b"2.5", b"x", b"y"]),
+        [1, 1, 1],
+        np.array([2.5, np.nan, np.nan]),
+        np.array([True, False, False]),
+    )
     assert label.overflowed and not label.all_numbers and label.non_integral == 1
     assert label.moments.count == 4

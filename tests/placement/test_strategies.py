@@ -4,8 +4,13 @@ import itertools
 
 import pytest
 
-from trainer.placement import (Placement, ReplicationStrategy, RoundRobinStrategy, Unit,
-                               ps_for_variable)
+from trainer.placement import (
+    Placement,
+    ReplicationStrategy,
+    RoundRobinStrategy,
+    Unit,
+    ps_for_variable,
+)
 
 E = Unit(ensemble=True, subnetworks=())
 
@@ -93,8 +98,9 @@ PS_GROUPS = {
 
 @pytest.mark.parametrize("ps,k", sorted(PS_GROUPS))
 def test_round_robin_ps_groups(ps, k):
-    groups = [RoundRobinStrategy().ps_group(num_ps=ps, num_subnetworks=k, subnetwork=s)
-              for s in range(k)]
+    groups = [
+        RoundRobinStrategy().ps_group(num_ps=ps, num_subnetworks=k, subnetwork=s) for s in range(k)
+    ]
     assert groups == PS_GROUPS[(ps, k)]
 
 
@@ -109,8 +115,9 @@ def test_variables_are_spread_in_a_group_by_a_stable_hash():
     assert servers == [ps_for_variable((1, 4), n) for n in names]  # stable
 
 
-@pytest.mark.parametrize("bad", [dict(num_workers=0, num_subnetworks=3),
-                                 dict(num_workers=2, num_subnetworks=0)])
+@pytest.mark.parametrize(
+    "bad", [dict(num_workers=0, num_subnetworks=3), dict(num_workers=2, num_subnetworks=0)]
+)
 def test_bad_counts_are_rejected(bad):
     with pytest.raises(ValueError, match="must be >= 1"):
         RoundRobinStrategy().assign(**bad)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import abc
 import dataclasses
 import enum
-from typing import Sequence
+from collections.abc import Sequence
 
 import keras
 import numpy as np
@@ -62,8 +62,13 @@ class Ensembler(abc.ABC):
     name: str
 
     @abc.abstractmethod
-    def build(self, *, members: Sequence[Member], logits_dimension: int,
-              previous: MixtureWeights | None = None) -> MixtureWeights:
+    def build(
+        self,
+        *,
+        members: Sequence[Member],
+        logits_dimension: int,
+        previous: MixtureWeights | None = None,
+    ) -> MixtureWeights:
         """Mixture weights for `members`; `previous` is the previous best ensemble's weights
         (for warm starts), or None."""
 
@@ -96,23 +101,32 @@ class ComplexityRegularizedEnsembler(Ensembler):
 
     def __post_init__(self):
         if self.adanet_lambda < 0 or self.adanet_beta < 0:
-            raise ValueError(f"adanet_lambda ({self.adanet_lambda}) and adanet_beta "
-                             f"({self.adanet_beta}) must be >= 0.")
+            raise ValueError(
+                f"adanet_lambda ({self.adanet_lambda}) and adanet_beta "
+                f"({self.adanet_beta}) must be >= 0."
+            )
 
     def build(self, *, members, logits_dimension, previous=None):
         return _WeightedSum(self, tuple(members), logits_dimension, previous)
 
 
 class _WeightedSum(MixtureWeights):
-
-    def __init__(self, spec: ComplexityRegularizedEnsembler, members: tuple[Member, ...],
-                 logits_dimension: int, previous: MixtureWeights | None):
+    def __init__(
+        self,
+        spec: ComplexityRegularizedEnsembler,
+        members: tuple[Member, ...],
+        logits_dimension: int,
+        previous: MixtureWeights | None,
+    ):
         super().__init__(name="weighted_sum")
         self.spec = spec
         self.members = members
         warm = {}
-        if (spec.warm_start_mixture_weights and isinstance(previous, _WeightedSum)
-                and previous.spec.mixture_weight_type is spec.mixture_weight_type):
+        if (
+            spec.warm_start_mixture_weights
+            and isinstance(previous, _WeightedSum)
+            and previous.spec.mixture_weight_type is spec.mixture_weight_type
+        ):
             warm = {m.key: w for m, w in zip(previous.members, previous.weights)}
         self.weights = []
         for i, member in enumerate(members):
@@ -120,13 +134,18 @@ class _WeightedSum(MixtureWeights):
                 initial = tf.identity(warm[member.key])
             elif spec.mixture_weight_type is MixtureWeightType.MATRIX:
                 initial = keras.initializers.GlorotUniform(seed=i)(
-                    [member.last_layer_dim, logits_dimension])
+                    [member.last_layer_dim, logits_dimension]
+                )
             else:
-                shape = [] if spec.mixture_weight_type is MixtureWeightType.SCALAR else [
-                    logits_dimension]
+                shape = (
+                    []
+                    if spec.mixture_weight_type is MixtureWeightType.SCALAR
+                    else [logits_dimension]
+                )
                 initial = tf.fill(shape, 1.0 / len(members))
-            self.weights.append(tf.Variable(initial, trainable=spec.learn_mixture_weights,
-                                            name=f"w_{i}"))
+            self.weights.append(
+                tf.Variable(initial, trainable=spec.learn_mixture_weights, name=f"w_{i}")
+            )
         self.bias = None
         if spec.use_bias:
             initial = tf.zeros([logits_dimension])
@@ -136,15 +155,20 @@ class _WeightedSum(MixtureWeights):
 
     def __call__(self, outputs):
         matrix = self.spec.mixture_weight_type is MixtureWeightType.MATRIX
-        terms = [tf.matmul(last, w) if matrix else logits * w
-                 for (last, logits), w in zip(outputs, self.weights)]
+        terms = [
+            tf.matmul(last, w) if matrix else logits * w
+            for (last, logits), w in zip(outputs, self.weights)
+        ]
         logits = tf.add_n(terms)
         return logits + self.bias if self.bias is not None else logits
 
     def penalty(self):
         return objective.complexity_penalty(
-            self.weights, [m.complexity for m in self.members],
-            adanet_lambda=self.spec.adanet_lambda, adanet_beta=self.spec.adanet_beta)
+            self.weights,
+            [m.complexity for m in self.members],
+            adanet_lambda=self.spec.adanet_lambda,
+            adanet_beta=self.spec.adanet_beta,
+        )
 
     def describe(self):
         def view(w):
@@ -152,8 +176,11 @@ class _WeightedSum(MixtureWeights):
             if w.ndim == 2:  # a matrix: too big to list; its L1 norm says how much it counts
                 return {"l1_norm": float(np.abs(w).sum()), "shape": list(w.shape)}
             return w.tolist()
-        out = {"type": self.spec.mixture_weight_type.value,
-               "weights": {m.key: view(w) for m, w in zip(self.members, self.weights)}}
+
+        out = {
+            "type": self.spec.mixture_weight_type.value,
+            "weights": {m.key: view(w) for m, w in zip(self.members, self.weights)},
+        }
         if self.bias is not None:
             out["bias"] = self.bias.numpy().tolist()
         return out
@@ -170,7 +197,6 @@ class MeanEnsembler(Ensembler):
 
 
 class _Mean(MixtureWeights):
-
     def __init__(self, members: tuple[Member, ...]):
         super().__init__(name="mean")
         self.members = members
@@ -179,5 +205,4 @@ class _Mean(MixtureWeights):
         return tf.add_n([logits for _, logits in outputs]) / float(len(outputs))
 
     def describe(self):
-        return {"type": "mean", "weights": {m.key: 1.0 / len(self.members)
-                                            for m in self.members}}
+        return {"type": "mean", "weights": {m.key: 1.0 / len(self.members) for m in self.members}}

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 from trainer.errors import TrainingError
 
@@ -49,5 +49,6 @@ def choose(scores: Sequence[Score], *, force_grow: bool) -> int:
         raise TrainingError(
             "every candidate ensemble diverged (non-finite loss): "
             f"{[s.name for s in scores]}. Lower --learning_rate or check the data for "
-            "extreme values; finished iterations are kept in the job dir.")
+            "extreme values; finished iterations are kept in the job dir."
+        )
     return min(eligible, key=lambda i: (scores[i].objective, i))

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import abc
 import dataclasses
-from typing import Sequence
+from collections.abc import Sequence
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,8 +64,9 @@ class SoloStrategy(Strategy):
 STRATEGIES = {s.name: s for s in (GrowStrategy(), AllStrategy(), SoloStrategy())}
 
 
-def candidate_specs(strategies: Sequence[Strategy], new_subnetworks: Sequence[str], *,
-                    has_previous: bool) -> list[CandidateSpec]:
+def candidate_specs(
+    strategies: Sequence[Strategy], new_subnetworks: Sequence[str], *, has_previous: bool
+) -> list[CandidateSpec]:
     """All strategies' candidates, without duplicates of the same membership.
 
     Without a previous ensemble (iteration 0), Grow, All and Solo can yield the same

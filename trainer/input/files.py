@@ -13,7 +13,6 @@ import csv
 import dataclasses
 import gzip
 import io
-
 import os
 
 import tensorflow as tf
@@ -71,8 +70,10 @@ class Source:
         """Fails naming the columns of `names` this source lacks."""
         missing = [n for n in names if n not in self.columns]
         if missing:
-            raise InputError(f"{self.flag}: column(s) {missing} are missing; {what}. Columns "
-                             f"found in {self.files[0]}: {', '.join(self.columns)}.")
+            raise InputError(
+                f"{self.flag}: column(s) {missing} are missing; {what}. Columns "
+                f"found in {self.files[0]}: {', '.join(self.columns)}."
+            )
 
 
 def expand(pattern_list: str, *, flag: str) -> list[str]:
@@ -106,9 +107,11 @@ def open_source(pattern_list: str, *, flag: str) -> Source:
         headers = list(pool.map(lambda f: csv_header(f, flag=flag), files))
     for path, header in zip(files, headers):
         if header != headers[0]:
-            raise InputError(f"{flag}: {path} has columns {list(header)}, but {files[0]} has "
-                             f"{list(headers[0])}. All files of one input need the same "
-                             "columns, in the same order.")
+            raise InputError(
+                f"{flag}: {path} has columns {list(header)}, but {files[0]} has "
+                f"{list(headers[0])}. All files of one input need the same "
+                "columns, in the same order."
+            )
     return Source(flag, pattern_list, tuple(files), CSV, headers[0])
 
 
@@ -126,15 +129,17 @@ def csv_header(path: str, *, flag: str) -> tuple[str, ...]:
         text = first.decode("utf-8-sig")
         header = next(csv.reader(io.StringIO(text)), None)
     except (UnicodeDecodeError, csv.Error) as e:
-        raise InputError(f"{flag}: cannot read {path} as CSV text ({e}). Is it a CSV file "
-                         "(optionally .gz), or a TFRecord file named *.tfrecord?") from None
+        raise InputError(
+            f"{flag}: cannot read {path} as CSV text ({e}). Is it a CSV file "
+            "(optionally .gz), or a TFRecord file named *.tfrecord?"
+        ) from None
     if not header:
-        raise InputError(f"{flag}: {path} is empty; a CSV file needs a header row and data "
-                         "rows.")
+        raise InputError(f"{flag}: {path} is empty; a CSV file needs a header row and data rows.")
     names = tuple(h.strip() for h in header)
     if len(set(names)) != len(names) or "" in names:
-        raise InputError(f"{flag}: the header of {path} has empty or repeated column names: "
-                         f"{list(names)}.")
+        raise InputError(
+            f"{flag}: the header of {path} has empty or repeated column names: {list(names)}."
+        )
     return names
 
 
@@ -146,22 +151,27 @@ def _sniff_tfrecord(files: list[str], *, flag: str) -> tuple[tuple[str, ...], tu
     for path in files:
         try:
             for record in tf.data.TFRecordDataset(path, Source.compression(path)).take(
-                    _SNIFF_RECORDS - seen):
+                _SNIFF_RECORDS - seen
+            ):
                 example = tf.train.Example.FromString(record.numpy())
                 for name, feature in example.features.feature.items():
                     kind = feature.WhichOneof("kind")
                     if kind is None:
                         continue
                     if types.setdefault(name, kind) != kind:
-                        raise InputError(f"{flag}: feature '{name}' is a {types[name]} in some "
-                                         f"records and a {kind} in others ({path}); give each "
-                                         "feature one type.")
+                        raise InputError(
+                            f"{flag}: feature '{name}' is a {types[name]} in some "
+                            f"records and a {kind} in others ({path}); give each "
+                            "feature one type."
+                        )
                 seen += 1
         except InputError:
             raise
         except Exception as e:  # a corrupt file raises OpError, a corrupt record DecodeError
-            raise InputError(f"{flag}: cannot read {path} as TFRecord files of tf.Example "
-                             f"({type(e).__name__}: {e}).") from None
+            raise InputError(
+                f"{flag}: cannot read {path} as TFRecord files of tf.Example "
+                f"({type(e).__name__}: {e})."
+            ) from None
         if seen >= _SNIFF_RECORDS:
             break
     if not types:

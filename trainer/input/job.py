@@ -77,45 +77,72 @@ class JobInput:
         share = math.ceil(self.train_rows / max(readers, 1))
         return share * self.schema.bytes_per_example() <= self.options.cache_bytes
 
-    def training(self, *, readers: int, shard: Shard | None, batch_size: int, seed: int,
-                 in_process: bool = True) -> tf.data.Dataset:
+    def training(
+        self,
+        *,
+        readers: int,
+        shard: Shard | None,
+        batch_size: int,
+        seed: int,
+        in_process: bool = True,
+    ) -> tf.data.Dataset:
         """Endless shuffled training batches for one of `readers` readers (see Pipeline)."""
         return self._pipeline(self.train, in_process=in_process).training(
-            self.train_selection(shard), batch_size=batch_size, seed=seed,
+            self.train_selection(shard),
+            batch_size=batch_size,
+            seed=seed,
             shuffle_buffer=self.options.shuffle_buffer,
-            cache_rows=self.train_rows if self.is_cached(readers) else None)
+            cache_rows=self.train_rows if self.is_cached(readers) else None,
+        )
 
     def reads(self, readers: list[str]) -> dict:
         """What each reader reads of the training data, for the report."""
         mode = "in memory" if self.is_cached(len(readers)) else "streamed from the files"
-        return {"training_rows": self.train_rows, "eval_rows": self.eval_rows,
-                "eval_data": self.describe_eval(), "mode": mode,
-                "readers": {name: plan for name, plan in zip(
-                    readers, shard_plan(self.train, len(readers)))}}
+        return {
+            "training_rows": self.train_rows,
+            "eval_rows": self.eval_rows,
+            "eval_data": self.describe_eval(),
+            "mode": mode,
+            "readers": {
+                name: plan for name, plan in zip(readers, shard_plan(self.train, len(readers)))
+            },
+        }
 
     def _pipeline(self, source: Source, *, in_process: bool = True) -> Pipeline:
         return Pipeline(source, self.schema, self.options.bad_rows, in_process)
 
 
-def prepare(*, train_data: str, eval_data: str | None, columns: ColumnChoices,
-            holdout_fraction: float, options: InputOptions, seed: int,
-            job: job_dir_lib.JobDir, scan_if_new: bool, wait_secs: float = 0.0,
-            open_train: bool = True) -> JobInput:
+def prepare(
+    *,
+    train_data: str,
+    eval_data: str | None,
+    columns: ColumnChoices,
+    holdout_fraction: float,
+    options: InputOptions,
+    seed: int,
+    job: job_dir_lib.JobDir,
+    scan_if_new: bool,
+    wait_secs: float = 0.0,
+    open_train: bool = True,
+) -> JobInput:
     """Opens the sources and gets the schema: from the job dir when it exists; else scanned
     here (`scan_if_new`, the chief: InputError on bad input, before anything is written);
     else waited for, up to `wait_secs` (a replica whose chief is scanning)."""
     eval_source = files_lib.open_source(eval_data, flag="--eval_data") if eval_data else None
     holdout = None if eval_data else Holdout(holdout_fraction, seed)
-    train = (files_lib.open_source(train_data, flag="--train_data")
-             if open_train or holdout else None)
+    train = (
+        files_lib.open_source(train_data, flag="--train_data") if open_train or holdout else None
+    )
     if job.exists():
         schema = Schema.from_json(job_dir_lib.read_text(job.schema), path=job.schema)
     elif scan_if_new:
-        schema = scan.scan_training(train, columns, bad_rows=options.bad_rows,
-                                    holdout=holdout, seed=seed)
+        schema = scan.scan_training(
+            train, columns, bad_rows=options.bad_rows, holdout=holdout, seed=seed
+        )
         if eval_source:
-            summary = dict(schema.summary, eval=scan.scan_eval(
-                eval_source, schema, bad_rows=options.bad_rows))
+            summary = dict(
+                schema.summary, eval=scan.scan_eval(eval_source, schema, bad_rows=options.bad_rows)
+            )
             schema = dataclasses.replace(schema, summary=summary)
     else:
         schema = _wait_for_schema(job, wait_secs)
@@ -136,16 +163,20 @@ def _check_same_files(source: Source | None, summary: dict | None) -> None:
         raise InputError(
             f"{source.flag} now matches {len(source.files)} files, but the job in this "
             f"--job_dir was started on {len(then)} (new: {added}, gone: {gone}). Resume with "
-            "the same files, or train on the new ones in a new --job_dir.")
+            "the same files, or train on the new ones in a new --job_dir."
+        )
 
 
 def _wait_for_schema(job: job_dir_lib.JobDir, wait_secs: float) -> Schema:
     deadline = time.monotonic() + wait_secs
     while not job.exists():
         if time.monotonic() > deadline:
-            raise InputError(f"the chief did not write {job.run} in {wait_secs:.0f} s; it "
-                             "scans the data first. Check the chief's log.")
-        logging.log_every_n_seconds(logging.INFO, "Waiting for the chief's schema in %s.",
-                                    30, job.root)
+            raise InputError(
+                f"the chief did not write {job.run} in {wait_secs:.0f} s; it "
+                "scans the data first. Check the chief's log."
+            )
+        logging.log_every_n_seconds(
+            logging.INFO, "Waiting for the chief's schema in %s.", 30, job.root
+        )
         time.sleep(1.0)
     return Schema.from_json(job_dir_lib.read_text(job.schema), path=job.schema)

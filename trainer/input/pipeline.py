@@ -21,7 +21,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import os
-from typing import Callable
+from collections.abc import Callable
 
 import tensorflow as tf
 
@@ -29,8 +29,8 @@ from trainer import schema as schema_lib
 from trainer.features import Preprocessor
 from trainer.input import rows as rows_lib
 from trainer.input.files import Source
-from trainer.input.rows import Columns
 from trainer.input.options import BadRows
+from trainer.input.rows import Columns
 from trainer.input.scan import Holdout
 
 # Rows parsed together: the per-block cost of a parse (~100 ops) is paid once per block.
@@ -57,7 +57,7 @@ class Shard:
     by_file: bool
 
     @classmethod
-    def of(cls, index, count: int, *, num_files: int) -> "Shard | None":
+    def of(cls, index, count: int, *, num_files: int) -> Shard | None:
         if count <= 1:
             return None
         return cls(index, count, by_file=num_files >= count)
@@ -65,17 +65,18 @@ class Shard:
     def describe(self, source: Source) -> dict:
         """What this reader reads (index must be a number), for the report."""
         if self.by_file:
-            return {"files": list(source.files[self.index::self.count])}
-        return {"rows": f"every row whose line number is {self.index} modulo {self.count}, "
-                        f"in all {len(source.files)} files"}
+            return {"files": list(source.files[self.index :: self.count])}
+        return {
+            "rows": f"every row whose line number is {self.index} modulo {self.count}, "
+            f"in all {len(source.files)} files"
+        }
 
 
 def shard_plan(source: Source, count: int) -> list[dict]:
     """What each of `count` readers reads (one entry per reader)."""
     if count <= 1:
         return [{"files": "all"}]
-    return [Shard.of(i, count, num_files=len(source.files)).describe(source)
-            for i in range(count)]
+    return [Shard.of(i, count, num_files=len(source.files)).describe(source) for i in range(count)]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -122,22 +123,31 @@ class Pipeline:
         return max(1, min(len(self.source.files), os.cpu_count() or 2, 8, count))
 
     def _rows(self, selection: Selection, *, deterministic: bool) -> tf.data.Dataset:
-        return rows_lib.blocks(self.source, selection.files(self.source),
-                               parallel=self._readers(len(self.source.files)),
-                               deterministic=deterministic, in_process=self.in_process)
+        return rows_lib.blocks(
+            self.source,
+            selection.files(self.source),
+            parallel=self._readers(len(self.source.files)),
+            deterministic=deterministic,
+            in_process=self.in_process,
+        )
 
     def _parse_fn(self, selection: Selection, *, with_label: bool = True) -> Callable:
         """fn(file, line, text) -> (raw features, labels): the selected rows that can be used
         (bad rows are skipped, or with `BadRows.ERROR` fail the pipeline naming the first).
         Labels are class ids (int64) or regression targets (float32)."""
         schema, label = self.schema, self.schema.label
-        columns = Columns(schema.numeric_names, schema.categorical_names,
-                          label.name if with_label else None)
+        columns = Columns(
+            schema.numeric_names, schema.categorical_names, label.name if with_label else None
+        )
         parser = rows_lib.RowParser(self.source, columns)
         classes = None
         if with_label and not label.is_regression:
-            classes = tf.lookup.StaticHashTable(tf.lookup.KeyValueTensorInitializer(
-                tf.constant(label.classes), tf.range(len(label.classes), dtype=tf.int64)), -1)
+            classes = tf.lookup.StaticHashTable(
+                tf.lookup.KeyValueTensorInitializer(
+                    tf.constant(label.classes), tf.range(len(label.classes), dtype=tf.int64)
+                ),
+                -1,
+            )
         files = tf.constant(self.source.files)
 
         def parse(file, line, text):
@@ -150,18 +160,28 @@ class Pipeline:
                 reasons |= rows_lib.label_reasons(parsed, regression=label.is_regression)
                 if classes is not None:
                     labels = classes.lookup(parsed.label_text)
-                    reasons |= tf.where((labels < 0) & tf.equal(reasons, 0),
-                                        rows_lib.LABEL_UNKNOWN, 0)
+                    reasons |= tf.where(
+                        (labels < 0) & tf.equal(reasons, 0), rows_lib.LABEL_UNKNOWN, 0
+                    )
                 else:
                     labels = tf.cast(parsed.label_value, tf.float32)
             keep = ~parsed.blank
             bad = keep & tf.not_equal(reasons, 0)
             if self.bad_rows is BadRows.ERROR:
                 where, number, why = rows_lib.first_where(bad, file, line, reasons)
-                tf.debugging.Assert(~tf.reduce_any(bad), [
-                    "a row that cannot be used:", tf.gather(files, where), "line", number,
-                    "reason bits", why, "(the input changed since its scan? pass "
-                    "--bad_rows=skip to skip such rows)"])
+                tf.debugging.Assert(
+                    ~tf.reduce_any(bad),
+                    [
+                        "a row that cannot be used:",
+                        tf.gather(files, where),
+                        "line",
+                        number,
+                        "reason bits",
+                        why,
+                        "(the input changed since its scan? pass "
+                        "--bad_rows=skip to skip such rows)",
+                    ],
+                )
             keep &= ~bad
             parsed = parsed.take(keep)
             if not with_label:
@@ -181,31 +201,58 @@ class Pipeline:
         return tf.autograph.experimental.do_not_convert(encode)
 
     # -- datasets ---------------------------------------------------------------------------
-    def encoded(self, selection: Selection = Selection(), *,
-                batch_size: int = EVAL_BATCH_SIZE, deterministic: bool = False
-                ) -> tf.data.Dataset:
+    def encoded(
+        self,
+        selection: Selection = Selection(),
+        *,
+        batch_size: int = EVAL_BATCH_SIZE,
+        deterministic: bool = False,
+    ) -> tf.data.Dataset:
         """One pass, in batches of at most `batch_size`: `(encoded features, labels)` (in
         the files' order if `deterministic`)."""
-        return self._pass(selection, self._encode_fn(selection), batch_size=batch_size,
-                          deterministic=deterministic)
+        return self._pass(
+            selection,
+            self._encode_fn(selection),
+            batch_size=batch_size,
+            deterministic=deterministic,
+        )
 
-    def raw(self, selection: Selection = Selection(), *, batch_size: int = EVAL_BATCH_SIZE,
-            with_label: bool = True) -> tf.data.Dataset:
+    def raw(
+        self,
+        selection: Selection = Selection(),
+        *,
+        batch_size: int = EVAL_BATCH_SIZE,
+        with_label: bool = True,
+    ) -> tf.data.Dataset:
         """One pass of raw features as the serving signature takes them: `(features, labels)`,
         or `features` alone without `with_label`."""
-        return self._pass(selection, self._parse_fn(selection, with_label=with_label),
-                          batch_size=batch_size, deterministic=False)
+        return self._pass(
+            selection,
+            self._parse_fn(selection, with_label=with_label),
+            batch_size=batch_size,
+            deterministic=False,
+        )
 
-    def _pass(self, selection: Selection, fn: Callable, *, batch_size: int,
-              deterministic: bool) -> tf.data.Dataset:
-        return (self._rows(selection, deterministic=deterministic)
-                .rebatch(PARSE_BLOCK_ROWS)
-                .map(fn, num_parallel_calls=tf.data.AUTOTUNE, deterministic=deterministic)
-                .rebatch(batch_size)
-                .prefetch(2))
+    def _pass(
+        self, selection: Selection, fn: Callable, *, batch_size: int, deterministic: bool
+    ) -> tf.data.Dataset:
+        return (
+            self._rows(selection, deterministic=deterministic)
+            .rebatch(PARSE_BLOCK_ROWS)
+            .map(fn, num_parallel_calls=tf.data.AUTOTUNE, deterministic=deterministic)
+            .rebatch(batch_size)
+            .prefetch(2)
+        )
 
-    def training(self, selection: Selection, *, batch_size: int, seed: int,
-                 shuffle_buffer: int, cache_rows: int | None) -> tf.data.Dataset:
+    def training(
+        self,
+        selection: Selection,
+        *,
+        batch_size: int,
+        seed: int,
+        shuffle_buffer: int,
+        cache_rows: int | None,
+    ) -> tf.data.Dataset:
         """Endless shuffled batches of `batch_size` (`(encoded features, labels)`).
 
         With `cache_rows` (an upper bound of the rows this reader takes, given when they fit
@@ -216,35 +263,49 @@ class Pipeline:
         """
         if cache_rows is not None:
             # Read in a fixed order: the same seed gives the same batches.
-            return _in_memory(self.encoded(selection, batch_size=PARSE_BLOCK_ROWS,
-                                           deterministic=True),
-                              rows=cache_rows, batch_size=batch_size, seed=seed)
-        files = selection.files(self.source).shuffle(
-            len(self.source.files), seed=seed, reshuffle_each_iteration=True).repeat()
-        rows = rows_lib.blocks(self.source, files, parallel=self._readers(
-            len(self.source.files)), deterministic=False, in_process=self.in_process,
-            cycle=min(len(self.source.files), _FILES_MIXED))
+            return _in_memory(
+                self.encoded(selection, batch_size=PARSE_BLOCK_ROWS, deterministic=True),
+                rows=cache_rows,
+                batch_size=batch_size,
+                seed=seed,
+            )
+        files = (
+            selection.files(self.source)
+            .shuffle(len(self.source.files), seed=seed, reshuffle_each_iteration=True)
+            .repeat()
+        )
+        rows = rows_lib.blocks(
+            self.source,
+            files,
+            parallel=self._readers(len(self.source.files)),
+            deterministic=False,
+            in_process=self.in_process,
+            cycle=min(len(self.source.files), _FILES_MIXED),
+        )
         encode = self._encode_fn(selection)
 
         def shuffle_and_encode(number, block):
             file, line, text = block
             order = tf.random.experimental.stateless_shuffle(
-                tf.range(tf.size(text)), seed=tf.stack([tf.constant(seed, tf.int64), number]))
+                tf.range(tf.size(text)), seed=tf.stack([tf.constant(seed, tf.int64), number])
+            )
             return encode(*(tf.gather(t, order) for t in (file, line, text)))
 
         # A window of `shuffle_buffer` rows (from several files) is permuted whole, parsed
         # and encoded in one call: per-row tf.data elements (unbatch, shuffle) cost more CPU
         # than the parse itself.
-        return (rows.rebatch(shuffle_buffer)
-                .enumerate()
-                .map(shuffle_and_encode, num_parallel_calls=tf.data.AUTOTUNE,
-                     deterministic=False)
-                .rebatch(batch_size, drop_remainder=True)
-                .prefetch(tf.data.AUTOTUNE))
+        return (
+            rows.rebatch(shuffle_buffer)
+            .enumerate()
+            .map(shuffle_and_encode, num_parallel_calls=tf.data.AUTOTUNE, deterministic=False)
+            .rebatch(batch_size, drop_remainder=True)
+            .prefetch(tf.data.AUTOTUNE)
+        )
 
 
-def _in_memory(encoded: tf.data.Dataset, *, rows: int, batch_size: int,
-               seed: int) -> tf.data.Dataset:
+def _in_memory(
+    encoded: tf.data.Dataset, *, rows: int, batch_size: int, seed: int
+) -> tf.data.Dataset:
     """All of `encoded` as one cached element, then endless batches gathered from it in a
     new permutation per epoch (epoch e of seed s permutes with the stateless seed (s, e))."""
     table = encoded.unbatch().batch(max(rows, 1)).take(1).cache()
@@ -254,11 +315,15 @@ def _in_memory(encoded: tf.data.Dataset, *, rows: int, batch_size: int,
         count = tf.shape(labels, out_type=tf.int64)[0]
         steps = count // batch_size
         order = tf.random.experimental.stateless_shuffle(
-            tf.range(count), seed=tf.stack([tf.constant(seed, tf.int64), number]))
-        batches = tf.reshape(order[:steps * batch_size], [steps, batch_size])
+            tf.range(count), seed=tf.stack([tf.constant(seed, tf.int64), number])
+        )
+        batches = tf.reshape(order[: steps * batch_size], [steps, batch_size])
         return tf.data.Dataset.from_tensor_slices(batches).map(
-            lambda i: ({k: tf.gather(v, i) for k, v in features.items()}, tf.gather(labels, i)))
+            lambda i: ({k: tf.gather(v, i) for k, v in features.items()}, tf.gather(labels, i))
+        )
 
-    return (tf.data.Dataset.zip(table.repeat(), tf.data.Dataset.counter())
-            .flat_map(epoch)
-            .prefetch(tf.data.AUTOTUNE))
+    return (
+        tf.data.Dataset.zip(table.repeat(), tf.data.Dataset.counter())
+        .flat_map(epoch)
+        .prefetch(tf.data.AUTOTUNE)
+    )

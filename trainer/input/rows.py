@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 import re
 import zlib
-from typing import Sequence
+from collections.abc import Sequence
 
 import tensorflow as tf
 
@@ -47,8 +47,15 @@ _MISSING = "|".join(re.escape(token) for token in sorted(schema_lib.MISSING_TOKE
 
 
 # -- reading --------------------------------------------------------------------------------
-def blocks(source: Source, files: tf.data.Dataset, *, parallel: int, deterministic: bool,
-           in_process: bool = True, cycle: int | None = None) -> tf.data.Dataset:
+def blocks(
+    source: Source,
+    files: tf.data.Dataset,
+    *,
+    parallel: int,
+    deterministic: bool,
+    in_process: bool = True,
+    cycle: int | None = None,
+) -> tf.data.Dataset:
     """Blocks `(file, line, text)` of the files that `files` yields as `(index, path)`,
     `parallel` files read at once (CSV headers left out), blocks of `cycle` files (default:
     `parallel`) taken in turn.
@@ -69,28 +76,38 @@ def blocks(source: Source, files: tf.data.Dataset, *, parallel: int, determinist
     cycle = max(cycle or parallel, parallel)
     if parallel == 1:  # one thread takes the files' blocks in turn
         return files.interleave(one_file, cycle_length=cycle)
-    return files.interleave(one_file, cycle_length=cycle, num_parallel_calls=parallel,
-                            deterministic=deterministic)
+    return files.interleave(
+        one_file, cycle_length=cycle, num_parallel_calls=parallel, deterministic=deterministic
+    )
 
 
 def _record_blocks(index: tf.Tensor, path: tf.Tensor) -> tf.data.Dataset:
     records = tf.data.TFRecordDataset(path, _compression(path), buffer_size=_READ_BUFFER_BYTES)
-    return records.batch(READ_BLOCK_ROWS).enumerate().map(
-        lambda i, text: _located(index, i * READ_BLOCK_ROWS + 1, text))
+    return (
+        records.batch(READ_BLOCK_ROWS)
+        .enumerate()
+        .map(lambda i, text: _located(index, i * READ_BLOCK_ROWS + 1, text))
+    )
 
 
 def _line_blocks(index: tf.Tensor, path: tf.Tensor) -> tf.data.Dataset:
     lines = tf.data.TextLineDataset(path, _compression(path), buffer_size=_READ_BUFFER_BYTES)
     # Line 1 is the header; blocks are full but for the last, so block i starts at line
     # 2 + i * READ_BLOCK_ROWS.
-    return lines.skip(1).batch(READ_BLOCK_ROWS).enumerate().map(
-        lambda i, text: _located(index, i * READ_BLOCK_ROWS + 2, text))
+    return (
+        lines.skip(1)
+        .batch(READ_BLOCK_ROWS)
+        .enumerate()
+        .map(lambda i, text: _located(index, i * READ_BLOCK_ROWS + 2, text))
+    )
 
 
 def _chunk_blocks(index: tf.Tensor, path: tf.Tensor) -> tf.data.Dataset:
     chunks = tf.data.Dataset.from_generator(
-        line_chunks, args=(path,), output_signature=(tf.TensorSpec([], tf.string),
-                                                      tf.TensorSpec([], tf.int64)))
+        line_chunks,
+        args=(path,),
+        output_signature=(tf.TensorSpec([], tf.string), tf.TensorSpec([], tf.int64)),
+    )
 
     def split(chunk, first_line):
         lines = tf.strings.split(chunk, "\n")
@@ -129,7 +146,7 @@ def line_chunks(path: bytes | str):
             cut = pending.rfind(b"\n")
             if cut < 0:
                 continue
-            text, pending = _lines(pending[:cut + 1]), pending[cut + 1:]
+            text, pending = _lines(pending[: cut + 1]), pending[cut + 1 :]
             yield text, line
             line += text.count(b"\n") + 1
     if pending:
@@ -164,7 +181,8 @@ def indexed_files(source: Source, files: Sequence[int] | None = None) -> tf.data
     """`(index, path)` of the source's files (or of those with the given indices)."""
     indices = list(range(len(source.files))) if files is None else list(files)
     return tf.data.Dataset.from_tensor_slices(
-        (tf.constant(indices, tf.int64), tf.constant([source.files[i] for i in indices])))
+        (tf.constant(indices, tf.int64), tf.constant([source.files[i] for i in indices]))
+    )
 
 
 # -- parsing --------------------------------------------------------------------------------
@@ -205,14 +223,16 @@ class Parsed:
         """The raw feature columns as the model's serving signature takes them."""
         return {**self.numeric, **self.categorical}
 
-    def take(self, mask: tf.Tensor) -> "Parsed":
+    def take(self, mask: tf.Tensor) -> Parsed:
         """The rows where `mask` holds."""
+
         def pick(value):
             if value is None:
                 return None
             if isinstance(value, dict):
                 return {k: tf.boolean_mask(v, mask) for k, v in value.items()}
             return tf.boolean_mask(value, mask)
+
         return Parsed(**{f.name: pick(getattr(self, f.name)) for f in dataclasses.fields(self)})
 
 
@@ -241,18 +261,31 @@ class RowParser:
         numeric_at = {source.columns.index(n) for n in columns.numeric}
         filler = "," * (width - 1)  # decode_csv fails the whole block on one bad line
         blank = tf.equal(tf.strings.length(tf.strings.strip(text)), 0)
-        fast = tf.strings.regex_full_match(text, ",".join(
-            _PLAIN_NUMBER_FIELD if i in numeric_at else _FIELD for i in range(width))) & ~blank
+        fast = (
+            tf.strings.regex_full_match(
+                text,
+                ",".join(_PLAIN_NUMBER_FIELD if i in numeric_at else _FIELD for i in range(width)),
+            )
+            & ~blank
+        )
         fields = tf.io.decode_csv(
             tf.where(fast, text, filler),
-            [[float("nan")] if i in numeric_at else [""] for i in wanted], select_cols=wanted)
+            [[float("nan")] if i in numeric_at else [""] for i in wanted],
+            select_cols=wanted,
+        )
         fast_fields = dict(zip((source.columns[i] for i in wanted), fields))
 
         where = tf.where(~fast & ~blank)  # [k, 1]: the rows parsed as text
         slow = tf.gather_nd(text, where)
         well_formed = tf.strings.regex_full_match(slow, ",".join([_FIELD] * width))
-        slow_fields = dict(zip((source.columns[i] for i in wanted), tf.io.decode_csv(
-            tf.where(well_formed, slow, filler), [[""]] * len(wanted), select_cols=wanted)))
+        slow_fields = dict(
+            zip(
+                (source.columns[i] for i in wanted),
+                tf.io.decode_csv(
+                    tf.where(well_formed, slow, filler), [[""]] * len(wanted), select_cols=wanted
+                ),
+            )
+        )
         size = tf.shape(text, out_type=tf.int64)
 
         def put_back(fast_values, slow_values):
@@ -261,22 +294,27 @@ class RowParser:
         numbers, not_a_number = {}, {}
         for name in columns.numeric:
             value, is_number, is_missing = _parse_numbers(
-                tf.strings.strip(slow_fields[name]), _MISSING)
+                tf.strings.strip(slow_fields[name]), _MISSING
+            )
             numbers[name] = put_back(tf.cast(fast_fields[name], tf.float64), value)
-            not_a_number[name] = tf.scatter_nd(where, ~is_number & ~is_missing & well_formed,
-                                               size)
-        texts = {name: put_back(tf.strings.strip(fast_fields[name]),
-                                tf.strings.strip(slow_fields[name]))
-                 for name in columns.categorical + ((columns.label,) if columns.label else ())}
+            not_a_number[name] = tf.scatter_nd(where, ~is_number & ~is_missing & well_formed, size)
+        texts = {
+            name: put_back(tf.strings.strip(fast_fields[name]), tf.strings.strip(slow_fields[name]))
+            for name in columns.categorical + ((columns.label,) if columns.label else ())
+        }
         malformed = tf.scatter_nd(where, ~well_formed, size)
         return self._typed(file, line, text, blank, malformed, texts, numbers, not_a_number)
 
     # -- TFRecord -------------------------------------------------------------------------
     def _parse_examples(self, file, line, text) -> Parsed:
-        dtypes = {files_lib.BYTES: tf.string, files_lib.INT64: tf.int64,
-                  files_lib.FLOAT: tf.float32}
-        spec = {n: tf.io.RaggedFeature(dtypes[self.source.feature_type(n)])
-                for n in self.columns.names}
+        dtypes = {
+            files_lib.BYTES: tf.string,
+            files_lib.INT64: tf.int64,
+            files_lib.FLOAT: tf.float32,
+        }
+        spec = {
+            n: tf.io.RaggedFeature(dtypes[self.source.feature_type(n)]) for n in self.columns.names
+        }
         ragged = tf.io.parse_example(text, spec)
         malformed = tf.zeros(tf.shape(text), tf.bool)
         texts, numbers, not_a_number = {}, {}, {}
@@ -285,11 +323,11 @@ class RowParser:
             malformed |= count > 1
             present = count > 0
             if values.dtype == tf.string:
-                texts[name] = tf.strings.strip(values.to_tensor(default_value="", shape=[
-                    None, 1])[:, 0])
+                texts[name] = tf.strings.strip(
+                    values.to_tensor(default_value="", shape=[None, 1])[:, 0]
+                )
                 if name in self.columns.numeric:  # numbers written as text
-                    numbers[name], is_number, is_missing = _parse_numbers(texts[name],
-                                                                         _MISSING)
+                    numbers[name], is_number, is_missing = _parse_numbers(texts[name], _MISSING)
                     not_a_number[name] = ~is_number & ~is_missing
                 continue
             value = tf.cast(values.to_tensor(shape=[None, 1])[:, 0], tf.float64)
@@ -301,17 +339,28 @@ class RowParser:
         return self._typed(file, line, text, blank, malformed, texts, numbers, not_a_number)
 
     # -- typing ---------------------------------------------------------------------------
-    def _typed(self, file, line, text, blank, malformed, texts: dict, numbers: dict,
-               not_a_number: dict) -> Parsed:
+    def _typed(
+        self, file, line, text, blank, malformed, texts: dict, numbers: dict, not_a_number: dict
+    ) -> Parsed:
         """The parsed block: numeric features as float32 (non-finite values are missing),
         categorical ones as text, and the label both ways."""
         columns = self.columns
-        numeric = {name: tf.cast(tf.where(tf.math.is_finite(numbers[name]), numbers[name],
-                                          float("nan")), tf.float32)
-                   for name in columns.numeric}
-        parsed = Parsed(file, line, text, blank, malformed, numeric,
-                        {name: not_a_number[name] & ~malformed for name in columns.numeric},
-                        {name: texts[name] for name in columns.categorical})
+        numeric = {
+            name: tf.cast(
+                tf.where(tf.math.is_finite(numbers[name]), numbers[name], float("nan")), tf.float32
+            )
+            for name in columns.numeric
+        }
+        parsed = Parsed(
+            file,
+            line,
+            text,
+            blank,
+            malformed,
+            numeric,
+            {name: not_a_number[name] & ~malformed for name in columns.numeric},
+            {name: texts[name] for name in columns.categorical},
+        )
         if columns.label:
             label_text = texts[columns.label]
             value, is_number, _ = _parse_numbers(label_text, "")
@@ -319,13 +368,14 @@ class RowParser:
             # holding numeric labels pay for it.
             parsed.label_text = tf.cond(
                 tf.reduce_any(is_number),
-                lambda: tf.where(is_number & _is_integral(value), _number_text(value),
-                                 label_text),
-                lambda: label_text)
+                lambda: tf.where(is_number & _is_integral(value), _number_text(value), label_text),
+                lambda: label_text,
+            )
             parsed.label_value = value
             parsed.label_is_number = is_number
-            parsed.label_missing = (tf.equal(label_text, "") | tf.equal(label_text, "?")) \
-                & ~malformed
+            parsed.label_missing = (
+                tf.equal(label_text, "") | tf.equal(label_text, "?")
+            ) & ~malformed
         return parsed
 
 
@@ -346,15 +396,16 @@ def _parse_numbers(text: tf.Tensor, missing: str) -> tuple[tf.Tensor, tf.Tensor,
 
 
 def _is_integral(value: tf.Tensor) -> tf.Tensor:
-    return tf.math.is_finite(value) & tf.equal(value, tf.round(value)) & (tf.abs(value) < 2 ** 53)
+    return tf.math.is_finite(value) & tf.equal(value, tf.round(value)) & (tf.abs(value) < 2**53)
 
 
 def _number_text(value: tf.Tensor) -> tf.Tensor:
     """Integral numbers without a fraction ("1", not "1.0"); others in their shortest form."""
-    return tf.where(_is_integral(value),
-                    tf.strings.as_string(tf.cast(tf.where(_is_integral(value), value, 0.0),
-                                                 tf.int64)),
-                    tf.strings.as_string(value, shortest=True))
+    return tf.where(
+        _is_integral(value),
+        tf.strings.as_string(tf.cast(tf.where(_is_integral(value), value, 0.0), tf.int64)),
+        tf.strings.as_string(value, shortest=True),
+    )
 
 
 # -- why rows cannot be used ----------------------------------------------------------------
@@ -369,11 +420,11 @@ def feature_reasons(parsed: Parsed) -> tf.Tensor:
 def label_reasons(parsed: Parsed, *, regression: bool) -> tf.Tensor:
     """Reason bits of the label: missing, not finite, or (`regression`) not a number."""
     reasons = tf.where(parsed.label_missing, LABEL_MISSING, 0)
-    reasons |= tf.where(parsed.label_is_number & ~tf.math.is_finite(parsed.label_value),
-                        LABEL_NOT_FINITE, 0)
+    reasons |= tf.where(
+        parsed.label_is_number & ~tf.math.is_finite(parsed.label_value), LABEL_NOT_FINITE, 0
+    )
     if regression:
-        reasons |= tf.where(~parsed.label_is_number & ~parsed.label_missing,
-                            LABEL_NOT_A_NUMBER, 0)
+        reasons |= tf.where(~parsed.label_is_number & ~parsed.label_missing, LABEL_NOT_A_NUMBER, 0)
     return tf.where(parsed.malformed, 0, reasons)
 
 
@@ -391,5 +442,8 @@ def first_numeric_failure(parsed: Parsed) -> tf.Tensor:
     if not parsed.not_a_number:
         return tf.fill(tf.shape(parsed.line), -1)
     bad = tf.stack(list(parsed.not_a_number.values()), axis=1)
-    return tf.where(tf.reduce_any(bad, axis=1), tf.argmax(tf.cast(bad, tf.int32), axis=1,
-                                                          output_type=tf.int32), -1)
+    return tf.where(
+        tf.reduce_any(bad, axis=1),
+        tf.argmax(tf.cast(bad, tf.int32), axis=1, output_type=tf.int32),
+        -1,
+    )

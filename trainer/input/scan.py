@@ -16,7 +16,7 @@ import csv
 import dataclasses
 import io
 import os
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
 
 import numpy as np
 import tensorflow as tf
@@ -46,8 +46,7 @@ class Holdout:
     seed: int
 
     def held_out(self, text: tf.Tensor) -> tf.Tensor:
-        bucket = tf.strings.to_hash_bucket_strong(text, _HOLDOUT_BUCKETS,
-                                                  key=[self.seed, 0x5EED])
+        bucket = tf.strings.to_hash_bucket_strong(text, _HOLDOUT_BUCKETS, key=[self.seed, 0x5EED])
         return bucket < int(round(self.fraction * _HOLDOUT_BUCKETS))
 
     def describe(self) -> str:
@@ -65,8 +64,7 @@ class BadRow:
     column: str | None  # the first numeric column that is not a number
 
 
-def describe(bad: BadRow, source: Source, label: str | None,
-             classes: tuple[str, ...] = ()) -> str:
+def describe(bad: BadRow, source: Source, label: str | None, classes: tuple[str, ...] = ()) -> str:
     """What is wrong with a bad row, where, and how to fix it."""
     unit = "record" if source.format == files_lib.TFRECORD else "line"
     where = f"{bad.path} {unit} {bad.line}"
@@ -74,26 +72,38 @@ def describe(bad: BadRow, source: Source, label: str | None,
     value = lambda column: _value(bad, source, column)  # noqa: E731
     if bad.reasons & rows_lib.MALFORMED:
         if source.format == files_lib.TFRECORD:
-            return (f"{source.flag}: {where} holds a feature with several values; this "
-                    f"trainer takes one value per feature{skip}.")
+            return (
+                f"{source.flag}: {where} holds a feature with several values; this "
+                f"trainer takes one value per feature{skip}."
+            )
         fields = _csv_fields(bad.text)
         count = f"has {len(fields)} fields" if fields is not None else "is not valid CSV"
-        return (f"{source.flag}: {where} {count}, the header has {len(source.columns)}. Fix "
-                f"that line (quote values with commas, start quoted values right after the "
-                f"comma){skip}.")
+        return (
+            f"{source.flag}: {where} {count}, the header has {len(source.columns)}. Fix "
+            f"that line (quote values with commas, start quoted values right after the "
+            f"comma){skip}."
+        )
     if bad.reasons & rows_lib.NOT_A_NUMBER:
-        return (f"{source.flag}: numeric column '{bad.column}' holds {value(bad.column)!r} at "
-                f"{where}. Fix the value, or pass --categorical_columns={bad.column} to treat "
-                f"the column as categories{skip}.")
+        return (
+            f"{source.flag}: numeric column '{bad.column}' holds {value(bad.column)!r} at "
+            f"{where}. Fix the value, or pass --categorical_columns={bad.column} to treat "
+            f"the column as categories{skip}."
+        )
     if bad.reasons & rows_lib.LABEL_MISSING:
-        return (f"{source.flag}: label column '{label}' is empty at {where}: every row needs a "
-                f"label. Remove or fix that row{skip}.")
+        return (
+            f"{source.flag}: label column '{label}' is empty at {where}: every row needs a "
+            f"label. Remove or fix that row{skip}."
+        )
     if bad.reasons & (rows_lib.LABEL_NOT_FINITE | rows_lib.LABEL_NOT_A_NUMBER):
-        return (f"{source.flag}: label column '{label}' holds {value(label)!r} at {where}: "
-                "regression labels must be finite numbers. Remove or fix that row, or choose "
-                f"--head=binary or --head=multiclass{skip}.")
-    return (f"{source.flag}: label {value(label)!r} at {where} is not one of the training "
-            f"labels {list(classes)[:20]}{skip}.")
+        return (
+            f"{source.flag}: label column '{label}' holds {value(label)!r} at {where}: "
+            "regression labels must be finite numbers. Remove or fix that row, or choose "
+            f"--head=binary or --head=multiclass{skip}."
+        )
+    return (
+        f"{source.flag}: label {value(label)!r} at {where} is not one of the training "
+        f"labels {list(classes)[:20]}{skip}."
+    )
 
 
 def _csv_fields(text: bytes) -> list[str] | None:
@@ -120,40 +130,52 @@ def _reader_threads(source: Source) -> int:
     return max(1, min(len(source.files), os.cpu_count() or 2, 8))
 
 
-def _blocks(source: Source, fn: Callable, *, take_rows: int | None = None,
-            files: list[int] | None = None) -> Iterator[dict[str, np.ndarray]]:
+def _blocks(
+    source: Source, fn: Callable, *, take_rows: int | None = None, files: list[int] | None = None
+) -> Iterator[dict[str, np.ndarray]]:
     """`fn` applied to every block of the source (in a fixed order), as numpy; only to the
     first `take_rows` rows if given."""
-    dataset = rows_lib.blocks(source, rows_lib.indexed_files(source, files),
-                              parallel=_reader_threads(source), deterministic=True)
+    dataset = rows_lib.blocks(
+        source,
+        rows_lib.indexed_files(source, files),
+        parallel=_reader_threads(source),
+        deterministic=True,
+    )
     if take_rows:  # whole blocks of 4,096: unbatching row by row costs more than parsing
         dataset = dataset.rebatch(4096).take(-(-take_rows // 4096))
     # Not converted by autograph: plain TensorFlow code, and converting it took seconds.
     # One parse per core: steadier than AUTOTUNE here (1.9 s against 1.9-2.8 s for 1M rows).
-    dataset = dataset.map(tf.autograph.experimental.do_not_convert(fn),
-                          num_parallel_calls=os.cpu_count() or 2).prefetch(2)
+    dataset = dataset.map(
+        tf.autograph.experimental.do_not_convert(fn), num_parallel_calls=os.cpu_count() or 2
+    ).prefetch(2)
     try:
         for block in dataset:
             yield {k: v.numpy() for k, v in block.items()}
-    except (tf.errors.DataLossError, tf.errors.InvalidArgumentError,
-            tf.errors.UnknownError) as e:
-        what = ("TFRecord files of tf.Example" if source.format == files_lib.TFRECORD
-                else "CSV text")
-        raise InputError(f"{source.flag}: cannot read {source.pattern} as {what} "
-                         f"({type(e).__name__}: {e.message.splitlines()[0][:300]}).") from None
+    except (tf.errors.DataLossError, tf.errors.InvalidArgumentError, tf.errors.UnknownError) as e:
+        what = "TFRecord files of tf.Example" if source.format == files_lib.TFRECORD else "CSV text"
+        raise InputError(
+            f"{source.flag}: cannot read {source.pattern} as {what} "
+            f"({type(e).__name__}: {e.message.splitlines()[0][:300]})."
+        ) from None
 
 
 def _first_bad(parsed: rows_lib.Parsed, reasons: tf.Tensor) -> dict[str, tf.Tensor]:
     """The first bad row of a block (if any), and the file index of every bad row."""
     bad = reasons != 0
     file, line, reason, column, text = rows_lib.first_where(
-        bad, parsed.file, parsed.line, tf.cast(reasons, tf.int64),
-        tf.cast(rows_lib.first_numeric_failure(parsed), tf.int64), parsed.text)
-    return {"bad_files": tf.boolean_mask(parsed.file, bad),
-            # count, file, line, reasons, index of the numeric column that failed
-            "first_bad": tf.stack([tf.reduce_sum(tf.cast(bad, tf.int64)), file, line, reason,
-                                   column]),
-            "first_bad_text": text}
+        bad,
+        parsed.file,
+        parsed.line,
+        tf.cast(reasons, tf.int64),
+        tf.cast(rows_lib.first_numeric_failure(parsed), tf.int64),
+        parsed.text,
+    )
+    return {
+        "bad_files": tf.boolean_mask(parsed.file, bad),
+        # count, file, line, reasons, index of the numeric column that failed
+        "first_bad": tf.stack([tf.reduce_sum(tf.cast(bad, tf.int64)), file, line, reason, column]),
+        "first_bad_text": text,
+    }
 
 
 class _BadRowLog:
@@ -170,8 +192,13 @@ class _BadRowLog:
         if not count:
             return
         self.per_file += np.bincount(block["bad_files"], minlength=len(self.per_file))
-        row = BadRow(self.source.files[file], line, reasons, bytes(block["first_bad_text"]),
-                     self.numeric[column] if column >= 0 else None)
+        row = BadRow(
+            self.source.files[file],
+            line,
+            reasons,
+            bytes(block["first_bad_text"]),
+            self.numeric[column] if column >= 0 else None,
+        )
         key = lambda r: (self.source.files.index(r.path), r.line)  # noqa: E731
         if self.first is None or key(row) < key(self.first):
             self.first = row
@@ -183,8 +210,12 @@ class _BadRowLog:
         message = describe(self.first, self.source, label, classes)
         if policy is BadRows.ERROR:
             raise InputError(message)
-        logging.warning("%s: skipped %d bad rows (first: %s)", self.source.flag,
-                        int(self.per_file.sum()), message)
+        logging.warning(
+            "%s: skipped %d bad rows (first: %s)",
+            self.source.flag,
+            int(self.per_file.sum()),
+            message,
+        )
 
 
 def _sample_kinds(source: Source, choices: ColumnChoices) -> dict[str, Kind]:
@@ -195,7 +226,7 @@ def _sample_kinds(source: Source, choices: ColumnChoices) -> dict[str, Kind]:
     text_columns = []
     for name in features:
         if source.feature_type(name) in (files_lib.INT64, files_lib.FLOAT):
-            kinds[name] = (Kind.CATEGORICAL if name in choices.categorical else Kind.NUMERIC)
+            kinds[name] = Kind.CATEGORICAL if name in choices.categorical else Kind.NUMERIC
         else:
             text_columns.append(name)
     if text_columns:
@@ -207,25 +238,36 @@ def _sample_kinds(source: Source, choices: ColumnChoices) -> dict[str, Kind]:
             out = {}
             for name in text_columns:
                 number, missing = rows_lib.is_number(parsed.categorical[name])
-                out[name] = tf.stack([tf.reduce_sum(tf.cast(number & usable, tf.int64)),
-                                      tf.reduce_sum(tf.cast(~number & ~missing & usable,
-                                                            tf.int64))])
+                out[name] = tf.stack(
+                    [
+                        tf.reduce_sum(tf.cast(number & usable, tf.int64)),
+                        tf.reduce_sum(tf.cast(~number & ~missing & usable, tf.int64)),
+                    ]
+                )
             return out
 
         totals = {name: np.zeros(2, np.int64) for name in text_columns}
-        for block in _blocks(source, count, take_rows=SAMPLE_ROWS,
-                             files=list(range(min(len(source.files), 4)))):
+        for block in _blocks(
+            source, count, take_rows=SAMPLE_ROWS, files=list(range(min(len(source.files), 4)))
+        ):
             for name in text_columns:
                 totals[name] += block[name]
         for name in text_columns:
             numbers, not_numbers = totals[name]
-            kinds[name] = schema_lib.infer_kind(name, choices, numbers=int(numbers),
-                                                not_numbers=int(not_numbers))
+            kinds[name] = schema_lib.infer_kind(
+                name, choices, numbers=int(numbers), not_numbers=int(not_numbers)
+            )
     return {name: kinds[name] for name in features}
 
 
-def scan_training(source: Source, choices: ColumnChoices, *, bad_rows: BadRows,
-                  holdout: Holdout | None, seed: int = 0) -> Schema:
+def scan_training(
+    source: Source,
+    choices: ColumnChoices,
+    *,
+    bad_rows: BadRows,
+    holdout: Holdout | None,
+    seed: int = 0,
+) -> Schema:
     """The schema of the training data, from one streaming pass over it."""
     schema_lib.check_choices(source.columns, choices, source=source.pattern)
     kinds = _sample_kinds(source, choices)
@@ -236,16 +278,21 @@ def scan_training(source: Source, choices: ColumnChoices, *, bad_rows: BadRows,
 
     def scan(file, line, text):
         parsed = parser.parse(file, line, text)
-        reasons = (rows_lib.feature_reasons(parsed)
-                   | rows_lib.label_reasons(parsed, regression=forced_regression))
+        reasons = rows_lib.feature_reasons(parsed) | rows_lib.label_reasons(
+            parsed, regression=forced_regression
+        )
         out = _first_bad(parsed, reasons)
         usable = ~parsed.blank & tf.equal(reasons, 0)
         good = parsed.take(usable)
         out["files"] = good.file
-        out["held_out"] = (holdout.held_out(good.text) if holdout
-                           else tf.zeros(tf.shape(good.file), tf.bool))
-        out["numeric"] = (tf.stack([good.numeric[n] for n in numeric], axis=1) if numeric
-                          else tf.zeros([tf.size(good.file), 0]))
+        out["held_out"] = (
+            holdout.held_out(good.text) if holdout else tf.zeros(tf.shape(good.file), tf.bool)
+        )
+        out["numeric"] = (
+            tf.stack([good.numeric[n] for n in numeric], axis=1)
+            if numeric
+            else tf.zeros([tf.size(good.file), 0])
+        )
         # Each categorical column's distinct values and counts, one after another.
         values, counts, sizes = [], [], []
         for name in categorical + ("",):
@@ -281,32 +328,56 @@ def scan_training(source: Source, choices: ColumnChoices, *, bad_rows: BadRows,
         ends = np.cumsum(block["sizes"])
         for name, start, end in zip(categorical, ends - block["sizes"], ends):
             counters[name].update(block["values"][start:end], block["counts"][start:end])
-        label.update(block["values"][ends[-2] if len(ends) > 1 else 0:],
-                     block["counts"][ends[-2] if len(ends) > 1 else 0:],
-                     block["label_numbers"], block["label_is_number"])
+        label.update(
+            block["values"][ends[-2] if len(ends) > 1 else 0 :],
+            block["counts"][ends[-2] if len(ends) > 1 else 0 :],
+            block["label_numbers"],
+            block["label_is_number"],
+        )
     log.check(bad_rows, choices.label)
     if not rows.sum():
         raise InputError(f"{source.flag}: {', '.join(source.files[:5])} holds no data rows.")
     label_schema = schema_lib.infer_label(
-        choices.label, choices.head, distinct=None if label.overflowed else {
-            k.decode("utf-8", "replace"): v for k, v in label.distinct.items()},
-        all_numbers=label.all_numbers, all_integral=label.non_integral == 0,
+        choices.label,
+        choices.head,
+        distinct=None
+        if label.overflowed
+        else {k.decode("utf-8", "replace"): v for k, v in label.distinct.items()},
+        all_numbers=label.all_numbers,
+        all_integral=label.non_integral == 0,
         mean=label.moments.mean if label.moments.count else float("nan"),
-        std=label.moments.std)
+        std=label.moments.std,
+    )
     columns = []
     for name in kinds:
         if name in moments:
             m = moments[name]
-            columns.append(schema_lib.numeric_column(
-                name, count=m.count, missing=missing[name], mean=m.mean, std=m.std,
-                minimum=m.min, maximum=m.max, sample=samples[name].values,
-                num_bins=choices.num_bins))
+            columns.append(
+                schema_lib.numeric_column(
+                    name,
+                    count=m.count,
+                    missing=missing[name],
+                    mean=m.mean,
+                    std=m.std,
+                    minimum=m.min,
+                    maximum=m.max,
+                    sample=samples[name].values,
+                    num_bins=choices.num_bins,
+                )
+            )
         else:
             counter = counters[name]
-            columns.append(schema_lib.categorical_column(
-                name, [(v.decode("utf-8", "replace"), c) for v, c in
-                       counter.most_common(choices.max_vocabulary_size)],
-                count_error=counter.max_count_error, choices=choices))
+            columns.append(
+                schema_lib.categorical_column(
+                    name,
+                    [
+                        (v.decode("utf-8", "replace"), c)
+                        for v, c in counter.most_common(choices.max_vocabulary_size)
+                    ],
+                    count_error=counter.max_count_error,
+                    choices=choices,
+                )
+            )
     summary = {
         "bad_rows": bad_rows.value,
         "train": _source_summary(source, rows, log.per_file, held if holdout else None),
@@ -315,7 +386,8 @@ def scan_training(source: Source, choices: ColumnChoices, *, bad_rows: BadRows,
             "quantile_sample": stats.QUANTILE_SAMPLE,
             "sampled_quantiles": [n for n in numeric if moments[n].count > stats.QUANTILE_SAMPLE],
             "approximate_counts": [n for n in categorical if not counters[n].is_exact],
-            "kinds_from_first_rows": SAMPLE_ROWS},
+            "kinds_from_first_rows": SAMPLE_ROWS,
+        },
     }
     return Schema(tuple(columns), label_schema, summary)
 
@@ -325,14 +397,16 @@ def scan_eval(source: Source, schema: Schema, *, bad_rows: BadRows) -> dict:
     rows per file)."""
     label = schema.label
     source.require((*schema.feature_names, label.name), what="the training data has them")
-    parser = rows_lib.RowParser(source, Columns(schema.numeric_names, schema.categorical_names,
-                                                label.name))
+    parser = rows_lib.RowParser(
+        source, Columns(schema.numeric_names, schema.categorical_names, label.name)
+    )
     classes = tf.constant(label.classes or ("",))
 
     def check(file, line, text):
         parsed = parser.parse(file, line, text)
-        reasons = (rows_lib.feature_reasons(parsed)
-                   | rows_lib.label_reasons(parsed, regression=label.is_regression))
+        reasons = rows_lib.feature_reasons(parsed) | rows_lib.label_reasons(
+            parsed, regression=label.is_regression
+        )
         if not label.is_regression:
             known = tf.reduce_any(tf.equal(parsed.label_text[:, None], classes[None, :]), 1)
             reasons |= tf.where(known | (reasons != 0), 0, rows_lib.LABEL_UNKNOWN)
@@ -351,16 +425,23 @@ def scan_eval(source: Source, schema: Schema, *, bad_rows: BadRows) -> dict:
     return _source_summary(source, rows, log.per_file, None)
 
 
-def _source_summary(source: Source, rows: np.ndarray, bad: np.ndarray,
-                    held: np.ndarray | None) -> dict:
+def _source_summary(
+    source: Source, rows: np.ndarray, bad: np.ndarray, held: np.ndarray | None
+) -> dict:
     """Rows (usable), bad rows and held-out rows per file, and their totals."""
-    files = [{"path": p, "rows": int(r), "bad_rows": int(b)}
-             for p, r, b in zip(source.files, rows, bad)]
+    files = [
+        {"path": p, "rows": int(r), "bad_rows": int(b)} for p, r, b in zip(source.files, rows, bad)
+    ]
     if held is not None:
         for entry, h in zip(files, held):
             entry["holdout_rows"] = int(h)
-    summary = {"pattern": source.pattern, "format": source.format,
-               "rows": int(rows.sum()), "bad_rows": int(bad.sum()), "files": files}
+    summary = {
+        "pattern": source.pattern,
+        "format": source.format,
+        "rows": int(rows.sum()),
+        "bad_rows": int(bad.sum()),
+        "files": files,
+    }
     if held is not None:
         summary["holdout_rows"] = int(held.sum())
     return summary

@@ -91,7 +91,7 @@ class QuantileSample:
         values = np.concatenate(self._values) if self._values else np.zeros(0)
         priorities = np.concatenate(self._priorities) if self._priorities else np.zeros(0)
         if values.size > self.capacity:
-            lowest = np.argpartition(priorities, self.capacity - 1)[:self.capacity]
+            lowest = np.argpartition(priorities, self.capacity - 1)[: self.capacity]
             values, priorities = values[lowest], priorities[lowest]
             self._threshold = float(priorities.max())
         self._values, self._priorities, self._size = [values], [priorities], values.size
@@ -115,8 +115,7 @@ class Counter:
         counts = np.asarray(counts).tolist()
         self.rows += sum(counts)
         table = self.counts
-        for value, count in zip(values.tolist() if hasattr(values, "tolist") else values,
-                                counts):
+        for value, count in zip(values.tolist() if hasattr(values, "tolist") else values, counts):
             table[value] = table.get(value, 0) + count
         if len(table) > 2 * self.capacity:
             self._prune()
@@ -125,8 +124,9 @@ class Counter:
         """Misra-Gries: take the (capacity+1)-th largest count off every count and drop the
         values left at zero or below."""
         counts = np.fromiter(self.counts.values(), np.int64, len(self.counts))
-        cut = int(np.partition(counts, counts.size - self.capacity - 1)[
-            counts.size - self.capacity - 1])
+        cut = int(
+            np.partition(counts, counts.size - self.capacity - 1)[counts.size - self.capacity - 1]
+        )
         self.max_count_error += cut
         self.counts = {v: c - cut for v, c in self.counts.items() if c > cut}
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 import keras
 
@@ -27,11 +27,14 @@ class CrossLayer(keras.layers.Layer):
 
     def build(self, input_shape):
         dim = input_shape[0][-1]
-        self.down = keras.layers.Dense(self.rank, use_bias=False,
-                                       kernel_initializer=keras.initializers.GlorotUniform(
-                                           self.seed))
-        self.up = keras.layers.Dense(dim, kernel_initializer=keras.initializers.GlorotUniform(
-            self.seed + 1))
+        self.down = keras.layers.Dense(
+            self.rank,
+            use_bias=False,
+            kernel_initializer=keras.initializers.GlorotUniform(self.seed),
+        )
+        self.up = keras.layers.Dense(
+            dim, kernel_initializer=keras.initializers.GlorotUniform(self.seed + 1)
+        )
         self.down.build(input_shape[1])
         self.up.build((None, self.rank))
 
@@ -46,9 +49,11 @@ class CrossBody(keras.layers.Layer):
     def __init__(self, *, num_cross: int, layer_size: int, rank: int, seed: int, **kwargs):
         super().__init__(**kwargs)
         self.crosses = [CrossLayer(rank=rank, seed=seed + 2 * i) for i in range(num_cross)]
-        self.deep = keras.layers.Dense(layer_size, activation="relu",
-                                       kernel_initializer=keras.initializers.HeUniform(
-                                           seed + 2 * num_cross))
+        self.deep = keras.layers.Dense(
+            layer_size,
+            activation="relu",
+            kernel_initializer=keras.initializers.HeUniform(seed + 2 * num_cross),
+        )
 
     def call(self, features):
         x = features
@@ -70,8 +75,10 @@ class CrossBuilder(Builder):
 
     def __post_init__(self):
         if self.num_cross < 1 or self.layer_size < 1 or self.rank < 1:
-            raise ValueError(f"CrossBuilder(num_cross={self.num_cross}, layer_size="
-                             f"{self.layer_size}, rank={self.rank}): all must be >= 1.")
+            raise ValueError(
+                f"CrossBuilder(num_cross={self.num_cross}, layer_size="
+                f"{self.layer_size}, rank={self.rank}): all must be >= 1."
+            )
 
     @property
     def name(self) -> str:
@@ -82,8 +89,9 @@ class CrossBuilder(Builder):
         return math.sqrt(self.num_cross + 1)
 
     def build_body(self, *, input_dim: int, seed: int) -> keras.layers.Layer:
-        return CrossBody(num_cross=self.num_cross, layer_size=self.layer_size, rank=self.rank,
-                         seed=seed)
+        return CrossBody(
+            num_cross=self.num_cross, layer_size=self.layer_size, rank=self.rank, seed=seed
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -102,5 +110,7 @@ class CrossGenerator(Generator):
     def generate_candidates(self, context: IterationContext) -> Sequence[Builder]:
         crosses = [b for b in context.previous_ensemble if isinstance(b, CrossBuilder)]
         depth = crosses[-1].num_cross if crosses else 1
-        return [CrossBuilder(depth, self.layer_size, self.rank),
-                CrossBuilder(depth + 1, self.layer_size, self.rank)]
+        return [
+            CrossBuilder(depth, self.layer_size, self.rank),
+            CrossBuilder(depth + 1, self.layer_size, self.rank),
+        ]

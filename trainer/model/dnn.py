@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 import keras
 
@@ -24,9 +24,11 @@ class DNNBuilder(Builder):
 
     def __post_init__(self):
         if self.num_layers < 0 or self.layer_size < 1 or not 0.0 <= self.dropout < 1.0:
-            raise ValueError(f"DNNBuilder(num_layers={self.num_layers}, layer_size="
-                             f"{self.layer_size}, dropout={self.dropout}): depth must be >= 0, "
-                             "layer_size >= 1 and dropout in [0, 1).")
+            raise ValueError(
+                f"DNNBuilder(num_layers={self.num_layers}, layer_size="
+                f"{self.layer_size}, dropout={self.dropout}): depth must be >= 0, "
+                "layer_size >= 1 and dropout in [0, 1)."
+            )
 
     @property
     def name(self) -> str:
@@ -39,9 +41,13 @@ class DNNBuilder(Builder):
     def build_body(self, *, input_dim: int, seed: int) -> keras.layers.Layer:
         layers = []
         for i in range(self.num_layers):
-            layers.append(keras.layers.Dense(
-                self.layer_size, activation="relu",
-                kernel_initializer=keras.initializers.HeUniform(seed + i)))
+            layers.append(
+                keras.layers.Dense(
+                    self.layer_size,
+                    activation="relu",
+                    kernel_initializer=keras.initializers.HeUniform(seed + i),
+                )
+            )
             if self.dropout:
                 layers.append(keras.layers.Dropout(self.dropout, seed=seed + i))
         return keras.Sequential(layers) if layers else keras.layers.Identity()
@@ -66,5 +72,7 @@ class DNNGenerator(Generator):
         dnns = [b for b in context.previous_ensemble if isinstance(b, DNNBuilder)]
         if dnns:
             depth = dnns[-1].num_layers
-        return [DNNBuilder(depth, self.layer_size, self.dropout),
-                DNNBuilder(depth + 1, self.layer_size, self.dropout)]
+        return [
+            DNNBuilder(depth, self.layer_size, self.dropout),
+            DNNBuilder(depth + 1, self.layer_size, self.dropout),
+        ]

@@ -9,7 +9,7 @@ Keras's Adam would update every row and both moment tables of every row at every
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import tensorflow as tf
 
@@ -19,10 +19,13 @@ from trainer.schema import Embedded
 def make_tables(embedded: Sequence[Embedded], *, seed: int) -> list[tf.Variable]:
     """One table per embedded column, uniform in [-0.05, 0.05] (Keras's default for
     embeddings), created in the current scope (strategy, device)."""
-    return [tf.Variable(tf.random.stateless_uniform([e.size, e.dim], seed=[seed, i],
-                                                    minval=-0.05, maxval=0.05),
-                        name=f"embedding_{i}")
-            for i, e in enumerate(embedded)]
+    return [
+        tf.Variable(
+            tf.random.stateless_uniform([e.size, e.dim], seed=[seed, i], minval=-0.05, maxval=0.05),
+            name=f"embedding_{i}",
+        )
+        for i, e in enumerate(embedded)
+    ]
 
 
 def lookup(tables: Sequence[tf.Variable], ids: tf.Tensor) -> list[tf.Tensor]:
@@ -41,8 +44,15 @@ class LazyAdam:
     them.
     """
 
-    def __init__(self, tables: Sequence[tf.Variable], *, learning_rate: float,
-                 beta_1: float = 0.9, beta_2: float = 0.999, epsilon: float = 1e-7):
+    def __init__(
+        self,
+        tables: Sequence[tf.Variable],
+        *,
+        learning_rate: float,
+        beta_1: float = 0.9,
+        beta_2: float = 0.999,
+        epsilon: float = 1e-7,
+    ):
         self.learning_rate, self.beta_1, self.beta_2 = learning_rate, beta_1, beta_2
         self.epsilon = epsilon
         self.m = [tf.Variable(tf.zeros(t.shape), trainable=False, name="m") for t in tables]
@@ -50,21 +60,24 @@ class LazyAdam:
         self.steps = tf.Variable(0, dtype=tf.int64, trainable=False, name="steps")
 
     def variables(self) -> dict[str, tf.Variable]:
-        return {"steps": self.steps, **{f"m{i}": m for i, m in enumerate(self.m)},
-                **{f"v{i}": v for i, v in enumerate(self.v)}}
+        return {
+            "steps": self.steps,
+            **{f"m{i}": m for i, m in enumerate(self.m)},
+            **{f"v{i}": v for i, v in enumerate(self.v)},
+        }
 
     def apply(self, grads: Sequence[tf.IndexedSlices], tables: Sequence[tf.Variable]) -> None:
         """Applies one step's gradients (in a replica context)."""
         strategy = tf.distribute.get_strategy()
         if strategy.num_replicas_in_sync > 1:
             grads = tf.distribute.get_replica_context().all_reduce(
-                tf.distribute.ReduceOp.SUM, list(grads))
+                tf.distribute.ReduceOp.SUM, list(grads)
+            )
 
         def update(strategy, grads):
             strategy.extended.update(self.steps, lambda s: s.assign_add(1), group=False)
             for grad, table, m, v in zip(grads, tables, self.m, self.v):
-                strategy.extended.update(table, self._update_rows, args=(grad, m, v),
-                                         group=False)
+                strategy.extended.update(table, self._update_rows, args=(grad, m, v), group=False)
 
         tf.__internal__.distribute.interim.maybe_merge_call(update, strategy, list(grads))
 
@@ -72,11 +85,11 @@ class LazyAdam:
         rows, position = tf.unique(grad.indices)
         g = tf.math.unsorted_segment_sum(grad.values, position, tf.size(rows))
         step = tf.cast(self.steps, tf.float32)  # already counts this step
-        rate = self.learning_rate * tf.sqrt(1.0 - self.beta_2 ** step) / (
-            1.0 - self.beta_1 ** step)
+        rate = self.learning_rate * tf.sqrt(1.0 - self.beta_2**step) / (1.0 - self.beta_1**step)
         m_rows = self.beta_1 * tf.gather(m, rows) + (1.0 - self.beta_1) * g
         v_rows = self.beta_2 * tf.gather(v, rows) + (1.0 - self.beta_2) * tf.square(g)
         m.scatter_update(tf.IndexedSlices(m_rows, rows))
         v.scatter_update(tf.IndexedSlices(v_rows, rows))
-        return table.scatter_sub(tf.IndexedSlices(
-            rate * m_rows / (tf.sqrt(v_rows) + self.epsilon), rows))
+        return table.scatter_sub(
+            tf.IndexedSlices(rate * m_rows / (tf.sqrt(v_rows) + self.epsilon), rows)
+        )

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import abc
 import dataclasses
-from typing import Sequence
+from collections.abc import Sequence
 
 import keras
 import tensorflow as tf
@@ -92,13 +92,17 @@ def propose(generator: Generator, context: IterationContext) -> list[Builder]:
     """Asks the generator for candidates and checks its answer."""
     builders = list(generator.generate_candidates(context))
     if not builders:
-        raise ValueError(f"{type(generator).__name__} proposed no subnetwork in iteration "
-                         f"{context.iteration}; a generator must propose at least one.")
+        raise ValueError(
+            f"{type(generator).__name__} proposed no subnetwork in iteration "
+            f"{context.iteration}; a generator must propose at least one."
+        )
     names = [b.name for b in builders]
     repeated = sorted({n for n in names if names.count(n) > 1})
     if repeated:
-        raise ValueError(f"{type(generator).__name__} proposed builders with the same name "
-                         f"{repeated} in iteration {context.iteration}; names must be unique.")
+        raise ValueError(
+            f"{type(generator).__name__} proposed builders with the same name "
+            f"{repeated} in iteration {context.iteration}; names must be unique."
+        )
     return builders
 
 
@@ -111,7 +115,8 @@ def find_builder(generator: Generator, context: IterationContext, name: str) -> 
     raise InputError(
         f"the job dir records subnetwork '{name}' from iteration {context.iteration}, but the "
         f"generator now proposes {[b.name for b in builders]} there. The generator changed "
-        "since the job dir was written: use the flags of the first run or a new --job_dir.")
+        "since the job dir was written: use the flags of the first run or a new --job_dir."
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -133,16 +138,19 @@ class Subnetwork(tf.Module):
     columns are looked up in the subnetwork's own tables (`embedding_tables`, trained by
     `LazyAdam`, not by the Keras optimizer) and joined to the dense inputs."""
 
-    def __init__(self, builder: Builder, *, inputs: Inputs, logits_dimension: int, seed: int,
-                 name: str):
+    def __init__(
+        self, builder: Builder, *, inputs: Inputs, logits_dimension: int, seed: int, name: str
+    ):
         super().__init__(name=name)
         self.builder = builder
         self.inputs = inputs
         self._tables = embedding.make_tables(inputs.embedded, seed=seed + 2)
         self.body = builder.build_body(input_dim=inputs.width, seed=seed)
         self.logits_layer = keras.layers.Dense(
-            logits_dimension, kernel_initializer=keras.initializers.GlorotUniform(seed + 1),
-            name="logits")
+            logits_dimension,
+            kernel_initializer=keras.initializers.GlorotUniform(seed + 1),
+            name="logits",
+        )
         self.logits_layer(self.body(tf.zeros([1, inputs.width])))  # creates the variables
 
     def __call__(self, features: Encoded, training: bool = False):

@@ -16,7 +16,8 @@ from __future__ import annotations
 import dataclasses
 import enum
 import hashlib
-from typing import Protocol, Sequence
+from collections.abc import Sequence
+from typing import Protocol
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,8 +70,9 @@ class PlacementStrategy(Protocol):
     def assign(self, *, num_workers: int, num_subnetworks: int) -> Assignment:
         """The unit each worker task trains."""
 
-    def ps_group(self, *, num_ps: int, num_subnetworks: int,
-                 subnetwork: int) -> tuple[int, ...] | None:
+    def ps_group(
+        self, *, num_ps: int, num_subnetworks: int, subnetwork: int
+    ) -> tuple[int, ...] | None:
         """The parameter servers that hold `subnetwork`'s variables (None: spread over all)."""
 
 
@@ -89,8 +91,9 @@ class ReplicationStrategy:
         _check_counts(num_workers, num_subnetworks)
         return Assignment((everything(num_subnetworks),) * num_workers)
 
-    def ps_group(self, *, num_ps: int, num_subnetworks: int,
-                 subnetwork: int) -> tuple[int, ...] | None:
+    def ps_group(
+        self, *, num_ps: int, num_subnetworks: int, subnetwork: int
+    ) -> tuple[int, ...] | None:
         return None
 
 
@@ -130,12 +133,17 @@ class RoundRobinStrategy:
                 units.append(Unit(ensemble=False, subnetworks=(position - 1,)))
             else:
                 split = size - 1
-                units.append(Unit(ensemble=False, subnetworks=tuple(
-                    s for s in range(k) if s % split == position - 1)))
+                units.append(
+                    Unit(
+                        ensemble=False,
+                        subnetworks=tuple(s for s in range(k) if s % split == position - 1),
+                    )
+                )
         return Assignment(tuple(units))
 
-    def ps_group(self, *, num_ps: int, num_subnetworks: int,
-                 subnetwork: int) -> tuple[int, ...] | None:
+    def ps_group(
+        self, *, num_ps: int, num_subnetworks: int, subnetwork: int
+    ) -> tuple[int, ...] | None:
         if num_ps < 1:
             return None
         if num_subnetworks > num_ps:
@@ -155,8 +163,10 @@ class Placement(enum.Enum):
     ROUND_ROBIN = "round_robin"
 
     def strategy(self) -> PlacementStrategy:
-        return {Placement.REPLICATION: ReplicationStrategy,
-                Placement.ROUND_ROBIN: RoundRobinStrategy}[self]()
+        return {
+            Placement.REPLICATION: ReplicationStrategy,
+            Placement.ROUND_ROBIN: RoundRobinStrategy,
+        }[self]()
 
 
 def _check_counts(num_workers: int, num_subnetworks: int) -> None:
