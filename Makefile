@@ -20,7 +20,11 @@ demo: $(VENV)/.installed-bench
 # Locally the slow tests are skipped; CI (which sets CI=true) runs the full suite.
 PYTEST_MARKS := $(if $(CI),,-m "not slow")
 
+# Style (ruff) and types (mypy, settings in pyproject.toml) first: a regression fails fast.
 test: $(VENV)/.installed-test
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
 	$(VENV)/bin/python -m pytest $(PYTEST_MARKS) tests
 
 test-all: $(VENV)/.installed-test

@@ -23,7 +23,7 @@ setuptools.setup(
         "numpy>=1.23",
         "tensorboard>=2.15",
         "cloudml-hypertune>=0.1.0.dev6",
-        "pyyaml>=5.1",  # trainer.launch reads config.yaml
+        "pyyaml>=5.1",  # trainer.job_spec reads config.yaml
     ],
     extras_require={
         "cpu": ["tensorflow-cpu>=2.17,<2.22"],
@@ -31,13 +31,25 @@ setuptools.setup(
         "bench": ["matplotlib>=3.7"],
         # deploy/: Vertex AI jobs, endpoints and batch prediction, files in Cloud Storage.
         "deploy": DEPLOY,
-        "test": ["pytest>=7.4", "pytest-timeout>=2.2", "matplotlib>=3.7", *DEPLOY,
-                 # the fake Vertex AI service reads the API's discovery document from here
-                 "google-api-python-client>=2.100",
-                 # gs:// tests and bench/storage.py: a GCS emulator behind an HTTPS proxy
-                 # (tests/gcs.py); google-cloud-storage checks what landed in a bucket
-                 "gcp-storage-emulator>=2024.8.3", "mitmproxy>=10.1",
-                 # the example notebook, executed by the tests
-                 "nbclient>=0.10", "nbformat>=5.9", "ipykernel>=6.29", "pandas>=2.0"],
+        "test": [
+            "pytest>=7.4",
+            "pytest-timeout>=2.2",
+            "matplotlib>=3.7",
+            *DEPLOY,
+            # style and types, checked by `make test` (pinned: new rules fail old code)
+            "ruff==0.17.6",
+            "mypy==2.4.1",
+            # the fake Vertex AI service reads the API's discovery document from here
+            "google-api-python-client>=2.100",
+            # gs:// tests and bench/storage.py: a GCS emulator behind an HTTPS proxy
+            # (tests/gcs.py); google-cloud-storage checks what landed in a bucket
+            "gcp-storage-emulator>=2024.8.3",
+            "mitmproxy>=10.1",
+            # the example notebook, executed by the tests
+            "nbclient>=0.10",
+            "nbformat>=5.9",
+            "ipykernel>=6.29",
+            "pandas>=2.0",
+        ],
     },
 )

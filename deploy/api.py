@@ -73,7 +73,9 @@ class Cloud:
         """Points the Vertex AI SDK at this target, over REST (the transport --dry_run shows)."""
         from google.cloud import aiplatform
 
-        options = dict(project=self.project, location=self.region, api_transport="rest")
+        options: dict[str, object] = dict(
+            project=self.project, location=self.region, api_transport="rest"
+        )
         if self.api_endpoint:
             options["api_endpoint"] = self.api_endpoint
         if self.credentials is not None:
@@ -150,7 +152,7 @@ def cloud_from(args: argparse.Namespace) -> Cloud:
     return Cloud(project=args.project, region=args.region, api_endpoint=args.api_endpoint)
 
 
-def main_of(run: Callable[[list[str] | None], int]) -> Callable[[list[str] | None], int]:
+def main_of(run: Callable[[list[str] | None], int]) -> Callable[..., int]:
     """Wraps a command's `run(argv)`: bad input prints one line and exits 2."""
 
     def main(argv: list[str] | None = None) -> int:

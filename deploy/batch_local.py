@@ -208,10 +208,12 @@ def _csv_batches(
     groups: dict[tuple[str, ...], list[str]] = {}
     for path, header in headers.items():
         groups.setdefault(tuple(header), []).append(path)
-    for header, paths in groups.items():
-        source = files_lib.Source("--source", ",".join(paths), tuple(paths), files_lib.CSV, header)
+    for columns_of_file, paths in groups.items():
+        source = files_lib.Source(
+            "--source", ",".join(paths), tuple(paths), files_lib.CSV, columns_of_file
+        )
         parser = rows_lib.RowParser(source, columns)
-        shown = [n for n in header if n not in excluded]
+        shown = [n for n in columns_of_file if n not in excluded]
 
         def predict(file, line, text, parser=parser, shown=shown):
             parsed = parser.parse(file, line, text)

@@ -76,7 +76,7 @@ class Fields:
 
     def from_text(self, index: int, row: dict[str, str]) -> dict:
         """A CSV row (all text) typed by the fields: numbers parsed, strings kept."""
-        typed = {}
+        typed: dict[str, float | str] = {}
         for name, text in row.items():
             kind = self.kinds.get(name)
             if kind == NUMBER:

@@ -92,7 +92,7 @@ def traffic_split(current: dict[str, int], percentage: int) -> dict[str, int]:
     rest, total = 100 - percentage, sum(current.values()) or 1
     split = {k: rest * v // total for k, v in current.items()}
     leftover = rest - sum(split.values())
-    for key in sorted(current, key=current.get, reverse=True)[:leftover]:
+    for key in sorted(current, key=lambda k: current[k], reverse=True)[:leftover]:
         split[key] += 1
     return {"0": percentage, **split}
 

@@ -81,6 +81,7 @@ def parse_request(body: bytes) -> list:
 class _Handler(http.server.BaseHTTPRequestHandler):
     """One request; the server carries the predictor and the routes."""
 
+    server: PredictionServer
     protocol_version = "HTTP/1.1"
     # Headers and body go out in two writes; with Nagle's algorithm the body then waits for
     # the client's delayed ACK (40 ms per request on Linux).
@@ -170,7 +171,7 @@ class PredictionServer(http.server.ThreadingHTTPServer):
     @property
     def url(self) -> str:
         host, port = self.server_address[:2]
-        return f"http://{host}:{port}"
+        return f"http://{host!s}:{port}"
 
     def start(self) -> PredictionServer:
         """Serves in a background thread (for notebooks and tests); `shutdown()` stops it."""

@@ -24,7 +24,7 @@ from trainer.paths import GCS_PREFIX, is_gcs, split_gcs
 def _client(client=None):
     if client is not None:
         return client
-    from google.cloud import storage
+    from google.cloud import storage  # type: ignore[attr-defined]  # a namespace package
 
     if os.environ.get("STORAGE_EMULATOR_HOST"):
         from google.auth.credentials import AnonymousCredentials

@@ -21,6 +21,7 @@ import shlex
 import subprocess
 import sys
 import tempfile
+from collections.abc import Sequence
 
 from deploy import api, storage
 from trainer import job_spec
@@ -81,7 +82,7 @@ def load_config(path: str = CONFIG) -> dict:
 
 
 def resolve(
-    spec: dict, *, package_uri: str, output_dir: str | None = None, extra_args: list[str] = ()
+    spec: dict, *, package_uri: str, output_dir: str | None = None, extra_args: Sequence[str] = ()
 ) -> dict:
     """The spec with the sdist in every pool, the output directory and the extra args."""
     unknown = sorted(set(spec) - _SPEC_KEYS) + sorted(
@@ -148,7 +149,9 @@ def create_job(cloud: api.Cloud, submission: Submission, *, staging_uri: str):
     """Creates the CustomJob through the SDK and returns without waiting for it (the SDK
     insists on a staging bucket even though nothing else is staged)."""
     from google.cloud import aiplatform
-    from google.cloud.aiplatform.compat.types import custom_job as custom_job_types
+
+    # compat.types sets its modules at import time (the API version's), out of mypy's sight.
+    from google.cloud.aiplatform.compat.types import custom_job as custom_job_types  # type: ignore[attr-defined]
 
     cloud.init_sdk()
     spec = submission.spec
@@ -187,7 +190,7 @@ def submit(
     staging_uri: str,
     display_name: str,
     output_dir: str | None = None,
-    extra_args: list[str] = (),
+    extra_args: Sequence[str] = (),
     config: str = CONFIG,
     dist_dir: str | None = None,
     dry_run: bool = False,

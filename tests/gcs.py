@@ -44,19 +44,24 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def _command(process: subprocess.Popen) -> str:
+    args = process.args
+    return " ".join(map(str, args[:3])) if isinstance(args, (list, tuple)) else str(args)
+
+
 def _wait_for_port(port: int, process: subprocess.Popen, log: Path, timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while True:
         if process.poll() is not None:
             raise RuntimeError(
-                f"{process.args[:3]} exited ({process.returncode}) during "
+                f"{_command(process)} exited ({process.returncode}) during "
                 f"start-up:\n{log.read_text()[-3000:]}"
             )
         with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.2):
             return
         if time.monotonic() > deadline:
             raise RuntimeError(
-                f"{process.args[:3]} did not listen on {port} in {timeout} s:\n"
+                f"{_command(process)} did not listen on {port} in {timeout} s:\n"
                 f"{log.read_text()[-3000:]}"
             )
         time.sleep(0.05)
@@ -127,7 +132,7 @@ class GcsServer:
     def client(self):
         """A google-cloud-storage client on the emulator, to check what landed in a bucket."""
         from google.auth.credentials import AnonymousCredentials
-        from google.cloud import storage
+        from google.cloud import storage  # type: ignore[attr-defined]  # a namespace package
 
         os.environ["STORAGE_EMULATOR_HOST"] = self.emulator_url
         return storage.Client(project=PROJECT, credentials=AnonymousCredentials())

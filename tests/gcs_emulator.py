@@ -78,6 +78,7 @@ class FixedRequestHandler(emulator.RequestHandler):
     """The emulator's handler with the three fixes of the module docstring."""
 
     protocol_version = "HTTP/1.1"  # fix 1: answers Expect: 100-continue
+    rfile: io.BufferedIOBase
 
     def _route(self, method: str) -> None:
         body = _read_body(self)  # fix 2: one exact body, de-chunked

@@ -41,6 +41,8 @@ class ForwardToEmulator:
     def response(self, flow: http.HTTPFlow) -> None:
         # Resumable-upload session URLs come back as http://www.googleapis.com/...: the client
         # must come back through the proxy over https.
+        if flow.response is None:
+            return
         location = flow.response.headers.get("Location", "")
         for host in GCS_HOSTS:
             if location.startswith(f"http://{host}/"):

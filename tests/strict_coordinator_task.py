@@ -11,7 +11,7 @@ from tensorflow.python.distribute.coordinator import cluster_coordinator
 from trainer import task
 
 _is_worker_failure = cluster_coordinator._is_worker_failure  # pylint: disable=protected-access
-_passed_on = []
+_passed_on: list[Exception] = []
 
 
 def _pass_on_the_first(error) -> bool:

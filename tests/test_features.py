@@ -131,7 +131,7 @@ def test_encodes_a_schema_from_statistics():
         count=5,
         missing=1,
         mean=3.0,
-        std=np.std([1, 2, 3, 4, 5]),
+        std=float(np.std([1, 2, 3, 4, 5])),
         minimum=1.0,
         maximum=5.0,
         sample=np.array([1.0, 2, 3, 4, 5]),

@@ -42,12 +42,14 @@ class Launcher:
         self._reader.start()
 
     def _read(self):
+        assert self.process.stdout is not None
         for line in self.process.stdout:
             self.lines.append(line.rstrip("\n"))
 
     def wait(self, timeout: float = 10.0) -> int:
         code = self.process.wait(timeout)
         self._reader.join(timeout)
+        assert self.process.stderr is not None
         self.stderr = self.process.stderr.read()
         return code
 
@@ -70,7 +72,8 @@ class Launcher:
         for pid in self.pids():
             kill_quietly(pid)
         for stream in (self.process.stdout, self.process.stderr):
-            stream.close()
+            if stream is not None:
+                stream.close()
 
 
 @pytest.fixture

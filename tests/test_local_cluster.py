@@ -158,7 +158,7 @@ def test_free_ports_are_distinct_and_bindable():
         (lambda: Task("chief", 1), ValueError),
         (lambda: Task("worker", -1), ValueError),
         (lambda: ClusterShape(workers=-1), InputError),
-        (lambda: ClusterShape(ps=1.5), InputError),
+        (lambda: ClusterShape(ps=1.5), InputError),  # type: ignore[arg-type]
     ],
 )
 def test_bad_tasks_and_shapes_are_refused(make, error):

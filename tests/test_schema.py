@@ -226,7 +226,8 @@ def test_schema_json_round_trip(label):
     json.loads(text)
     again = S.Schema.from_json(text)
     assert again == schema
-    assert isinstance(again.columns[0].edges, tuple)
+    first = again.columns[0]
+    assert isinstance(first, S.NumericColumn) and isinstance(first.edges, tuple)
     assert again.label.head is label.head
     assert again.to_json() == text
     assert again.summary == {"train": {"rows": 10}}

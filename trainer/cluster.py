@@ -126,7 +126,7 @@ def _parse_tf_config(config: dict, name: str) -> Cluster:
     if not isinstance(task, dict):
         raise InputError(f"{name}['task'] must be an object with 'type' and 'index'.")
     raw_type = task.get("type")
-    task_type = _ALIASES.get(raw_type, raw_type)
+    task_type = _ALIASES.get(raw_type, raw_type) if isinstance(raw_type, str) else raw_type
     if task_type not in _ROLES:
         raise InputError(
             f"{name}['task']['type'] is {raw_type!r}; expected one of chief, "

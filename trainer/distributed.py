@@ -91,7 +91,7 @@ class Runtime:
     def _on_ps_group(self, group: tuple[int, ...]):
         """Creates variables on the servers of `group`, each by a stable hash of its name."""
         anchors = self._ps_anchors()
-        created = collections.Counter()
+        created: collections.Counter[str] = collections.Counter()
 
         def creator(next_creator, **kwargs):
             name = str(kwargs.get("name") or "variable")
@@ -228,7 +228,7 @@ def _recognize_lost_worker_errors() -> None:
             isinstance(error, tf.errors.InvalidArgumentError) and lost_workers_only(error)
         )
 
-    is_worker_failure.recognizes_lost_worker_texts = True
+    setattr(is_worker_failure, "recognizes_lost_worker_texts", True)  # noqa: B010 (a function)
     cluster_coordinator._is_worker_failure = is_worker_failure  # pylint: disable=protected-access
 
 

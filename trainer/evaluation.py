@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
+from typing import Any
 
 import tensorflow as tf
 
@@ -13,7 +14,7 @@ from trainer.iteration import FrozenEnsemble, Iteration, compile_encoded
 
 
 def evaluate(
-    dataset: tf.data.Dataset, predict: Callable[[object], tf.Tensor], head: Head, count: int
+    dataset: tf.data.Dataset, predict: Callable[[Any], tf.Tensor], head: Head, count: int
 ) -> list[Metrics]:
     """Metrics of `count` models over one pass of `dataset` (`(features, labels)` batches);
     `predict(features)` returns their logits stacked, [count, batch, logits]."""

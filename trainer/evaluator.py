@@ -68,10 +68,10 @@ def run(
                     t, [m.builder for m in previous.members] if previous else []
                 )
                 iterations = {t: evaluator.models.iteration(proposal, previous)}
-            evaluation_ = _evaluate(evaluator, iterations[t], latest)
-            if evaluation_ is not None:
-                evaluations.append(evaluation_)
-                _publish(job, t, evaluation_)
+            checkpoint_evaluation = _evaluate(evaluator, iterations[t], latest)
+            if checkpoint_evaluation is not None:
+                evaluations.append(checkpoint_evaluation)
+                _publish(job, t, checkpoint_evaluation)
         if complete:
             logging.info("Evaluator: the job is complete after %d evaluations.", len(evaluations))
             return evaluations

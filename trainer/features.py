@@ -11,7 +11,7 @@ from collections.abc import Mapping
 import tensorflow as tf
 
 from trainer import schema as schema_lib
-from trainer.schema import Encoding, Kind
+from trainer.schema import CategoricalColumn, Encoding, Kind, NumericColumn
 
 # One batch, encoded: "dense" [batch, schema.dense_width] float32 and, with embedded columns,
 # "ids" [batch, number of embedded columns] int64 (each column's id into its vocabulary, the
@@ -36,7 +36,7 @@ class Preprocessor(tf.Module):
         self._schema = schema
         self._tables = {}
         for column in schema.columns:
-            if column.kind is Kind.CATEGORICAL:
+            if isinstance(column, CategoricalColumn):
                 init = tf.lookup.KeyValueTensorInitializer(
                     tf.constant(column.vocabulary or ("",), tf.string),
                     tf.range(max(1, len(column.vocabulary)), dtype=tf.int64),
@@ -58,7 +58,7 @@ class Preprocessor(tf.Module):
         parts, ids = [], []
         for column in self._schema.columns:
             value = features[column.name]
-            if column.kind is Kind.NUMERIC:
+            if isinstance(column, NumericColumn):
                 value = tf.cast(value, tf.float32)
                 value = tf.where(tf.math.is_finite(value), value, column.mean)
                 parts.append(tf.expand_dims((value - column.mean) / column.std, -1))

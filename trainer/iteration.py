@@ -13,6 +13,7 @@ import contextlib
 import dataclasses
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
+from typing import Any
 
 import keras
 import numpy as np
@@ -192,8 +193,8 @@ class Iteration:
                 tf.zeros([len(builders)], tf.bool), trainable=False
             )
         self.stopped: frozenset[str] = frozenset()
-        self._loop = None
-        self._predict = None
+        self._loop: Callable | None = None
+        self._predict: Callable | None = None
 
     # -- construction ---------------------------------------------------------------------
     def _make_candidates(self, specs, ensemblers) -> tuple[Candidate, ...]:
@@ -217,7 +218,7 @@ class Iteration:
                 weights = ensembler.build(
                     members=members,
                     logits_dimension=self.head.logits_dimension,
-                    previous=self.previous.weights if keep else None,
+                    previous=self.previous.weights if keep and self.previous else None,
                 )
                 candidates.append(
                     Candidate(f"{spec.name}_{ensembler.name}", new, keep, weights, ensembler)
@@ -376,7 +377,7 @@ class Iteration:
                 return update
             index = tf.constant(active, tf.int32)[:, None]
 
-            def update(ema, diverged, values):
+            def update_active(ema, diverged, values):
                 ema.scatter_nd_update(
                     index, decay * tf.gather_nd(ema, index) + (1.0 - decay) * values
                 )
@@ -384,7 +385,7 @@ class Iteration:
                     index, tf.gather_nd(diverged, index) | ~tf.math.is_finite(values)
                 )
 
-            return update
+            return update_active
 
         update_subnetworks = updater(trained, len(self.subnetworks))
         update_candidates = updater(candidates, len(self.candidates))
@@ -521,7 +522,7 @@ class Iteration:
         return FrozenEnsemble(tuple(members), candidate.weights, candidate.ensembler)
 
 
-def compile_encoded(fn: Callable[[Encoded], object], inputs: Inputs) -> Callable[[Encoded], object]:
+def compile_encoded(fn: Callable[[Encoded], Any], inputs: Inputs) -> Callable[[Encoded], Any]:
     """`fn` compiled once for encoded batches of any size (the parts are passed apart: a
     signature of a dict whose keys depend on the schema would do, but less plainly)."""
     dense = tf.TensorSpec([None, inputs.dense_width], tf.float32)

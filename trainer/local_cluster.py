@@ -324,11 +324,13 @@ class LocalCluster:
 
     def _read(self, task: Task, launch: _Launch) -> None:
         """Prefixes and forwards every line of one process, then reports an early exit."""
-        for raw in iter(launch.process.stdout.readline, b""):
+        stdout = launch.process.stdout
+        assert stdout is not None, "processes are started with stdout=PIPE"
+        for raw in iter(stdout.readline, b""):
             line = raw.decode("utf-8", errors="replace").rstrip("\r\n")
             self._lines[task].append(line)
             self._emit(f"[{task.label}] {line}")
-        launch.process.stdout.close()
+        stdout.close()
         code = launch.process.wait()
         if task.role != CHIEF and not launch.stopping.is_set() and not self._chief_done.is_set():
             verdict = "failed" if code else "ended"

@@ -207,6 +207,7 @@ class CoordinatedLoop:
 
     def train(self) -> Chunk:
         coordinator = self.runtime.coordinator
+        assert coordinator is not None, "a coordinated loop runs under a ClusterCoordinator"
         workers = len(self.assignment.units)
         if self._chunk is None:
             self._chunk = self._build_chunk()
@@ -345,7 +346,7 @@ class LoopMaker:
         return self.data.training(
             readers=readers,
             shard=Shard.of(
-                context.input_pipeline_id, readers, num_files=len(self.data.train.files)
+                context.input_pipeline_id, readers, num_files=len(self.data.train_source.files)
             ),
             batch_size=context.get_per_replica_batch_size(self.batch_size),
             seed=seed,
@@ -363,13 +364,13 @@ class LoopMaker:
                 worker = tf.distribute.coordinator.experimental_get_current_worker_index()
                 return data.training(
                     readers=workers,
-                    shard=Shard.of(worker, workers, num_files=len(data.train.files)),
+                    shard=Shard.of(worker, workers, num_files=len(data.train_source.files)),
                     batch_size=batch_size,
                     seed=seed,
                     in_process=False,
                 )
 
-            self._worker_iterator = iter(
-                self.runtime.coordinator.create_per_worker_dataset(dataset_fn)
-            )
+            coordinator = self.runtime.coordinator
+            assert coordinator is not None, "per-worker datasets need a ClusterCoordinator"
+            self._worker_iterator = iter(coordinator.create_per_worker_dataset(dataset_fn))
         return self._worker_iterator

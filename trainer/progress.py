@@ -88,13 +88,11 @@ class SummaryWriters:
                 tf.summary.scalar("loss", value)
 
     def write_eval(self, record: IterationRecord) -> None:
-        for writers, entries in (
-            (self.candidates, record.candidates),
-            (self.subnetworks, record.subnetworks),
-        ):
-            for writer, entry in zip(writers, entries):
+        evals = [c.eval for c in record.candidates], [s.eval for s in record.subnetworks]
+        for writers, metrics in zip((self.candidates, self.subnetworks), evals):
+            for writer, entry in zip(writers, metrics):
                 with writer.as_default(step=record.steps):
-                    for name, value in entry.eval.items():
+                    for name, value in entry.items():
                         if value is not None:
                             tf.summary.scalar(f"eval/{name}", value)
 

@@ -187,7 +187,7 @@ class Schema:
         return tuple(
             Embedded(c.name, c.size, c.embedding_dim)
             for c in self.columns
-            if c.kind is Kind.CATEGORICAL and c.encoding is Encoding.EMBEDDING
+            if isinstance(c, CategoricalColumn) and c.encoding is Encoding.EMBEDDING
         )
 
     @property
@@ -234,7 +234,7 @@ class Schema:
                 f"version {data.get('version')}, this one reads "
                 f"{SCHEMA_VERSION}). Train in a new --job_dir."
             )
-        columns = []
+        columns: list[Column] = []
         for c in data["columns"]:
             kind = Kind(c.pop("kind"))
             if kind is Kind.NUMERIC:

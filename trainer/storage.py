@@ -159,12 +159,14 @@ def _bucket_exists(path: str) -> bool:
     return True
 
 
-def preflight(*, outputs: Iterable[tuple[str, str]], inputs: Iterable[tuple[str, str]]) -> None:
+def preflight(
+    *, outputs: Iterable[tuple[str, str]], inputs: Iterable[tuple[str, str | None]]
+) -> None:
     """Checks every output dir is writable and every input bucket readable, before any work.
 
     Args:
         outputs: (flag, dir) pairs; the same dir is probed once.
-        inputs: (flag, comma-separated files or globs) pairs.
+        inputs: (flag, comma-separated files or globs) pairs; None where not given.
     """
     seen = set()
     for flag, path in outputs:

@@ -236,7 +236,7 @@ def build_config(f=FLAGS, environment: Environment | None = None) -> config_lib.
         raise InputError(
             "--label_column is required with --train_data: name the column to predict."
         )
-    generators = []
+    generators: list[model.Generator] = []
     for name in _choice("generator", f.generator, _GENERATORS):
         if name == "dnn":
             generators.append(
@@ -271,7 +271,7 @@ def build_config(f=FLAGS, environment: Environment | None = None) -> config_lib.
             )
     if f.mixture_learning_rate is not None and not f.learn_mixture_weights:
         raise InputError("--mixture_learning_rate needs --learn_mixture_weights.")
-    ensemblers = []
+    ensemblers: list[ens.Ensembler] = []
     for name in ensembler_names:
         if name == "mean":
             ensemblers.append(ens.MeanEnsembler())

@@ -10,6 +10,7 @@ pass reads all of it); after that, every step is resumable: finished iterations 
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 
 import tensorflow as tf
 from absl import logging
@@ -92,7 +93,7 @@ def evaluate_export(job: job_dir_lib.JobDir, data: input_lib.JobInput, head: Hea
     }
 
 
-def _bad_rows(summary: dict) -> dict:
+def _bad_rows(summary: Mapping) -> dict:
     """The policy, and the bad rows of each file that had any."""
     files = {
         key: {f["path"]: f["bad_rows"] for f in summary[key]["files"] if f["bad_rows"]}

@@ -20,6 +20,7 @@ import re
 import threading
 import urllib.parse
 from collections.abc import Callable
+from typing import NoReturn
 
 from tests.deploy import discovery
 
@@ -78,7 +79,9 @@ class FakeVertex:
     def bodies(self, method_id_suffix: str) -> list[dict]:
         """Bodies of the recorded requests whose method id ends with the suffix."""
         return [
-            r.body for r in self.requests if r.method_id and r.method_id.endswith(method_id_suffix)
+            r.body
+            for r in self.requests
+            if r.body is not None and r.method_id and r.method_id.endswith(method_id_suffix)
         ]
 
     # Dispatch ------------------------------------------------------------------------------
@@ -102,7 +105,7 @@ class FakeVertex:
         with self._lock:
             return handler(name, query, body)
 
-    def _fail(self, code: int, status: str, message: str):
+    def _fail(self, code: int, status: str, message: str) -> NoReturn:
         self.problems.append(f"{code} {status}: {message}")
         raise ApiFailure(code, status, message)
 

@@ -50,7 +50,8 @@ def test_output_only_fields_are_refused_in_requests():
     ],
 )
 def test_requests_are_routed_by_the_discovery_document(method, path, method_id):
-    assert discovery.route(method, path)[0] == f"aiplatform.projects.locations.{method_id}"
+    found = discovery.route(method, path)
+    assert found is not None and found[0] == f"aiplatform.projects.locations.{method_id}"
 
 
 def test_unknown_calls_have_no_route():

@@ -63,7 +63,7 @@ def test_bad_specs_fail_naming_the_problem(change, output_dir, message):
 
 def test_submit_uploads_the_sdist_and_the_sdk_sends_the_dry_run_body(cloud_sdk, gcs, tmp_path):
     fake, cloud = cloud_sdk
-    options = dict(
+    options: dict = dict(
         staging_uri="gs://test-bucket/dist",
         display_name="census",
         output_dir="gs://test-bucket/runs/1",

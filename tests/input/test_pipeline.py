@@ -53,7 +53,7 @@ def test_shards_are_disjoint_and_cover_the_data(
         # A worker's index is a tensor in the function its dataset is built from.
         index = tf.constant(reader, tf.int64) if not in_process else reader
         shard = Shard.of(index, readers, num_files=files_count)
-        assert shard.by_file is by_file
+        assert shard is not None and shard.by_file is by_file
         seen.append(ids(data.raw(Selection(shard=shard))))
     assert all(seen)
     assert sorted(i for part in seen for i in part) == list(range(600))
@@ -87,7 +87,7 @@ def test_the_holdout_is_the_same_for_every_reader_and_complements_training(tmp_p
 
 def test_an_eval_pass_counts_each_row_once(tmp_path):
     source, schema = make(tmp_path, files_count=3, rows=10_007)
-    rows = collections.Counter()
+    rows: collections.Counter[int] = collections.Counter()
     for encoded, labels in Pipeline(source, schema).encoded(batch_size=512):
         assert encoded["dense"].shape[0] == labels.shape[0] <= 512
         rows.update(

@@ -179,7 +179,7 @@ def test_empty_labels_are_errors(tmp_path, labels):
 
 # -- bad rows ---------------------------------------------------------------------------------
 def test_a_typo_in_a_numeric_column_names_its_file_line_and_fixes(tmp_path):
-    rows = [[i, i % 2] for i in range(30)]
+    rows: list[list[object]] = [[i, i % 2] for i in range(30)]
     rows[17][0] = "1O"  # letter O
     with pytest.raises(InputError) as info:
         infer(tmp_path, ["x", "y"], rows)

@@ -111,6 +111,9 @@ class ComplexityRegularizedEnsembler(Ensembler):
 
 
 class _WeightedSum(MixtureWeights):
+    weights: list[tf.Variable]
+    bias: tf.Variable | None
+
     def __init__(
         self,
         spec: ComplexityRegularizedEnsembler,
@@ -149,7 +152,7 @@ class _WeightedSum(MixtureWeights):
         self.bias = None
         if spec.use_bias:
             initial = tf.zeros([logits_dimension])
-            if warm and previous.bias is not None:
+            if warm and isinstance(previous, _WeightedSum) and previous.bias is not None:
                 initial = tf.identity(previous.bias)
             self.bias = tf.Variable(initial, trainable=spec.learn_mixture_weights, name="bias")
 

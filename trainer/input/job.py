@@ -34,6 +34,13 @@ class JobInput:
     holdout: Holdout | None
     options: InputOptions
 
+    @property
+    def train_source(self) -> Source:
+        """The training files; only a replica that trains (or scans) asks for them."""
+        if self.train is None:
+            raise RuntimeError("this replica did not open --train_data")
+        return self.train
+
     # -- evaluation -----------------------------------------------------------------------
     @property
     def eval_selection(self) -> Selection:
@@ -70,7 +77,7 @@ class JobInput:
 
     def train_encoded(self) -> tf.data.Dataset:
         """One pass over the training rows (for selection on the training data)."""
-        return self._pipeline(self.train).encoded(self.train_selection())
+        return self._pipeline(self.train_source).encoded(self.train_selection())
 
     def is_cached(self, readers: int) -> bool:
         """Whether a reader's share of the encoded training rows fits the memory budget."""
@@ -87,7 +94,7 @@ class JobInput:
         in_process: bool = True,
     ) -> tf.data.Dataset:
         """Endless shuffled training batches for one of `readers` readers (see Pipeline)."""
-        return self._pipeline(self.train, in_process=in_process).training(
+        return self._pipeline(self.train_source, in_process=in_process).training(
             self.train_selection(shard),
             batch_size=batch_size,
             seed=seed,
@@ -104,7 +111,8 @@ class JobInput:
             "eval_data": self.describe_eval(),
             "mode": mode,
             "readers": {
-                name: plan for name, plan in zip(readers, shard_plan(self.train, len(readers)))
+                name: plan
+                for name, plan in zip(readers, shard_plan(self.train_source, len(readers)))
             },
         }
 
@@ -136,6 +144,7 @@ def prepare(
     if job.exists():
         schema = Schema.from_json(job_dir_lib.read_text(job.schema), path=job.schema)
     elif scan_if_new:
+        assert train is not None, "a replica that scans opens the training data"
         schema = scan.scan_training(
             train, columns, bad_rows=options.bad_rows, holdout=holdout, seed=seed
         )
@@ -148,7 +157,9 @@ def prepare(
         schema = _wait_for_schema(job, wait_secs)
     for source, key in ((train, "train"), (eval_source, "eval")):
         _check_same_files(source, schema.summary.get(key))
-    return JobInput(schema, train, eval_source or train, holdout, options)
+    evaluated = eval_source or train
+    assert evaluated is not None, "without --eval_data the hold-out opens the training data"
+    return JobInput(schema, train, evaluated, holdout, options)
 
 
 def _check_same_files(source: Source | None, summary: dict | None) -> None:

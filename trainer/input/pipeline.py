@@ -76,7 +76,8 @@ def shard_plan(source: Source, count: int) -> list[dict]:
     """What each of `count` readers reads (one entry per reader)."""
     if count <= 1:
         return [{"files": "all"}]
-    return [Shard.of(i, count, num_files=len(source.files)).describe(source) for i in range(count)]
+    by_file = len(source.files) >= count
+    return [Shard(i, count, by_file=by_file).describe(source) for i in range(count)]
 
 
 @dataclasses.dataclass(frozen=True)

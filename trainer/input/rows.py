@@ -313,7 +313,8 @@ class RowParser:
             files_lib.FLOAT: tf.float32,
         }
         spec = {
-            n: tf.io.RaggedFeature(dtypes[self.source.feature_type(n)]) for n in self.columns.names
+            n: tf.io.RaggedFeature(dtypes[self.source.feature_type(n) or files_lib.BYTES])
+            for n in self.columns.names
         }
         ragged = tf.io.parse_example(text, spec)
         malformed = tf.zeros(tf.shape(text), tf.bool)
@@ -419,6 +420,7 @@ def feature_reasons(parsed: Parsed) -> tf.Tensor:
 
 def label_reasons(parsed: Parsed, *, regression: bool) -> tf.Tensor:
     """Reason bits of the label: missing, not finite, or (`regression`) not a number."""
+    assert parsed.label_missing is not None and parsed.label_is_number is not None, "no label"
     reasons = tf.where(parsed.label_missing, LABEL_MISSING, 0)
     reasons |= tf.where(
         parsed.label_is_number & ~tf.math.is_finite(parsed.label_value), LABEL_NOT_FINITE, 0

@@ -348,7 +348,7 @@ def scan_training(
         mean=label.moments.mean if label.moments.count else float("nan"),
         std=label.moments.std,
     )
-    columns = []
+    columns: list[schema_lib.Column] = []
     for name in kinds:
         if name in moments:
             m = moments[name]
@@ -408,6 +408,7 @@ def scan_eval(source: Source, schema: Schema, *, bad_rows: BadRows) -> dict:
             parsed, regression=label.is_regression
         )
         if not label.is_regression:
+            assert parsed.label_text is not None, "the training rows have the label"
             known = tf.reduce_any(tf.equal(parsed.label_text[:, None], classes[None, :]), 1)
             reasons |= tf.where(known | (reasons != 0), 0, rows_lib.LABEL_UNKNOWN)
         out = _first_bad(parsed, reasons)

@@ -163,10 +163,9 @@ class Placement(enum.Enum):
     ROUND_ROBIN = "round_robin"
 
     def strategy(self) -> PlacementStrategy:
-        return {
-            Placement.REPLICATION: ReplicationStrategy,
-            Placement.ROUND_ROBIN: RoundRobinStrategy,
-        }[self]()
+        if self is Placement.ROUND_ROBIN:
+            return RoundRobinStrategy()
+        return ReplicationStrategy()
 
 
 def _check_counts(num_workers: int, num_subnetworks: int) -> None:
