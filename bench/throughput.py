@@ -66,9 +66,11 @@ from bench import census as census_lib
 from trainer import config as config_lib
 from trainer import ensemble as ens
 from trainer import training
+from trainer.config import TrainOptions
+from trainer.frozen import FrozenEnsemble
 from trainer.heads import Head
 from trainer.input import files as files_lib
-from trainer.iteration import FrozenEnsemble, Iteration, TrainOptions
+from trainer.iteration import Iteration
 from trainer.model import DNNBuilder, DNNGenerator, Inputs, IterationContext, Subnetwork
 from trainer.schema import ColumnChoices
 
@@ -357,7 +359,8 @@ def throughput(args, schema, x, y) -> list[dict]:
                 def iteration(t=t, builders=builders, batch_size=batch_size, previous=previous):
                     return make_iteration(t, head, input_dim, builders, batch_size, previous)
 
-                variants = [Ours(iteration(), batches(x, y, batch_size))]
+                first = Ours(iteration(), batches(x, y, batch_size))
+                variants: list[Ours | Hand] = [first]
                 if args.chunk:
                     variants.append(Ours(iteration(), batches(x, y, batch_size), args.chunk))
                 variants += [
@@ -379,7 +382,7 @@ def throughput(args, schema, x, y) -> list[dict]:
                 examples = args.steps * batch_size
                 rate = {n: examples / statistics.median(s) for n, s in wall.items()}
                 cpu_rate = {n: examples / statistics.median(s) for n, s in cpu.items()}
-                ours = variants[0].iteration
+                ours = first.iteration
                 row = {
                     "iteration": t,
                     "k": k,
@@ -636,7 +639,7 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     absl_logging.set_verbosity(absl_logging.WARNING)
     started = time.perf_counter()
-    results = {"machine": machine(), "trainer_digest": trainer_digest(), "args": vars(args)}
+    results: dict = {"machine": machine(), "trainer_digest": trainer_digest(), "args": vars(args)}
     if not args.skip_throughput:
         print("Loading and encoding census ...", flush=True)
         schema, x, y = load_census()

@@ -10,8 +10,9 @@ import tensorflow as tf
 from trainer import ensemble as ens
 from trainer.config import TrainOptions
 from trainer.features import encoded
+from trainer.frozen import FrozenEnsemble, FrozenMember
 from trainer.heads import Head
-from trainer.iteration import FrozenEnsemble, FrozenMember, Iteration
+from trainer.iteration import Iteration
 from trainer.model import CrossBuilder, DNNBuilder, Inputs, LinearBuilder, Subnetwork
 from trainer.schema import Embedded, HeadType, Label
 

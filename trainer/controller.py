@@ -22,8 +22,9 @@ from trainer import evaluation
 from trainer.config import RunConfig
 from trainer.ensemble.objective import selection_objective
 from trainer.factory import Models
+from trainer.frozen import FrozenEnsemble
 from trainer.input.job import JobInput
-from trainer.iteration import FrozenEnsemble, Iteration
+from trainer.iteration import Iteration
 from trainer.job_dir import ReplicaWrites
 from trainer.loops import LoopMaker, TrainLoop
 from trainer.progress import Progress, SummaryWriters, TrainingTime

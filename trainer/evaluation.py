@@ -9,8 +9,9 @@ from typing import Any
 
 import tensorflow as tf
 
+from trainer.frozen import FrozenEnsemble, compile_encoded
 from trainer.heads import Head, Metrics
-from trainer.iteration import FrozenEnsemble, Iteration, compile_encoded
+from trainer.iteration import Iteration
 
 
 def evaluate(

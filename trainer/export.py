@@ -13,8 +13,8 @@ import tensorflow as tf
 from trainer import job_dir as job_dir_lib
 from trainer import storage
 from trainer.features import Preprocessor
+from trainer.frozen import FrozenEnsemble
 from trainer.heads import Head
-from trainer.iteration import FrozenEnsemble
 
 
 class ServingModel(tf.Module):

@@ -11,8 +11,9 @@ from collections.abc import Callable, Sequence
 import tensorflow as tf
 
 from trainer.config import RunConfig
+from trainer.frozen import FrozenEnsemble, FrozenMember
 from trainer.heads import Head
-from trainer.iteration import FrozenEnsemble, FrozenMember, Iteration, Layout
+from trainer.iteration import Iteration, Layout
 from trainer.job_dir import JobDir
 from trainer.model import Builder, Inputs, Subnetwork
 from trainer.record import Architecture, IterationRecord

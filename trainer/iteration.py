@@ -13,7 +13,6 @@ import contextlib
 import dataclasses
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
-from typing import Any
 
 import keras
 import numpy as np
@@ -21,50 +20,13 @@ import tensorflow as tf
 
 from trainer import ensemble as ens
 from trainer.config import OPTIMIZER_NAMES, TrainOptions
-from trainer.ensemble.objective import training_objective
-from trainer.features import Encoded, encoded
+from trainer.ensemble.objective import debiased, moving_average_update, training_objective
+from trainer.features import Encoded
+from trainer.frozen import PREVIOUS, FrozenEnsemble, FrozenMember, compile_encoded, member_key
 from trainer.heads import Head
 from trainer.model import Builder, Inputs, Subnetwork
 from trainer.model.embedding import LazyAdam
 from trainer.placement import Unit, everything
-
-PREVIOUS = "previous_ensemble"
-
-
-def member_key(iteration: int, builder: Builder) -> str:
-    return f"t{iteration}_{builder.name}"
-
-
-@dataclasses.dataclass(frozen=True)
-class FrozenMember:
-    iteration: int
-    builder: Builder
-    subnetwork: Subnetwork
-
-    @property
-    def key(self) -> str:
-        return member_key(self.iteration, self.builder)
-
-    def as_member(self) -> ens.Member:
-        return ens.Member(self.key, self.subnetwork.last_layer_dim, self.builder.complexity)
-
-
-@dataclasses.dataclass(frozen=True)
-class FrozenEnsemble:
-    """The best ensemble of a finished iteration: frozen members and their mixture weights."""
-
-    members: tuple[FrozenMember, ...]
-    weights: ens.MixtureWeights
-    ensembler: ens.Ensembler
-
-    def checkpoint(self) -> tf.train.Checkpoint:
-        return tf.train.Checkpoint(
-            members={m.key: m.subnetwork.checkpoint_variables() for m in self.members},
-            weights=self.weights,
-        )
-
-    def logits(self, features: tf.Tensor) -> tf.Tensor:
-        return self.weights([m.subnetwork(features, training=False) for m in self.members])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -361,34 +323,8 @@ class Iteration:
                 tf.stack(objectives) if candidates else tf.zeros([0]),
             )
 
-        decay = ens.MOVING_AVERAGE_DECAY
-
-        def updater(active: list[int], size: int):
-            """EMA and divergence update for the active entries of a stats vector: whole-
-            vector ops while all are active (the usual case), gather/scatter otherwise."""
-            if not active:
-                return lambda ema, diverged, values: None
-            if len(active) == size:
-
-                def update(ema, diverged, values):
-                    ema.assign(decay * ema + (1.0 - decay) * values)
-                    diverged.assign(diverged | ~tf.math.is_finite(values))
-
-                return update
-            index = tf.constant(active, tf.int32)[:, None]
-
-            def update_active(ema, diverged, values):
-                ema.scatter_nd_update(
-                    index, decay * tf.gather_nd(ema, index) + (1.0 - decay) * values
-                )
-                diverged.scatter_nd_update(
-                    index, tf.gather_nd(diverged, index) | ~tf.math.is_finite(values)
-                )
-
-            return update_active
-
-        update_subnetworks = updater(trained, len(self.subnetworks))
-        update_candidates = updater(candidates, len(self.candidates))
+        update_subnetworks = moving_average_update(trained, len(self.subnetworks))
+        update_candidates = moving_average_update(candidates, len(self.candidates))
         if len(trained) == len(self.subnetworks):
 
             def count_subnetworks():
@@ -457,11 +393,11 @@ class Iteration:
 
     def moving_average_objectives(self) -> np.ndarray:
         """Zero-debiased EMA of each candidate's training objective."""
-        return _debiased(self.objective_ema.numpy(), self.step.numpy())
+        return debiased(self.objective_ema.numpy(), self.step.numpy())
 
     def subnetwork_train_losses(self) -> np.ndarray:
         """Zero-debiased EMA of each new subnetwork's training loss."""
-        return _debiased(self.subnetwork_loss_ema.numpy(), self.subnetwork_steps.numpy())
+        return debiased(self.subnetwork_loss_ema.numpy(), self.subnetwork_steps.numpy())
 
     def snapshot(self) -> Snapshot:
         """The iteration's counters and statistics now, as plain values."""
@@ -520,23 +456,3 @@ class Iteration:
         ]
         assert candidate.ensembler is not None  # only the previous ensemble has none
         return FrozenEnsemble(tuple(members), candidate.weights, candidate.ensembler)
-
-
-def compile_encoded(fn: Callable[[Encoded], Any], inputs: Inputs) -> Callable[[Encoded], Any]:
-    """`fn` compiled once for encoded batches of any size (the parts are passed apart: a
-    signature of a dict whose keys depend on the schema would do, but less plainly)."""
-    dense = tf.TensorSpec([None, inputs.dense_width], tf.float32)
-    if inputs.embedded:
-        ids = tf.TensorSpec([None, len(inputs.embedded)], tf.int64)
-        compiled = tf.function(
-            lambda d, i: fn(encoded(d, i)), autograph=False, input_signature=[dense, ids]
-        )
-        return lambda features: compiled(features["dense"], features["ids"])
-    compiled = tf.function(lambda d: fn(encoded(d)), autograph=False, input_signature=[dense])
-    return lambda features: compiled(features["dense"])
-
-
-def _debiased(ema: np.ndarray, steps) -> np.ndarray:
-    """An exponential moving average started at zero, divided by its bias after `steps`."""
-    steps = np.maximum(np.asarray(steps, np.float64), 1.0)
-    return ema / (1.0 - ens.MOVING_AVERAGE_DECAY**steps)

@@ -8,9 +8,12 @@ best candidate (AdaNet 0.9 added it twice to the mixture-weight loss).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
+import numpy as np
 import tensorflow as tf
+
+from trainer.ensemble.selection import MOVING_AVERAGE_DECAY
 
 
 def complexity_penalty(
@@ -42,3 +45,35 @@ def training_objective(
 def selection_objective(mean_loss: float, penalty: float) -> float:
     """F over a whole data set: the mean loss plus the complexity penalty."""
     return mean_loss + penalty
+
+
+def moving_average_update(active: Sequence[int], size: int) -> Callable:
+    """`update(ema, diverged, values)`: in graph, folds this step's `values` (one per active
+    entry) into the moving averages `ema` and marks the entries that went non-finite in
+    `diverged`, for the `active` entries of vectors of `size`. Whole-vector ops while all are
+    active (the usual case), gather/scatter otherwise; nothing when none is."""
+    decay = MOVING_AVERAGE_DECAY
+    if not active:
+        return lambda ema, diverged, values: None
+    if len(active) == size:
+
+        def update(ema, diverged, values):
+            ema.assign(decay * ema + (1.0 - decay) * values)
+            diverged.assign(diverged | ~tf.math.is_finite(values))
+
+        return update
+    index = tf.constant(list(active), tf.int32)[:, None]
+
+    def update_active(ema, diverged, values):
+        ema.scatter_nd_update(index, decay * tf.gather_nd(ema, index) + (1.0 - decay) * values)
+        diverged.scatter_nd_update(
+            index, tf.gather_nd(diverged, index) | ~tf.math.is_finite(values)
+        )
+
+    return update_active
+
+
+def debiased(ema: np.ndarray, steps) -> np.ndarray:
+    """An exponential moving average started at zero, divided by its bias after `steps`."""
+    steps = np.maximum(np.asarray(steps, np.float64), 1.0)
+    return ema / (1.0 - MOVING_AVERAGE_DECAY**steps)
