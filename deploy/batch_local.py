@@ -62,9 +62,26 @@ def predict_local(
     num_shards: int = 1,
     predictor: Predictor | None = None,
 ) -> BatchResult:
-    """Predicts every line of `sources` (local or gs:// files or globs) with the model in
-    `model_dir` and writes Vertex's output layout under `output_prefix`. Bad arguments, and a
-    CSV header that does not fit the model, fail before anything is written.
+    """Predicts every line of `sources` with the model in `model_dir` and writes Vertex's
+    output layout under `output_prefix`, streaming (memory does not grow with the input).
+
+    Args:
+        model_dir: the exported model (`JOB_DIR/model`).
+        sources: local or gs:// files or globs.
+        output_prefix: where `prediction-<model_name>-<time>/` is written (local or gs://).
+        instances_format: "jsonl" (a JSON object per line) or "csv" (a header, then rows).
+        excluded_fields: columns dropped from each instance (Vertex's excludedFields).
+        model_name: names the output directory.
+        batch_size: instances per prediction call.
+        num_shards: result files (batch k goes to file k mod num_shards).
+        predictor: a loaded model to reuse (default: load `model_dir`).
+
+    Returns:
+        Where the results and errors went, and how many of each.
+
+    Raises:
+        DeployError: bad arguments, or a CSV header that does not fit the model; nothing is
+            written. A bad line never raises: it goes to the errors file.
 
     Example:
         result = predict_local(model_dir="runs/job/model", sources=["test.csv"],

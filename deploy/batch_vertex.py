@@ -63,8 +63,19 @@ class VertexBatchJob:
 
 
 def submit_vertex(cloud: api.Cloud, job: VertexBatchJob):
-    """Creates the BatchPredictionJob and returns at once (the SDK's job object). A job over
-    CSV sources goes through `CsvVertexJob` instead (their rows converted first)."""
+    """Creates the BatchPredictionJob and returns at once.
+
+    Args:
+        cloud: the project, region and API endpoint.
+        job: the job over JSON Lines sources.
+
+    Returns:
+        The SDK's BatchPredictionJob (created, not waited for).
+
+    Raises:
+        DeployError: the sources are CSV: those go through `batch_csv.submit_vertex_csv`,
+            which converts their rows first.
+    """
     from google.cloud import aiplatform
 
     if job.instances_format == "csv":

@@ -118,7 +118,16 @@ def deploy_requests(cloud: api.Cloud, d: Deployment) -> list[api.ApiRequest]:
 
 
 def publish(cloud: api.Cloud, d: Deployment) -> Published:
-    """Uploads, creates or reuses the endpoint, deploys; waits for each step."""
+    """Publishes the exported model for online prediction, waiting for each step.
+
+    Args:
+        cloud: the project, region and API endpoint.
+        d: the model, its serving container and the endpoint to deploy it to (checked when
+            it was made: bad input raises DeployError there, before anything is sent).
+
+    Returns:
+        The model's and the endpoint's resource names and the deployed model's id.
+    """
     from google.cloud import aiplatform
 
     cloud.init_sdk()

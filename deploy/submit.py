@@ -196,8 +196,25 @@ def submit(
     dry_run: bool = False,
     out=None,
 ):
-    """Builds and uploads the sdist, then creates the CustomJob (prints the requests and
-    sends nothing when `dry_run`). Returns the SDK's job, or None for a dry run."""
+    """Builds and uploads the trainer sdist, then creates the CustomJob of `config`.
+
+    Args:
+        cloud: the project, region and API endpoint.
+        staging_uri: gs:// folder the sdist is uploaded to.
+        display_name: the job's name.
+        output_dir: the job's base output directory (overrides config.yaml's).
+        extra_args: trainer flags appended to every pool's args.
+        config: the CustomJobSpec in YAML.
+        dist_dir: where the sdist is built (default: a temporary folder).
+        dry_run: print the requests and the gcloud equivalent; send nothing.
+        out: where the dry run prints (default: stdout).
+
+    Returns:
+        The SDK's CustomJob (created, not waited for); None for a dry run.
+
+    Raises:
+        DeployError: a bad config, URI or key, before anything is uploaded or sent.
+    """
     out = out or sys.stdout
     api.gcs_uri("--staging_uri", staging_uri)
     spec = load_config(config)

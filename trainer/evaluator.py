@@ -38,7 +38,21 @@ class _Evaluator:
 def run(
     config: RunConfig, *, poll_secs: float = 5.0, timeout_secs: float | None = None
 ) -> list[dict]:
-    """Evaluates checkpoints until the job is complete; returns the evaluations made."""
+    """The evaluator replica: evaluates each iteration's checkpoints as the chief writes them
+    (and once, from its frozen choice, each finished iteration it missed) until the job is
+    complete, publishing `JOB_DIR/eval/iteration-<t>.json` and TensorBoard events.
+
+    Args:
+        config: the run's settings, the same flags as the chief's.
+        poll_secs: how often to look for new checkpoints.
+        timeout_secs: give up after this long (None: wait for the job to complete).
+
+    Returns:
+        The evaluations this call made.
+
+    Raises:
+        TimeoutError: `timeout_secs` passed before the job completed.
+    """
     job = job_dir_lib.JobDir.of(config.outputs)
     deadline = None if timeout_secs is None else time.monotonic() + timeout_secs
     while not job.exists():  # the chief creates the job dir once its input is checked

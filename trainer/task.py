@@ -395,6 +395,8 @@ def main(argv):
 
 
 def run():
+    """The `python -m trainer.task` entry point: parses the flags (absl), then trains, or
+    evaluates on an evaluator replica. Bad input exits with code 2 and one line."""
     logging.set_verbosity(logging.INFO)
     if {"-h", "--help", "--helpshort"} & set(sys.argv[1:]):  # absl's own --help exits with 1
         app.usage(shorthelp=True, writeto_stdout=True, exitcode=0)

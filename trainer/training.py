@@ -199,8 +199,21 @@ def _start_job_dir(config: RunConfig, job: job_dir_lib.JobDir, data: input_lib.J
 
 
 def run(config: RunConfig, cluster: Cluster | None = None) -> dict:
-    """Trains (or resumes) the job described by `config` as this replica of `cluster`;
-    returns the report (the chief's; {} on other replicas)."""
+    """Trains (or resumes) the job described by `config` as this replica of `cluster`.
+
+    Args:
+        config: the run's settings (`trainer.task` builds them from flags).
+        cluster: this replica's role and cluster (`trainer.cluster.parse`); None: one
+            machine, no cluster.
+
+    Returns:
+        The report (`JOB_DIR/report.json`) on the chief; {} on other replicas.
+
+    Raises:
+        InputError: bad flags, data or job dir, found before any work starts.
+        TrainingError: training started but cannot go on (see `trainer.errors`); finished
+            iterations stay in the job dir.
+    """
     cluster = cluster or Cluster()
     job = job_dir_lib.JobDir.of(config.outputs)
     storage.preflight(outputs=job.output_flags(), inputs=config.data.input_flags())
