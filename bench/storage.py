@@ -39,14 +39,13 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import tensorflow as tf
 
 from tests.gcs import running_gcs
-from tests.support import parsed_flags
+from tests.support import minimal_record, parsed_flags
 from trainer import job_dir as job_dir_lib
 from trainer import task, training
 from trainer.config import RunConfig
 from trainer.factory import Models
 from trainer.input.job import JobInput
 from trainer.iteration import Iteration
-from trainer.record import Architecture, CandidateRecord, IterationRecord, Seconds
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -78,20 +77,7 @@ def write_metadata(job: job_dir_lib.JobDir, census: Census) -> None:
     job.create()
     job_dir_lib.write_atomically(job.schema, census.data.schema.to_json())
     job_dir_lib.write_json(job.run, {"fingerprint": census.config.fingerprint()})
-    record = IterationRecord(
-        iteration=0,
-        steps=0,
-        steps_per_sec=None,
-        batch_size=64,
-        selection="moving_average",
-        chosen="c",
-        eval_examples=0,
-        candidates=(CandidateRecord("c", "mean", (), None, False, {}),),
-        subnetworks=(),
-        placement=(),
-        architecture=Architecture("mean", (), {}),
-        seconds=Seconds(0.0, 0.0, 0.0, 0.0),
-    )
+    record = minimal_record(0)
     job_dir_lib.write_json(job.record_path(0), record.to_json())
 
 
