@@ -213,18 +213,29 @@ def running_gcs() -> Iterator[GcsServer]:
         shutil.rmtree(workdir, ignore_errors=True)
 
 
+_outside: dict[str, str] | None = None  # os.environ before the `gcs` fixture changed it
+
+
+def outside_environment() -> dict[str, str]:
+    """This process's environment without the `gcs` fixture's proxy and CA: for processes
+    that reach the real internet (pip), which the proxy would intercept."""
+    return dict(os.environ if _outside is None else _outside)
+
+
 @pytest.fixture(scope="session")
 def gcs() -> Iterator[GcsServer]:
     """The emulator and proxy for the whole session; this process's own TensorFlow uses them
     too (its GCS filesystem reads these variables on first use)."""
+    global _outside
     with running_gcs() as server:
-        saved = dict(os.environ)
+        saved = _outside = dict(os.environ)
         os.environ.update(server.env())
         try:
             yield server
         finally:
             os.environ.clear()
             os.environ.update(saved)
+            _outside = None
 
 
 @pytest.fixture

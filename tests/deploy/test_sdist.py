@@ -32,12 +32,7 @@ def test_sdist_installs_beside_tensorflow_and_runs(tmp_path):
     (sdist,) = (tmp_path / "dist").glob("trainer-*.tar.gz")
 
     image = _venv_beside(tf_python, tmp_path / "image")
-    install = subprocess.run(
-        [str(image), "-m", "pip", "install", str(sdist)],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    install = venvs.pip_install(image, str(sdist))
     assert install.returncode == 0, install.stdout[-3000:] + install.stderr[-3000:]
     installed = _installed(install.stdout)
     assert "trainer-0.1.0" in installed

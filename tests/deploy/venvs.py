@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.gcs import outside_environment
 from tests.support import REPO
 
 CACHE = REPO / ".cache" / "venvs"
@@ -41,22 +42,28 @@ def tf_venv(version: str) -> Path:
     shutil.rmtree(root, ignore_errors=True)
     new_venv(root)
     spec = "tensorflow-cpu" if version == "latest" else f"tensorflow-cpu=={version}"
-    result = subprocess.run(
-        [str(python), "-m", "pip", "install", "--quiet", spec], capture_output=True, text=True
-    )
+    result = pip_install(python, "--quiet", spec)
     assert result.returncode == 0, f"pip install {spec} failed:\n{result.stderr[-3000:]}"
     return python
 
 
 def new_venv(root: Path) -> Path:
-    """A Python 3.11 venv at `root` with pip upgraded, as the Makefile does for `.venv`: the pip
-    that Python 3.11 bundles checks certificates against certifi only, so behind a proxy with
-    its own certificate authority every index but the local ones fails; newer pip uses the
-    system's trust store. Returns its python."""
+    """A Python 3.11 venv at `root`; its python."""
     subprocess.run([python311(), "-m", "venv", str(root)], check=True)
-    python = root / "bin" / "python"
-    subprocess.run([str(python), "-m", "pip", "install", "--quiet", "--upgrade", "pip"], check=True)
-    return python
+    return root / "bin" / "python"
+
+
+def pip_install(python: Path, *args: str) -> subprocess.CompletedProcess:
+    """`python -m pip install ARGS` with the environment from before the session's `gcs`
+    fixture: its proxy intercepts HTTPS with its own certificate authority, which pip rightly
+    refuses for the package index."""
+    return subprocess.run(
+        [str(python), "-m", "pip", "install", *args],
+        capture_output=True,
+        text=True,
+        timeout=1200,
+        env=outside_environment(),
+    )
 
 
 def _imports_tensorflow(python: Path) -> bool:
