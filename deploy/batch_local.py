@@ -214,6 +214,7 @@ def _csv_batches(
     """(result lines, how many, error records) for each batch of every file, the files with
     one header read by one dataset. Parsing, the model and the JSON lines all run in the
     dataset's parallel map."""
+    from trainer.input import blocks as blocks_lib
     from trainer.input import files as files_lib
     from trainer.input import rows as rows_lib
 
@@ -257,7 +258,9 @@ def _csv_batches(
             }
 
         dataset = (
-            rows_lib.blocks(source, rows_lib.indexed_files(source), parallel=1, deterministic=True)
+            blocks_lib.blocks(
+                source, blocks_lib.indexed_files(source), parallel=1, deterministic=True
+            )
             .rebatch(batch_size)
             .map(
                 tf.autograph.experimental.do_not_convert(predict),
@@ -349,11 +352,11 @@ def _prediction_json(instances: tf.Tensor, outputs: dict) -> tf.Tensor:
 def _jsonl_batches(
     predictor: Predictor, files: list[str], excluded: frozenset, batch_size: int
 ) -> Iterator[tuple[bytes, int, list[dict]]]:
-    from trainer.input import rows as rows_lib
+    from trainer.input import blocks as blocks_lib
 
     good, errors = [], []
     for path in files:
-        for chunk, first in rows_lib.line_chunks(path):
+        for chunk, first in blocks_lib.line_chunks(path):
             for number, raw in enumerate(
                 chunk.decode("utf-8-sig", "replace").split("\n"), start=first
             ):

@@ -9,14 +9,14 @@ import pytest
 import tensorflow as tf
 
 from tests.input.support import write, write_tfrecord
-from trainer.input import files, rows
+from trainer.input import blocks, files, rows
 from trainer.input.rows import Columns
 
 
 def read_all(source, *, in_process=True):
     """[(file index, line, text)] of every row, in order."""
-    dataset = rows.blocks(
-        source, rows.indexed_files(source), parallel=1, deterministic=True, in_process=in_process
+    dataset = blocks.blocks(
+        source, blocks.indexed_files(source), parallel=1, deterministic=True, in_process=in_process
     )
     out = []
     for file, line, text in dataset:
@@ -43,7 +43,7 @@ def test_rows_know_their_file_and_line(tmp_path, in_process):
 
 
 def test_the_chunked_reader_matches_textlinedataset_across_chunks(tmp_path, monkeypatch):
-    monkeypatch.setattr(rows, "CHUNK_BYTES", 64)  # many chunks, lines cut anywhere
+    monkeypatch.setattr(blocks, "CHUNK_BYTES", 64)  # many chunks, lines cut anywhere
     lines = [f"{i},{'x' * (i % 17)},{i % 3}" for i in range(500)]
     path = tmp_path / "a.csv.gz"
     with gzip.open(path, "wb") as f:  # two gzip members, as `cat a.gz b.gz` makes
@@ -67,7 +67,7 @@ def test_tfrecord_rows_are_numbered_records(tmp_path):
 def parse(tmp_path, text, columns, name="a.csv"):
     source = files.open_source(write(tmp_path, name, text), flag="--train_data")
     file, line, body = next(
-        iter(rows.blocks(source, rows.indexed_files(source), parallel=1, deterministic=True))
+        iter(blocks.blocks(source, blocks.indexed_files(source), parallel=1, deterministic=True))
     )
     return rows.RowParser(source, columns).parse(file, line, body)
 
@@ -157,7 +157,7 @@ def test_tfrecord_parse(tmp_path):
     )
     source = files.open_source(path, flag="--train_data")
     file, line, text = next(
-        iter(rows.blocks(source, rows.indexed_files(source), parallel=1, deterministic=True))
+        iter(blocks.blocks(source, blocks.indexed_files(source), parallel=1, deterministic=True))
     )
     parsed = rows.RowParser(source, Columns(("n", "t"), ("c",), "y")).parse(file, line, text)
     np.testing.assert_array_equal(parsed.numeric["n"].numpy()[:2], [1.5, np.nan])

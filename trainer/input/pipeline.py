@@ -27,6 +27,7 @@ import tensorflow as tf
 
 from trainer import schema as schema_lib
 from trainer.features import Preprocessor
+from trainer.input import blocks as blocks_lib
 from trainer.input import rows as rows_lib
 from trainer.input.files import Source
 from trainer.input.options import BadRows
@@ -93,7 +94,7 @@ class Selection:
             raise ValueError("a hold-out side needs a hold-out, and a hold-out a side.")
 
     def files(self, source: Source) -> tf.data.Dataset:
-        files = rows_lib.indexed_files(source)
+        files = blocks_lib.indexed_files(source)
         if self.shard and self.shard.by_file:
             files = files.shard(self.shard.count, self.shard.index)
         return files
@@ -124,7 +125,7 @@ class Pipeline:
         return max(1, min(len(self.source.files), os.cpu_count() or 2, 8, count))
 
     def _rows(self, selection: Selection, *, deterministic: bool) -> tf.data.Dataset:
-        return rows_lib.blocks(
+        return blocks_lib.blocks(
             self.source,
             selection.files(self.source),
             parallel=self._readers(len(self.source.files)),
@@ -275,7 +276,7 @@ class Pipeline:
             .shuffle(len(self.source.files), seed=seed, reshuffle_each_iteration=True)
             .repeat()
         )
-        rows = rows_lib.blocks(
+        rows = blocks_lib.blocks(
             self.source,
             files,
             parallel=self._readers(len(self.source.files)),

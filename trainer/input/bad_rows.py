@@ -1,0 +1,150 @@
+"""Rows that cannot be used: the first one of a pass described for the user (its file, line,
+text and what to do), and the count per file. `--bad_rows=error` stops on the first one;
+`--bad_rows=skip` skips them and reports how many."""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import io
+
+import numpy as np
+import tensorflow as tf
+from absl import logging
+
+from trainer.errors import InputError
+from trainer.input import files as files_lib
+from trainer.input import rows as rows_lib
+from trainer.input.files import Source
+from trainer.input.options import BadRows
+
+
+@dataclasses.dataclass(frozen=True)
+class BadRow:
+    """The first row of a pass that cannot be used, and why."""
+
+    path: str
+    line: int
+    reasons: int
+    text: bytes
+    column: str | None  # the first numeric column that is not a number
+
+
+def describe(bad: BadRow, source: Source, label: str | None, classes: tuple[str, ...] = ()) -> str:
+    """What is wrong with a bad row, where, and how to fix it."""
+    unit = "record" if source.format == files_lib.TFRECORD else "line"
+    where = f"{bad.path} {unit} {bad.line}"
+    skip = " (or pass --bad_rows=skip to skip such rows)"
+    value = lambda column: _value(bad, source, column)  # noqa: E731
+    if bad.reasons & rows_lib.MALFORMED:
+        if source.format == files_lib.TFRECORD:
+            return (
+                f"{source.flag}: {where} holds a feature with several values; this "
+                f"trainer takes one value per feature{skip}."
+            )
+        fields = _csv_fields(bad.text)
+        count = f"has {len(fields)} fields" if fields is not None else "is not valid CSV"
+        return (
+            f"{source.flag}: {where} {count}, the header has {len(source.columns)}. Fix "
+            f"that line (quote values with commas, start quoted values right after the "
+            f"comma){skip}."
+        )
+    if bad.reasons & rows_lib.NOT_A_NUMBER:
+        return (
+            f"{source.flag}: numeric column '{bad.column}' holds {value(bad.column)!r} at "
+            f"{where}. Fix the value, or pass --categorical_columns={bad.column} to treat "
+            f"the column as categories{skip}."
+        )
+    if bad.reasons & rows_lib.LABEL_MISSING:
+        return (
+            f"{source.flag}: label column '{label}' is empty at {where}: every row needs a "
+            f"label. Remove or fix that row{skip}."
+        )
+    if bad.reasons & (rows_lib.LABEL_NOT_FINITE | rows_lib.LABEL_NOT_A_NUMBER):
+        return (
+            f"{source.flag}: label column '{label}' holds {value(label)!r} at {where}: "
+            "regression labels must be finite numbers. Remove or fix that row, or choose "
+            f"--head=binary or --head=multiclass{skip}."
+        )
+    return (
+        f"{source.flag}: label {value(label)!r} at {where} is not one of the training "
+        f"labels {list(classes)[:20]}{skip}."
+    )
+
+
+def _csv_fields(text: bytes) -> list[str] | None:
+    try:
+        return next(csv.reader(io.StringIO(text.decode("utf-8", "replace"))), [])
+    except csv.Error:
+        return None
+
+
+def _value(bad: BadRow, source: Source, column: str) -> str:
+    if source.format == files_lib.TFRECORD:
+        feature = tf.train.Example.FromString(bad.text).features.feature[column]
+        kind = feature.WhichOneof("kind")
+        values = list(getattr(feature, kind).value) if kind else []
+        value = values[0] if values else ""
+        return value.decode("utf-8", "replace") if isinstance(value, bytes) else repr(value)
+    fields = _csv_fields(bad.text) or []
+    index = source.columns.index(column)
+    return fields[index].strip() if index < len(fields) else ""
+
+
+def first_bad(parsed: rows_lib.Parsed, reasons: tf.Tensor) -> dict[str, tf.Tensor]:
+    """The first bad row of a block (if any), and the file index of every bad row."""
+    bad = reasons != 0
+    file, line, reason, column, text = rows_lib.first_where(
+        bad,
+        parsed.file,
+        parsed.line,
+        tf.cast(reasons, tf.int64),
+        tf.cast(rows_lib.first_numeric_failure(parsed), tf.int64),
+        parsed.text,
+    )
+    return {
+        "bad_files": tf.boolean_mask(parsed.file, bad),
+        # count, file, line, reasons, index of the numeric column that failed
+        "first_bad": tf.stack([tf.reduce_sum(tf.cast(bad, tf.int64)), file, line, reason, column]),
+        "first_bad_text": text,
+    }
+
+
+class BadRowLog:
+    """Bad rows per file, and the first one met."""
+
+    def __init__(self, source: Source, numeric: tuple[str, ...]):
+        self.source = source
+        self.numeric = numeric
+        self.per_file = np.zeros(len(source.files), np.int64)
+        self.first: BadRow | None = None
+
+    def update(self, block: dict[str, np.ndarray]) -> None:
+        count, file, line, reasons, column = (int(v) for v in block["first_bad"])
+        if not count:
+            return
+        self.per_file += np.bincount(block["bad_files"], minlength=len(self.per_file))
+        row = BadRow(
+            self.source.files[file],
+            line,
+            reasons,
+            bytes(block["first_bad_text"]),
+            self.numeric[column] if column >= 0 else None,
+        )
+        key = lambda r: (self.source.files.index(r.path), r.line)  # noqa: E731
+        if self.first is None or key(row) < key(self.first):
+            self.first = row
+
+    def check(self, policy: BadRows, label: str | None, classes: tuple[str, ...] = ()) -> None:
+        """Stops on a bad row (ERROR), or warns how many were skipped (SKIP)."""
+        if self.first is None:
+            return
+        message = describe(self.first, self.source, label, classes)
+        if policy is BadRows.ERROR:
+            raise InputError(message)
+        logging.warning(
+            "%s: skipped %d bad rows (first: %s)",
+            self.source.flag,
+            int(self.per_file.sum()),
+            message,
+        )
