@@ -1,5 +1,5 @@
 """The census data as the benchmarks use it: encoded as the trainer encodes it, as arrays, and
-batches of them through the default strategy as `Trainer` feeds its loop."""
+batches of them through the default strategy as the local train loop is fed."""
 
 from __future__ import annotations
 

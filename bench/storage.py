@@ -4,8 +4,8 @@ Run from the repo root (needs the test extra: the GCS emulator and mitmproxy)::
 
     .venv/bin/python bench/storage.py [--repeats=5] [--out=bench/results]
 
-Builds iteration 0 of the default search on the census data exactly as `Trainer` does
-(`trainer.task` flags with no arguments), trains it for a few steps so that every variable and
+Builds iteration 0 of the default search on the census data exactly as the controller does
+(`trainer.factory.Models`, `trainer.task` flags with no arguments), trains it for a few steps so that every variable and
 optimizer slot exists, then times, in each of a local temporary dir and `gs://` (TensorFlow's
 own GCS client through the test proxy to gcp-storage-emulator on loopback, see `tests/gcs.py`):
 

@@ -10,12 +10,12 @@ Run from the repo root::
     .venv/bin/python bench/throughput.py --skip_throughput --append
 
 Part 1, throughput. For k in --k (default 2,4) new subnetworks `DNNBuilder(1..k)`, each batch
-size and iteration t in --iterations, on the census training data encoded as `Trainer` encodes
+size and iteration t in --iterations, on the census training data encoded as the trainer encodes
 it, it times these variants:
 
   ours        `Iteration.train(iterator, steps)`: the project's compiled loop (k subnetworks,
               their candidate ensembles of the default search, the EMAs), one call.
-  ours/N      (with --chunk=N) the same loop called N steps at a time, as `Trainer` does
+  ours/N      (with --chunk=N) the same loop called N steps at a time, as `LocalLoop` does
               (`steps_per_loop`, default 100).
   hand/py     a hand-written `tf.function` step (the same k `Subnetwork`s with the same seeds,
               the sum of their mean losses, one tape, one Adam), called per batch from Python.
@@ -23,7 +23,7 @@ it, it times these variants:
               the fairest baseline, the same loop structure as ours.
 
 Every variant has its own iterator over `trainer.training.train_dataset` with the same seed (the
-same batches, in the same order), made through the default strategy as `Trainer` does. Each is
+same batches, in the same order), made through the default strategy as the trainer does. Each is
 warmed up (traced, --warmup_steps) before timing; then the variants are timed in turn, --repeats
 rounds, so that load from elsewhere hits all of them alike; the median is reported. Process CPU
 seconds (all threads) are recorded too: on a shared machine they move less than wall time.
@@ -119,7 +119,7 @@ def parse_args(argv=None) -> argparse.Namespace:
         "--chunk",
         type=int,
         default=0,
-        help="also time ours called this many steps at a time, as Trainer does "
+        help="also time ours called this many steps at a time, as LocalLoop does "
         "with --steps_per_loop (0: do not)",
     )
     p.add_argument(
@@ -157,7 +157,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 # -- data -------------------------------------------------------------------------------------
 def load_census():
-    """The census training data, encoded as `Trainer` encodes it."""
+    """The census training data, encoded as the trainer encodes it."""
     data = census_lib.census_input(census_config())
     x, y = census_lib.arrays(data.train_encoded())
     return data.schema, x, y
@@ -204,7 +204,7 @@ def make_iteration(
     batch_size: int,
     previous: FrozenEnsemble | None,
 ) -> Iteration:
-    """An Iteration as `Trainer.run_iteration` makes one, with the default search."""
+    """An Iteration as the controller makes one (`Models.iteration`), with the default search."""
     search = default_search()
     specs = ens.candidate_specs(
         search.strategies, [b.name for b in builders], has_previous=previous is not None
