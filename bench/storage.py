@@ -5,9 +5,10 @@ Run from the repo root (needs the test extra: the GCS emulator and mitmproxy)::
     .venv/bin/python bench/storage.py [--repeats=5] [--out=bench/results]
 
 Builds iteration 0 of the default search on the census data exactly as the controller does
-(`trainer.factory.Models`, `trainer.task` flags with no arguments), trains it for a few steps so that every variable and
-optimizer slot exists, then times, in each of a local temporary dir and `gs://` (TensorFlow's
-own GCS client through the test proxy to gcp-storage-emulator on loopback, see `tests/gcs.py`):
+(`trainer.factory.Models`, `trainer.task` flags with no arguments), trains it for a few steps
+so that every variable and optimizer slot exists, then times, in each of a local temporary dir
+and `gs://` (TensorFlow's own GCS client through the test proxy to gcp-storage-emulator on
+loopback, see `tests/gcs.py`):
 
   save      `CheckpointManager.save()` of the running iteration, as the periodic checkpoint
   restore   finding the latest checkpoint and `Checkpoint.restore()` into the same objects,
