@@ -1,0 +1,143 @@
+"""Batch size and learning rate of one process on census: examples/s against test accuracy.
+
+Run from the repo root::
+
+    .venv/bin/python bench/defaults.py                  # 64..1024 x two learning rates x 3 seeds
+    .venv/bin/python bench/defaults.py --batch_sizes=64,512 --learning_rates=0.003 --seeds=1
+
+Each (batch size, learning rate, seed) is a real `python -m trainer.task` run of the default
+search (its flags, with only these three changed) on the census data shipped with the package.
+From each run's `report.json` it reads the training examples/s of every iteration (steps/s x
+batch size, after the first chunk), the wall seconds of the whole run, and the exported model's
+test accuracy. The first batch size and learning rate listed are the baseline of the ratio
+column (same session, same machine: the machines are shared and noisy). This is the evidence
+for the defaults of `trainer/task.py`: a default must train faster without losing accuracy.
+
+Figures go to --out (JSON, with the machine's core count) and a table to stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--batch_sizes", default="64,256,512,1024")
+    p.add_argument("--learning_rates", default="0.001,0.003")
+    p.add_argument("--seeds", default="1,2,3")
+    p.add_argument("--out", default=os.path.join(ROOT, "bench", "results", "defaults.json"))
+    return p.parse_args(argv)
+
+
+def run_once(batch_size: int, learning_rate: float, seed: int) -> dict:
+    """One trainer run; its examples/s, wall seconds and test accuracy."""
+    with tempfile.TemporaryDirectory(prefix="bench-defaults-") as job_dir:
+        started = time.perf_counter()
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "trainer.task",
+                f"--job_dir={job_dir}",
+                f"--batch_size={batch_size}",
+                f"--learning_rate={learning_rate}",
+                f"--seed={seed}",
+            ],
+            cwd=ROOT,
+            check=True,
+            capture_output=True,
+        )
+        wall = time.perf_counter() - started
+        with open(os.path.join(job_dir, "report.json")) as f:
+            report = json.load(f)
+    rates = [i["examples_per_sec"] for i in report["iterations"] if i["examples_per_sec"]]
+    return {
+        "batch_size": batch_size,
+        "learning_rate": learning_rate,
+        "seed": seed,
+        "examples_per_sec": statistics.median(rates),
+        "wall_seconds": wall,
+        "accuracy": report["final"]["metrics"]["accuracy"],
+    }
+
+
+def summarize(runs: list[dict]) -> list[dict]:
+    """One row per (batch size, learning rate): medians and means over the seeds."""
+    rows = []
+    for (batch_size, learning_rate), runs_of_setting in itertools.groupby(
+        runs, key=lambda r: (r["batch_size"], r["learning_rate"])
+    ):
+        group = list(runs_of_setting)
+        accuracies = [r["accuracy"] for r in group]
+        rows.append(
+            {
+                "batch_size": batch_size,
+                "learning_rate": learning_rate,
+                "seeds": len(group),
+                "examples_per_sec": statistics.median(r["examples_per_sec"] for r in group),
+                "wall_seconds": statistics.median(r["wall_seconds"] for r in group),
+                "accuracy_mean": statistics.fmean(accuracies),
+                "accuracy_sd": statistics.stdev(accuracies) if len(accuracies) > 1 else 0.0,
+            }
+        )
+    baseline = rows[0]["examples_per_sec"]
+    for row in rows:
+        row["ratio"] = row["examples_per_sec"] / baseline
+    return rows
+
+
+def table(rows: list[dict]) -> str:
+    lines = [
+        f"{'batch':>6} {'lr':>7} {'examples/s':>11} {'ratio':>6} {'wall s':>7} "
+        f"{'accuracy':>9} {'sd':>7} {'seeds':>5}"
+    ]
+    for r in rows:
+        lines.append(
+            f"{r['batch_size']:>6} {r['learning_rate']:>7g} {r['examples_per_sec']:>11,.0f} "
+            f"{r['ratio']:>5.2f}x {r['wall_seconds']:>7.1f} {r['accuracy_mean']:>9.4f} "
+            f"{r['accuracy_sd']:>7.4f} {r['seeds']:>5}"
+        )
+    return "\n".join(lines)
+
+
+def main(argv=None) -> None:
+    args = parse_args(argv)
+    batch_sizes = [int(b) for b in args.batch_sizes.split(",")]
+    learning_rates = [float(lr) for lr in args.learning_rates.split(",")]
+    seeds = [int(s) for s in args.seeds.split(",")]
+    runs = []
+    for batch_size, learning_rate in itertools.product(batch_sizes, learning_rates):
+        for seed in seeds:
+            runs.append(run_once(batch_size, learning_rate, seed))
+            print(json.dumps(runs[-1]), flush=True)
+    rows = summarize(runs)
+    result = {
+        "machine": {
+            "cpus": os.cpu_count(),
+            "platform": platform.platform(),
+            "python": platform.python_version(),
+        },
+        "rows": rows,
+        "runs": runs,
+    }
+    os.makedirs(os.path.dirname(args.out), exist_ok=True)
+    with open(args.out, "w") as f:
+        json.dump(result, f, indent=1)
+    print(table(rows))
+    print(f"\nwrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
