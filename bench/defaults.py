@@ -4,6 +4,8 @@ Run from the repo root::
 
     .venv/bin/python bench/defaults.py                  # 64..1024 x two learning rates x 3 seeds
     .venv/bin/python bench/defaults.py --batch_sizes=64,512 --learning_rates=0.003 --seeds=1
+    .venv/bin/python bench/defaults.py --examples_per_iteration=192000 \\
+        --out=bench/results/defaults_examples.json      # the same examples at every batch size
 
 Each (batch size, learning rate, seed) is a real `python -m trainer.task` run of the default
 search (its flags, with only these three changed) on the census data shipped with the package.
@@ -37,12 +39,20 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--batch_sizes", default="64,256,512,1024")
     p.add_argument("--learning_rates", default="0.001,0.003")
     p.add_argument("--seeds", default="1,2,3")
+    p.add_argument(
+        "--examples_per_iteration",
+        type=int,
+        default=None,
+        help="train each iteration on this many examples (its steps: this / batch size) instead "
+        "of the default step budget",
+    )
     p.add_argument("--out", default=os.path.join(ROOT, "bench", "results", "defaults.json"))
     return p.parse_args(argv)
 
 
-def run_once(batch_size: int, learning_rate: float, seed: int) -> dict:
+def run_once(batch_size: int, learning_rate: float, seed: int, examples: int | None) -> dict:
     """One trainer run; its examples/s, wall seconds and test accuracy."""
+    steps = [f"--max_iteration_steps={round(examples / batch_size)}"] if examples else []
     with tempfile.TemporaryDirectory(prefix="bench-defaults-") as job_dir:
         started = time.perf_counter()
         subprocess.run(
@@ -54,6 +64,7 @@ def run_once(batch_size: int, learning_rate: float, seed: int) -> dict:
                 f"--batch_size={batch_size}",
                 f"--learning_rate={learning_rate}",
                 f"--seed={seed}",
+                *steps,
             ],
             cwd=ROOT,
             check=True,
@@ -67,6 +78,7 @@ def run_once(batch_size: int, learning_rate: float, seed: int) -> dict:
         "batch_size": batch_size,
         "learning_rate": learning_rate,
         "seed": seed,
+        "steps_per_iteration": report["iterations"][0]["steps"],
         "examples_per_sec": statistics.median(rates),
         "wall_seconds": wall,
         "accuracy": report["final"]["metrics"]["accuracy"],
@@ -84,6 +96,7 @@ def summarize(runs: list[dict]) -> list[dict]:
         rows.append(
             {
                 "batch_size": batch_size,
+                "steps_per_iteration": group[0]["steps_per_iteration"],
                 "learning_rate": learning_rate,
                 "seeds": len(group),
                 "examples_per_sec": statistics.median(r["examples_per_sec"] for r in group),
@@ -100,12 +113,13 @@ def summarize(runs: list[dict]) -> list[dict]:
 
 def table(rows: list[dict]) -> str:
     lines = [
-        f"{'batch':>6} {'lr':>7} {'examples/s':>11} {'ratio':>6} {'wall s':>7} "
+        f"{'batch':>6} {'steps':>6} {'lr':>7} {'examples/s':>11} {'ratio':>6} {'wall s':>7} "
         f"{'accuracy':>9} {'sd':>7} {'seeds':>5}"
     ]
     for r in rows:
         lines.append(
-            f"{r['batch_size']:>6} {r['learning_rate']:>7g} {r['examples_per_sec']:>11,.0f} "
+            f"{r['batch_size']:>6} {r['steps_per_iteration']:>6} {r['learning_rate']:>7g} "
+            f"{r['examples_per_sec']:>11,.0f} "
             f"{r['ratio']:>5.2f}x {r['wall_seconds']:>7.1f} {r['accuracy_mean']:>9.4f} "
             f"{r['accuracy_sd']:>7.4f} {r['seeds']:>5}"
         )
@@ -120,7 +134,7 @@ def main(argv=None) -> None:
     runs = []
     for batch_size, learning_rate in itertools.product(batch_sizes, learning_rates):
         for seed in seeds:
-            runs.append(run_once(batch_size, learning_rate, seed))
+            runs.append(run_once(batch_size, learning_rate, seed, args.examples_per_iteration))
             print(json.dumps(runs[-1]), flush=True)
     rows = summarize(runs)
     result = {
@@ -129,6 +143,7 @@ def main(argv=None) -> None:
             "platform": platform.platform(),
             "python": platform.python_version(),
         },
+        "examples_per_iteration": args.examples_per_iteration,
         "rows": rows,
         "runs": runs,
     }
