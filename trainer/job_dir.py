@@ -192,10 +192,10 @@ class JobDir:
                 _delete(join(self.model, name.rstrip("/")))
 
     def iteration_checkpoints(self, t: int) -> str:
-        return join(self.checkpoints, f"iteration-{t}")
+        return _iteration_checkpoints(self.checkpoints, t)
 
     def frozen_prefix(self, t: int) -> str:
-        return join(self.checkpoints, f"frozen-{t}", "ensemble")
+        return _frozen_prefix(self.checkpoints, t)
 
     def record_path(self, t: int) -> str:
         return join(self.checkpoints, f"iteration-{t}.json")
@@ -240,6 +240,16 @@ class JobDir:
             tf.io.gfile.rmtree(path)
 
 
+def _iteration_checkpoints(checkpoints: str, t: int) -> str:
+    """Iteration t's periodic checkpoints under a checkpoints dir (the job's or a scratch one)."""
+    return join(checkpoints, f"iteration-{t}")
+
+
+def _frozen_prefix(checkpoints: str, t: int) -> str:
+    """The prefix of iteration t's frozen chosen ensemble under a checkpoints dir."""
+    return join(checkpoints, f"frozen-{t}", "ensemble")
+
+
 def _strip(path: str) -> str:
     return path.rstrip("/") or "/"
 
@@ -263,10 +273,10 @@ class ReplicaWrites:
         self._root = job.checkpoints if chief else tempfile.mkdtemp(prefix="replica-")
 
     def iteration_checkpoints(self, t: int) -> str:
-        return join(self._root, f"iteration-{t}")
+        return _iteration_checkpoints(self._root, t)
 
     def frozen_prefix(self, t: int) -> str:
-        return join(self._root, f"frozen-{t}", "ensemble")
+        return _frozen_prefix(self._root, t)
 
     @property
     def logs(self) -> str | None:
