@@ -7,10 +7,13 @@ from `config.yaml` (chief, worker, ps and evaluator pools, a base output directo
 Every pool's `packageUris` becomes the uploaded sdist; `--output_dir` sets
 `baseOutputDirectory`; `--extra_args` are appended to every pool's args. The resolved spec is
 written next to the sdist, and the equivalent `gcloud ai custom-jobs create` command printed.
+`--dry_run` also prints, after the requests, the cost model's estimate of the job's training
+speed (`trainer/placement/cost.py`) as `#` comment lines.
 """
 
 from __future__ import annotations
 
+import argparse
 import copy
 import dataclasses
 import glob
@@ -22,16 +25,29 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Sequence
+from typing import Any
 
 from deploy import api, storage
 from trainer import job_spec
 from trainer.errors import InputError
+from trainer.local_cluster import ClusterShape
+from trainer.placement import Placement, cost
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIG = os.path.join(REPO, "config.yaml")
 _SPEC_KEYS = {"workerPoolSpecs", "baseOutputDirectory", "scheduling"}
 _SCHEDULING_KEYS = {"timeout", "restartJobOnWorkerRestart"}
 _DURATION = re.compile(r"^(\d+)s$")
+# The trainer's defaults of the flags the estimate reads (trainer/task.py, trainer/config.py),
+# kept here so that a dry run does not load TensorFlow; a test checks that they agree.
+TRAINER_DEFAULTS: dict[str, Any] = {
+    "placement": "replication",
+    "batch_size": 64,
+    "steps_per_loop": 100,
+    "chunk_secs": 1.0,
+    "max_iteration_steps": 3000,
+    "optimizer": "adam",
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -218,6 +234,7 @@ def submit(
     out = out or sys.stdout
     api.gcs_uri("--staging_uri", staging_uri)
     spec = load_config(config)
+    shape = _shape(config) if dry_run else None
     dist_dir = dist_dir or tempfile.mkdtemp(prefix="trainer-sdist-")
     resolve(
         spec,
@@ -243,7 +260,84 @@ def submit(
         f"{submission.gcloud(cloud, spec_path)}",
         file=out,
     )
+    if shape is not None:
+        trainer_args = submission.spec["workerPoolSpecs"][0]["pythonPackageSpec"]["args"]
+        print("\n".join(f"# {line}" for line in estimate(shape, trainer_args)), file=out)
     return None if dry_run else create_job(cloud, submission, staging_uri=staging_uri)
+
+
+def estimate(shape: ClusterShape, trainer_args: Sequence[str]) -> list[str]:
+    """The cost model's estimate of a job's training speed, in lines of text.
+
+    Args:
+        shape: the job's workers and parameter servers (config.yaml's pools [1] and [2]).
+        trainer_args: the chief's args; --placement, --batch_size, --steps_per_loop,
+            --chunk_secs, --max_iteration_steps and --optimizer are read, the trainer's
+            defaults otherwise.
+
+    Returns:
+        What the model predicts (with its assumptions) and a one-line verdict.
+    """
+    flags = argparse.ArgumentParser(add_help=False, allow_abbrev=False, exit_on_error=False)
+    flags.add_argument("--placement", choices=[p.value for p in Placement])
+    flags.add_argument("--batch_size", type=int)
+    flags.add_argument("--steps_per_loop", type=int)
+    flags.add_argument("--chunk_secs", type=float)
+    flags.add_argument("--max_iteration_steps", type=int)
+    flags.add_argument("--optimizer", choices=sorted(cost.OPTIMIZER_SLOTS))
+    flags.set_defaults(**TRAINER_DEFAULTS)
+    try:
+        args, _ = flags.parse_known_args(list(trainer_args))
+    except argparse.ArgumentError as e:
+        return [f"no estimate of the training speed: {e}."]
+    head = [
+        "estimate of the training speed (trainer/placement/cost.py, fitted on a local cluster):",
+        "it assumes one machine per replica (machine types are not modelled) and the default "
+        "search's model on census.",
+    ]
+    if shape.workers and not shape.ps:
+        return head + [
+            f"{shape.workers} workers without parameter servers train synchronously "
+            "(MultiWorkerMirroredStrategy); the cost model covers parameter servers only."
+        ]
+    try:
+        job = cost.ClusterJob(
+            placement=Placement(args.placement),
+            workers=shape.workers,
+            ps=shape.ps,
+            batch_size=args.batch_size,
+            chunks=cost.Chunks(args.steps_per_loop, args.chunk_secs, args.max_iteration_steps),
+            subnetwork_bytes=cost.CENSUS_SUBNETWORK_BYTES,
+            optimizer_slots=cost.OPTIMIZER_SLOTS[args.optimizer],
+        )
+    except ValueError as e:
+        return [f"no estimate of the training speed: {e}"]
+    p = cost.predict(job)
+    one = f"one process: ~{p.baseline_examples_per_s:,.0f} examples/s"
+    steps = args.max_iteration_steps
+    one_iteration = f"~{steps / p.baseline_job_steps_per_s:,.1f} s"
+    if not shape.workers:
+        return head + [f"{one}; an iteration's {steps:,} steps: {one_iteration} of training."]
+    return head + [
+        f"{shape.workers} workers, {shape.ps} ps, {args.placement}, batch {args.batch_size}, "
+        f"chunks of ~{p.steps_per_chunk:,.0f} steps: ~{p.examples_per_s:,.0f} examples/s, "
+        f"per-worker efficiency {p.per_worker_efficiency:.2f} ({one}; bottleneck: "
+        f"{p.bottleneck}).",
+        f"an iteration's {steps:,} steps per job: ~{steps / p.job_steps_per_s:,.1f} s of "
+        f"training (one process: {one_iteration}).",
+        (
+            f"a cluster of {shape.workers} workers trains ~{p.speedup:.1f}x one process."
+            if p.speedup >= 1
+            else f"one machine is faster ({p.speedup:.2f}x): drop the workers."
+        ),
+    ]
+
+
+def _shape(config: str) -> ClusterShape:
+    try:
+        return job_spec.read_job_config(config).shape
+    except InputError as e:
+        raise api.DeployError(str(e)) from None
 
 
 def _write_yaml(path: str, spec: dict) -> None:

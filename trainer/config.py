@@ -85,9 +85,10 @@ class DistributionConfig:
     cluster_timeout_secs: float = 600.0  # how long the chief waits for workers and ps
     stall_secs: float = 120.0  # a unit without progress this long is taken over
     server_grace_secs: float = 120.0  # how long workers and ps outlive a vanished chief
+    chunk_secs: float = 1.0  # about how long a worker trains between two exchanges with the ps
 
     def __post_init__(self):
-        for name in ("cluster_timeout_secs", "stall_secs", "server_grace_secs"):
+        for name in ("cluster_timeout_secs", "stall_secs", "server_grace_secs", "chunk_secs"):
             if not getattr(self, name) > 0:
                 raise InputError(f"--{name} ({getattr(self, name)}) must be > 0.")
 

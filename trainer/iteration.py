@@ -19,13 +19,19 @@ import numpy as np
 import tensorflow as tf
 
 from trainer import ensemble as ens
-from trainer.config import OPTIMIZER_NAMES, TrainOptions
-from trainer.ensemble.objective import debiased, moving_average_update, training_objective
+from trainer.config import TrainOptions
+from trainer.ensemble.objective import (
+    debiased,
+    moving_average_step,
+    moving_average_update,
+    training_objective,
+)
 from trainer.features import Encoded
 from trainer.frozen import PREVIOUS, FrozenEnsemble, FrozenMember, compile_encoded, member_key
 from trainer.heads import Head
 from trainer.model import Builder, Inputs, Subnetwork
 from trainer.model.embedding import LazyAdam
+from trainer.optimizers import Optimizer, State, tf_variable
 from trainer.placement import Unit, everything
 
 
@@ -57,23 +63,6 @@ class Candidate:
     @property
     def is_previous(self) -> bool:
         return self.ensembler is None
-
-
-OPTIMIZERS = dict(
-    zip(
-        OPTIMIZER_NAMES,
-        (
-            keras.optimizers.Adam,
-            keras.optimizers.SGD,
-            keras.optimizers.RMSprop,
-            keras.optimizers.Adagrad,
-        ),
-    )
-)
-
-
-def make_optimizer(name: str, learning_rate: float) -> keras.optimizers.Optimizer:
-    return OPTIMIZERS[name](learning_rate=learning_rate)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -133,12 +122,16 @@ class Iteration:
             self.subnetworks = tuple(subnetworks)
             self.candidates = self._make_candidates(specs, ensemblers)
             count = len(self.candidates)
-            self.subnetwork_optimizer = make_optimizer(options.optimizer, options.learning_rate)
-            self.subnetwork_optimizer.build(self._subnetwork_variables(range(len(builders))))
-            self.mixture_optimizer = make_optimizer(
-                options.optimizer, options.mixture_learning_rate or options.learning_rate
+            self.subnetwork_optimizer = Optimizer(
+                options.optimizer,
+                learning_rate=options.learning_rate,
+                variables=self._subnetwork_variables(range(len(builders))),
             )
-            self.mixture_optimizer.build(self._mixture_variables(range(count)))
+            self.mixture_optimizer = Optimizer(
+                options.optimizer,
+                learning_rate=options.mixture_learning_rate or options.learning_rate,
+                variables=self._mixture_variables(range(count)),
+            )
         # Bookkeeping, updated once per step in cross-replica context: ordinary variables on
         # the coordinating host, or on the parameter servers when workers train on their own.
         with strategy.scope() if layout.shared_bookkeeping else contextlib.nullcontext():
@@ -210,8 +203,8 @@ class Iteration:
             subnetwork_diverged=self.subnetwork_diverged,
             subnetworks={s.name: s.checkpoint_variables() for s in self.subnetworks},
             mixture_weights={c.name: c.weights for c in self.candidates if not c.is_previous},
-            subnetwork_optimizer=self.subnetwork_optimizer,
-            mixture_optimizer=self.mixture_optimizer,
+            subnetwork_optimizer=self.subnetwork_optimizer.checkpoint(),
+            mixture_optimizer=self.mixture_optimizer.checkpoint(),
             embedding_optimizers={
                 str(i): tf.train.Checkpoint(**o.variables())
                 for i, o in self.embedding_optimizers.items()
@@ -265,81 +258,100 @@ class Iteration:
 
     def steps_fn(self, unit: Unit) -> Callable:
         """`fn(iterator, steps)`: builds a graph loop of `steps` train steps of `unit`'s jobs
-        (for use inside a `tf.function`)."""
+        (for use inside a `tf.function`); returns the steps taken.
+
+        With one replica (one process, or a worker of a parameter-server cluster) the loop
+        reads the unit's variables, optimizer slots and statistics once, trains them as
+        tensors in this process, and writes them back once at the end (`_local_steps`); with
+        synchronous replicas every step updates the variables (`_variable_steps`).
+        """
         trained, candidates = self.unit_jobs(unit)
+        if self.strategy.num_replicas_in_sync == 1:
+            return self._local_steps(trained, candidates)
+        return self._variable_steps(trained, candidates)
+
+    def _losses(self, features, labels, trained, candidates):
+        """This replica's (total, subnetwork losses, candidate objectives): the total is what
+        one backward pass differentiates (previous ensemble's objective measured, not
+        trained)."""
+        new, logits = self._forward(features, trained=trained, candidates=candidates)
+        global_batch = self.options.batch_size
+        sub_losses = [
+            tf.nn.compute_average_loss(
+                self.head.loss(labels, new[i][1]), global_batch_size=global_batch
+            )
+            for i in trained
+        ]
+        objectives = [
+            training_objective(
+                self.head.loss(labels, logits[c]),
+                self.candidates[c].weights.penalty(),
+                global_batch_size=global_batch,
+                replicas=self.strategy.num_replicas_in_sync,
+            )
+            for c in candidates
+        ]
+        total = tf.add_n(
+            [tf.constant(0.0)]
+            + sub_losses
+            + [o for c, o in zip(candidates, objectives) if not self.candidates[c].is_previous]
+        )
+        return (
+            total,
+            tf.stack(sub_losses) if trained else tf.zeros([0]),
+            tf.stack(objectives) if candidates else tf.zeros([0]),
+        )
+
+    def _apply_to_tables(self, trained, grads) -> None:
+        """The embedding tables' sparse updates, in place (wherever the tables live)."""
+        grads = iter(grads)
+        for i in trained:
+            if i in self.embedding_optimizers:
+                own = self.subnetworks[i].embedding_tables
+                self.embedding_optimizers[i].apply([next(grads) for _ in own], own)
+
+    def _tables(self, trained) -> list[tf.Variable]:
+        return [
+            t
+            for i in trained
+            if i in self.embedding_optimizers
+            for t in self.subnetworks[i].embedding_tables
+        ]
+
+    def _count(self, trained, candidates, steps) -> list:
+        """Adds `steps` to the step counters of the jobs trained (ops to run)."""
+        ops = []
+        if len(trained) == len(self.subnetworks):
+            ops.append(self.subnetwork_steps.assign_add(tf.fill([len(trained)], steps)))
+        elif trained:
+            index = tf.constant(trained, tf.int32)[:, None]
+            ops.append(self.subnetwork_steps.scatter_nd_add(index, tf.fill([len(trained)], steps)))
+        if candidates:
+            ops.append(self.step.assign_add(steps))
+        return ops
+
+    def _variable_steps(self, trained, candidates) -> Callable:
+        """Synchronous replicas: each step updates the variables where they live."""
         subnetwork_vars = self._subnetwork_variables(trained)
         mixture_vars = self._mixture_variables(candidates)
-        embedded = [i for i in trained if i in self.embedding_optimizers]
-        tables = [t for i in embedded for t in self.subnetworks[i].embedding_tables]
-        global_batch = self.options.batch_size
-        head = self.head
-        replicas = self.strategy.num_replicas_in_sync
+        tables = self._tables(trained)
 
         def replica_step(features, labels):
             with tf.GradientTape() as tape:
-                new, logits = self._forward(features, trained=trained, candidates=candidates)
-                sub_losses = [
-                    tf.nn.compute_average_loss(
-                        head.loss(labels, new[i][1]), global_batch_size=global_batch
-                    )
-                    for i in trained
-                ]
-                objectives = [
-                    training_objective(
-                        head.loss(labels, logits[c]),
-                        self.candidates[c].weights.penalty(),
-                        global_batch_size=global_batch,
-                        replicas=replicas,
-                    )
-                    for c in candidates
-                ]
-                total = tf.add_n(
-                    [tf.constant(0.0)]
-                    + sub_losses
-                    + [
-                        o
-                        for c, o in zip(candidates, objectives)
-                        if not self.candidates[c].is_previous
-                    ]
-                )
+                total, sub_losses, objectives = self._losses(features, labels, trained, candidates)
             grads = tape.gradient(total, subnetwork_vars + mixture_vars + tables)
             if subnetwork_vars:
-                self.subnetwork_optimizer.apply_gradients(
-                    zip(grads[: len(subnetwork_vars)], subnetwork_vars)
-                )
+                self.subnetwork_optimizer.apply(grads[: len(subnetwork_vars)], subnetwork_vars)
             if mixture_vars:
-                self.mixture_optimizer.apply_gradients(
-                    zip(
-                        grads[len(subnetwork_vars) : len(subnetwork_vars) + len(mixture_vars)],
-                        mixture_vars,
-                    )
+                self.mixture_optimizer.apply(
+                    grads[len(subnetwork_vars) : len(subnetwork_vars) + len(mixture_vars)],
+                    mixture_vars,
                 )
-            table_grads = iter(grads[len(subnetwork_vars) + len(mixture_vars) :])
-            for i in embedded:
-                own = self.subnetworks[i].embedding_tables
-                self.embedding_optimizers[i].apply([next(table_grads) for _ in own], own)
-            return (
-                tf.stack(sub_losses) if trained else tf.zeros([0]),
-                tf.stack(objectives) if candidates else tf.zeros([0]),
-            )
+            self._apply_to_tables(trained, grads[len(subnetwork_vars) + len(mixture_vars) :])
+            return sub_losses, objectives
 
         update_subnetworks = moving_average_update(trained, len(self.subnetworks))
         update_candidates = moving_average_update(candidates, len(self.candidates))
-        if len(trained) == len(self.subnetworks):
-
-            def count_subnetworks():
-                self.subnetwork_steps.assign_add(tf.ones_like(self.subnetwork_steps))
-        elif trained:
-            trained_index = tf.constant(trained, tf.int32)[:, None]
-
-            def count_subnetworks():
-                self.subnetwork_steps.scatter_nd_add(
-                    trained_index, tf.ones([len(trained)], tf.int64)
-                )
-        else:
-
-            def count_subnetworks():
-                pass
 
         def body(i, iterator):
             features, labels = next(iterator)
@@ -348,9 +360,7 @@ class Iteration:
             objectives = self.strategy.reduce("SUM", objectives, axis=None)
             update_subnetworks(self.subnetwork_loss_ema, self.subnetwork_diverged, sub_losses)
             update_candidates(self.objective_ema, self.candidate_diverged, objectives)
-            count_subnetworks()
-            if candidates:
-                self.step.assign_add(1)
+            self._count(trained, candidates, tf.constant(1, tf.int64))
             return i + 1, iterator
 
         def run_steps(iterator, steps):
@@ -359,6 +369,123 @@ class Iteration:
             )[0]
 
         return run_steps
+
+    def _local_steps(self, trained, candidates) -> Callable:
+        """One replica: read once, train in this process's memory, write once.
+
+        The trained variables (Keras's, trainable or not) and their optimizer state are
+        carried through the loop as tensors; the forward pass reads them, and the variables
+        it only reads (previous members, subnetworks other workers train), through
+        `keras.StatelessScope`. At the end each trained variable gets the change this loop
+        made (added, so workers training the same variables at once all count), the optimizer
+        slots and moving averages this loop's values, and the step counters the steps taken.
+        Embedding tables are updated in place, sparsely, at every step.
+        """
+        subnetwork_vars = self._subnetwork_variables(trained)
+        mixture_vars = self._mixture_variables(candidates)
+        trainable = subnetwork_vars + mixture_vars
+        watched = {id(v) for v in trainable}
+        carried = [
+            v for i in trained for v in self.subnetworks[i].keras_variables if id(v) not in watched
+        ]  # e.g. a dropout layer's seed
+        held = {id(v) for v in trainable + carried}
+        read_only = [v for v in self._forward_variables(trained, candidates) if id(v) not in held]
+        tables = self._tables(trained)
+        sub_index = tf.constant(trained or [0], tf.int32)[:, None]
+        cand_index = tf.constant(candidates or [0], tf.int32)[:, None]
+
+        def replica_step(features, labels, params, others, fixed):
+            mapping = list(zip(trainable + carried + read_only, [*params, *others, *fixed]))
+            with tf.GradientTape() as tape:
+                tape.watch(params)
+                with keras.StatelessScope(state_mapping=mapping) as scope:
+                    total, sub_losses, objectives = self._losses(
+                        features, labels, trained, candidates
+                    )
+                    others = [scope.get_current_value(v) for v in carried]
+            grads = tape.gradient(
+                total, [*params, *tables], unconnected_gradients=tf.UnconnectedGradients.ZERO
+            )
+            self._apply_to_tables(trained, grads[len(params) :])
+            return sub_losses, objectives, grads[: len(params)], others
+
+        def run_steps(iterator, steps):
+            params = [tf.identity(tf_variable(v)) for v in trainable]
+            fixed = [tf.identity(tf_variable(v)) for v in read_only]
+
+            def body(i, iterator, params, others, sub_state, mix_state, stats):
+                features, labels = next(iterator)
+                sub_losses, objectives, grads, others = self.strategy.run(
+                    replica_step, args=(features, labels, params, others, fixed)
+                )
+                n = len(subnetwork_vars)
+                sub_params, sub_state = self.subnetwork_optimizer.update(
+                    params[:n], grads[:n], _state(sub_state)
+                )
+                mix_params, mix_state = self.mixture_optimizer.update(
+                    params[n:], grads[n:], _state(mix_state)
+                )
+                sub_ema, sub_div, cand_ema, cand_div = stats
+                if trained:
+                    sub_ema, sub_div = moving_average_step(sub_ema, sub_div, sub_losses)
+                if candidates:
+                    cand_ema, cand_div = moving_average_step(cand_ema, cand_div, objectives)
+                return (
+                    i + 1, iterator, sub_params + mix_params, others,
+                    _flat(sub_state), _flat(mix_state), (sub_ema, sub_div, cand_ema, cand_div),
+                )  # fmt: skip
+
+            stats = (
+                tf.gather_nd(self.subnetwork_loss_ema, sub_index),
+                tf.gather_nd(self.subnetwork_diverged, sub_index),
+                tf.gather_nd(self.objective_ema, cand_index),
+                tf.gather_nd(self.candidate_diverged, cand_index),
+            )
+            loop = tf.while_loop(
+                lambda i, *_: i < steps,
+                body,
+                (
+                    tf.constant(0, tf.int64), iterator, params,
+                    [tf.identity(tf_variable(v)) for v in carried],
+                    _flat(self.subnetwork_optimizer.read(subnetwork_vars)),
+                    _flat(self.mixture_optimizer.read(mixture_vars)),
+                    stats,
+                ),
+            )  # fmt: skip
+            (
+                taken,
+                _,
+                final,
+                others,
+                sub_state,
+                mix_state,
+                (sub_ema, sub_div, cand_ema, cand_div),
+            ) = loop
+            for v, start, end in zip(trainable, params, final):
+                tf_variable(v).assign_add(end - start)
+            for v, value in zip(carried, others):
+                tf_variable(v).assign(value)
+            self.subnetwork_optimizer.write(subnetwork_vars, _state(sub_state), steps_taken=taken)
+            self.mixture_optimizer.write(mixture_vars, _state(mix_state), steps_taken=taken)
+            if trained:
+                self.subnetwork_loss_ema.scatter_nd_update(sub_index, sub_ema)
+                self.subnetwork_diverged.scatter_nd_update(sub_index, sub_div)
+            if candidates:
+                self.objective_ema.scatter_nd_update(cand_index, cand_ema)
+                self.candidate_diverged.scatter_nd_update(cand_index, cand_div)
+            self._count(trained, candidates, taken)
+            return taken
+
+        return run_steps
+
+    def _forward_variables(self, trained, candidates) -> list:
+        """The Keras variables a forward pass of these jobs reads."""
+        needed = set(trained).union(*(self.candidates[c].new_subnetworks for c in candidates))
+        variables = [v for i in sorted(needed) for v in self.subnetworks[i].keras_variables]
+        if self.previous is not None and any(self.candidates[c].keep_previous for c in candidates):
+            variables += [v for m in self.previous.members for v in m.subnetwork.keras_variables]
+        variables += [v for c in candidates for v in self.candidates[c].weights.keras_variables]
+        return variables
 
     def _compile_loop(self) -> Callable:
         # Written without autograph: converting this code costs more tracing time than the
@@ -456,3 +583,12 @@ class Iteration:
         ]
         assert candidate.ensembler is not None  # only the previous ensemble has none
         return FrozenEnsemble(tuple(members), candidate.weights, candidate.ensembler)
+
+
+def _flat(state: State) -> tuple:
+    return (state.steps, state.slots)
+
+
+def _state(flat) -> State:
+    steps, slots = flat
+    return State(steps, tuple(tuple(s) for s in slots))

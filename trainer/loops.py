@@ -118,6 +118,7 @@ class CoordinatedLoop:
         budget: int,
         steps_per_loop: int,
         stall_secs: float,
+        chunk_secs: float = 1.0,
     ):
         self.runtime = runtime
         self.iteration = iteration
@@ -125,6 +126,7 @@ class CoordinatedLoop:
         self.budget = budget
         self.steps_per_loop = steps_per_loop
         self.stall_secs = stall_secs
+        self.chunk_secs = chunk_secs
         self.assignment = runtime.assignment(len(iteration.subnetworks))
         self.units = self.assignment.distinct
         with runtime.strategy.scope():
@@ -137,6 +139,8 @@ class CoordinatedLoop:
         self._left = self.remaining(counters)
         self._progress = (counters, time.monotonic())
         self._stealing = False  # what `steal` holds, without a read from the ps
+        self._trained = 0  # worker steps fetched so far, and since when (for the chunk size)
+        self._since: float | None = None
 
     @property
     def done(self) -> bool:
@@ -213,7 +217,7 @@ class CoordinatedLoop:
             self._chunk = self._build_chunk()
         try:
             while self._left > 0 and len(self._inflight) < 2 * workers:
-                steps = min(self.steps_per_loop, max(1, math.ceil(self._left / workers)))
+                steps = min(self.chunk_steps(), max(1, math.ceil(self._left / workers)))
                 self._inflight.append(
                     coordinator.schedule(
                         self._chunk, args=(self.iterator, tf.constant(steps, tf.int64))
@@ -237,6 +241,10 @@ class CoordinatedLoop:
             return Chunk(self._progress[0][0], (), self.done)
         if target < len(self.units):
             self.steps[worker][target] += done
+            if self._since is None:  # the first chunk also traced and shipped the graph
+                self._since = time.monotonic()
+            else:
+                self._trained += done
         else:
             time.sleep(_IDLE_PAUSE_SECS)
         diverged = self.iteration.stop_diverged()
@@ -246,6 +254,18 @@ class CoordinatedLoop:
         self._left = self.remaining(counters) if not self.iteration.is_exhausted else 0
         self._watch_stall(counters)
         return Chunk(counters[0], tuple(diverged), self.done)
+
+    def chunk_steps(self) -> int:
+        """Steps per chunk: about `chunk_secs` of a worker's training at the rate seen so far
+        (the first chunks, before any rate is known: `steps_per_loop`), and never fewer than
+        `steps_per_loop`. Each chunk costs a round trip to the parameter servers and through
+        the coordinator; this keeps that cost a small share of a worker's time whatever the
+        model's size."""
+        if not self._trained:
+            return self.steps_per_loop
+        elapsed = time.monotonic() - (self._since or 0.0)
+        per_worker = self._trained / elapsed / len(self.assignment.units)
+        return max(self.steps_per_loop, int(per_worker * self.chunk_secs))
 
     def _watch_stall(self, counters: tuple[int, tuple[int, ...]]) -> None:
         last, since = self._progress
@@ -302,10 +322,12 @@ class LoopMaker:
         steps_per_loop: int,
         stall_secs: float,
         budget: int,
+        chunk_secs: float = 1.0,
     ):
         self.runtime, self.data = runtime, data
         self.batch_size, self.seed = batch_size, seed
         self.steps_per_loop, self.stall_secs, self.budget = steps_per_loop, stall_secs, budget
+        self.chunk_secs = chunk_secs
         self._worker_iterator = None
 
     def readers(self) -> tuple[str, ...]:
@@ -321,6 +343,7 @@ class LoopMaker:
                 budget=self.budget,
                 steps_per_loop=self.steps_per_loop,
                 stall_secs=self.stall_secs,
+                chunk_secs=self.chunk_secs,
             )
         # A new order per iteration, and per resume point: a resumed run does not replay the
         # batches it already trained on.

@@ -203,6 +203,12 @@ flags.DEFINE_float(
     "progress this long (worker lost) is taken over by idle workers.",
 )
 flags.DEFINE_float(
+    "chunk_secs",
+    1.0,
+    "With parameter servers: about how long a worker trains on its own copy of its variables "
+    "between two exchanges with the parameter servers (at least --steps_per_loop steps).",
+)
+flags.DEFINE_float(
     "server_grace_secs",
     120.0,
     "How long workers and parameter servers wait "
@@ -351,6 +357,7 @@ def build_config(f=FLAGS, environment: Environment | None = None) -> config_lib.
             cluster_timeout_secs=f.cluster_timeout_secs,
             stall_secs=f.stall_secs,
             server_grace_secs=f.server_grace_secs,
+            chunk_secs=f.chunk_secs,
         ),
     )
 

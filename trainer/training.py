@@ -128,6 +128,7 @@ def _train(
         seed=config.seed,
         steps_per_loop=config.steps_per_loop,
         stall_secs=config.distribution.stall_secs,
+        chunk_secs=config.distribution.chunk_secs,
         budget=config.search.max_iteration_steps,
     )
     writes = job_dir_lib.ReplicaWrites(job, chief=runtime.is_chief)

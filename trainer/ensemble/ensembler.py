@@ -35,9 +35,23 @@ class Member:
 
 
 class MixtureWeights(tf.Module, abc.ABC):
-    """The variables of one candidate ensemble and its combination rule."""
+    """The variables of one candidate ensemble and its combination rule. The variables are
+    Keras variables: a worker's chunk of steps reads them through `keras.StatelessScope`."""
 
     members: tuple[Member, ...]
+
+    @property
+    def keras_variables(self) -> tuple[keras.Variable, ...]:
+        """Every variable (`tf.Module` does not list Keras variables as its own)."""
+        return ()
+
+    @property
+    def variables(self) -> tuple[keras.Variable, ...]:
+        return self.keras_variables
+
+    @property
+    def trainable_variables(self) -> tuple[keras.Variable, ...]:
+        return tuple(v for v in self.keras_variables if v.trainable)
 
     @abc.abstractmethod
     def __call__(self, outputs: Sequence[tuple[tf.Tensor, tf.Tensor]]) -> tf.Tensor:
@@ -111,8 +125,8 @@ class ComplexityRegularizedEnsembler(Ensembler):
 
 
 class _WeightedSum(MixtureWeights):
-    weights: list[tf.Variable]
-    bias: tf.Variable | None
+    weights: list[keras.Variable]
+    bias: keras.Variable | None
 
     def __init__(
         self,
@@ -147,14 +161,18 @@ class _WeightedSum(MixtureWeights):
                 )
                 initial = tf.fill(shape, 1.0 / len(members))
             self.weights.append(
-                tf.Variable(initial, trainable=spec.learn_mixture_weights, name=f"w_{i}")
+                keras.Variable(initial, trainable=spec.learn_mixture_weights, name=f"w_{i}")
             )
         self.bias = None
         if spec.use_bias:
             initial = tf.zeros([logits_dimension])
             if warm and isinstance(previous, _WeightedSum) and previous.bias is not None:
                 initial = tf.identity(previous.bias)
-            self.bias = tf.Variable(initial, trainable=spec.learn_mixture_weights, name="bias")
+            self.bias = keras.Variable(initial, trainable=spec.learn_mixture_weights, name="bias")
+
+    @property
+    def keras_variables(self):
+        return tuple(self.weights) + ((self.bias,) if self.bias is not None else ())
 
     def __call__(self, outputs):
         matrix = self.spec.mixture_weight_type is MixtureWeightType.MATRIX

@@ -47,28 +47,38 @@ def selection_objective(mean_loss: float, penalty: float) -> float:
     return mean_loss + penalty
 
 
-def moving_average_update(active: Sequence[int], size: int) -> Callable:
-    """`update(ema, diverged, values)`: in graph, folds this step's `values` (one per active
-    entry) into the moving averages `ema` and marks the entries that went non-finite in
-    `diverged`, for the `active` entries of vectors of `size`. Whole-vector ops while all are
-    active (the usual case), gather/scatter otherwise; nothing when none is."""
+def moving_average_step(
+    ema: tf.Tensor, diverged: tf.Tensor, values: tf.Tensor
+) -> tuple[tf.Tensor, tf.Tensor]:
+    """Folds one step's `values` into the moving averages `ema` and marks the entries that went
+    non-finite in `diverged` (tensors of the same length)."""
     decay = MOVING_AVERAGE_DECAY
+    return decay * ema + (1.0 - decay) * values, diverged | ~tf.math.is_finite(values)
+
+
+def moving_average_update(active: Sequence[int], size: int) -> Callable:
+    """`update(ema, diverged, values)`: in graph, `moving_average_step` on the `active` entries
+    of the variables `ema` and `diverged` (vectors of `size`), with this step's `values` (one
+    per active entry). Whole-vector ops while all are active (the usual case), gather/scatter
+    otherwise; nothing when none is."""
     if not active:
         return lambda ema, diverged, values: None
     if len(active) == size:
 
         def update(ema, diverged, values):
-            ema.assign(decay * ema + (1.0 - decay) * values)
-            diverged.assign(diverged | ~tf.math.is_finite(values))
+            new_ema, new_diverged = moving_average_step(ema, diverged, values)
+            ema.assign(new_ema)
+            diverged.assign(new_diverged)
 
         return update
     index = tf.constant(list(active), tf.int32)[:, None]
 
     def update_active(ema, diverged, values):
-        ema.scatter_nd_update(index, decay * tf.gather_nd(ema, index) + (1.0 - decay) * values)
-        diverged.scatter_nd_update(
-            index, tf.gather_nd(diverged, index) | ~tf.math.is_finite(values)
+        new_ema, new_diverged = moving_average_step(
+            tf.gather_nd(ema, index), tf.gather_nd(diverged, index), values
         )
+        ema.scatter_nd_update(index, new_ema)
+        diverged.scatter_nd_update(index, new_diverged)
 
     return update_active
 

@@ -169,6 +169,11 @@ class Subnetwork(tf.Module):
         """The trainable variables the Keras optimizer updates (all but the tables)."""
         return list(self.body.trainable_variables) + list(self.logits_layer.trainable_variables)
 
+    @property
+    def keras_variables(self) -> list[keras.Variable]:
+        """The Keras layers' variables, trainable or not (all but the tables)."""
+        return list(self.body.variables) + list(self.logits_layer.variables)
+
     def checkpoint_variables(self) -> dict[str, tf.Variable]:
         """Every variable, keyed by creation order, for `tf.train.Checkpoint`.
 
@@ -177,8 +182,7 @@ class Subnetwork(tf.Module):
         drops their weights. A builder makes the same variables in the same order every time,
         so the position is a stable key.
         """
-        keras_variables = list(self.body.variables) + list(self.logits_layer.variables)
-        variables = self._tables + [getattr(v, "value", v) for v in keras_variables]
+        variables = self._tables + [getattr(v, "value", v) for v in self.keras_variables]
         return {str(i): v for i, v in enumerate(variables)}
 
     @property

@@ -1,0 +1,57 @@
+"""The optimizers' rules are Keras's, and the two ways of running them agree."""
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from trainer.config import OPTIMIZER_NAMES
+from trainer.optimizers import Optimizer
+
+KERAS = {
+    "adam": keras.optimizers.Adam,
+    "sgd": keras.optimizers.SGD,
+    "rmsprop": keras.optimizers.RMSprop,
+    "adagrad": keras.optimizers.Adagrad,
+}
+GRADS = [np.array([[0.5, -1.0], [2.0, 0.1]], np.float32) * (s + 1) for s in range(5)]
+START = np.array([[1.0, 2.0], [-1.0, 0.5]], np.float32)
+
+
+@pytest.mark.parametrize("name", OPTIMIZER_NAMES)
+def test_steps_on_variables_match_keras(name):
+    ours = tf.Variable(START)
+    optimizer = Optimizer(name, learning_rate=0.01, variables=[ours])
+    theirs = keras.Variable(START)
+    reference = KERAS[name](learning_rate=0.01)
+    for grad in GRADS:
+        optimizer.apply([tf.constant(grad)], [ours])
+        reference.apply_gradients([(tf.constant(grad), theirs)])
+    np.testing.assert_allclose(ours.numpy(), theirs.numpy(), rtol=1e-5, atol=1e-7)
+    assert int(optimizer.steps.numpy()) == len(GRADS)
+
+
+@pytest.mark.parametrize("name", OPTIMIZER_NAMES)
+def test_steps_on_tensors_then_written_back_equal_steps_on_variables(name):
+    on_variables = tf.Variable(START)
+    stepwise = Optimizer(name, learning_rate=0.01, variables=[on_variables])
+    for grad in GRADS:
+        stepwise.apply([tf.constant(grad)], [on_variables])
+
+    on_tensors = tf.Variable(START)
+    chunked = Optimizer(name, learning_rate=0.01, variables=[on_tensors])
+    values, state = [tf.identity(on_tensors)], chunked.read([on_tensors])
+    for grad in GRADS:
+        values, state = chunked.update(values, [tf.constant(grad)], state)
+    on_tensors.assign(values[0])
+    chunked.write([on_tensors], state, steps_taken=tf.constant(len(GRADS), tf.int64))
+
+    np.testing.assert_allclose(on_tensors.numpy(), on_variables.numpy(), rtol=1e-6)
+    assert int(chunked.steps.numpy()) == int(stepwise.steps.numpy())
+    for a, b in zip(chunked.slots[id(on_tensors)], stepwise.slots[id(on_variables)]):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-6)
+
+
+def test_an_unknown_optimizer_is_refused_by_name():
+    with pytest.raises(ValueError, match="'adamw' is not one of"):
+        Optimizer("adamw", learning_rate=0.1, variables=[])

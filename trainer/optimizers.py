@@ -1,0 +1,183 @@
+"""The optimizers of subnetworks and mixture weights, as pure update rules over tensors.
+
+A rule maps (value, gradient, slots, step) to (new value, new slots); `Optimizer` keeps each
+variable's slots in variables beside it and runs the rule two ways:
+
+- on variables, one step at a time (`apply`), under any strategy: the synchronous replicas
+  of a mirrored strategy sum their gradients and update each copy alike;
+- on tensors carried through a compiled loop (`update`): a worker of a parameter-server
+  cluster reads its unit's variables and slots once per chunk of steps, trains them in its own
+  memory, and writes them back once (`trainer/iteration.py`), instead of a round trip to the
+  servers for every variable at every step.
+
+The formulas are Keras's (Adam with bias correction, SGD, RMSprop with rho 0.9, Adagrad with
+accumulators from 0.1), with the same defaults, so a job trains as it did on Keras optimizers.
+
+Example::
+
+    optimizer = Optimizer("adam", learning_rate=1e-3, variables=model.trainable_variables)
+    optimizer.apply(grads, model.trainable_variables)   # in a replica context
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+
+import keras
+import tensorflow as tf
+
+from trainer.config import OPTIMIZER_NAMES
+
+_EPSILON = 1e-7
+# A rule: (value, gradient, slots, step as float32, learning rate) -> (value, slots).
+Rule = Callable[
+    [tf.Tensor, tf.Tensor, tuple[tf.Tensor, ...], tf.Tensor, float],
+    tuple[tf.Tensor, tuple[tf.Tensor, ...]],
+]
+
+
+@dataclasses.dataclass(frozen=True)
+class _Kind:
+    rule: Rule
+    slots: tuple[float, ...]  # the initial value of each slot
+
+
+def _adam(value, grad, slots, step, rate, beta_1=0.9, beta_2=0.999):
+    m, v = slots
+    m = m + (grad - m) * (1.0 - beta_1)
+    v = v + (tf.square(grad) - v) * (1.0 - beta_2)
+    alpha = rate * tf.sqrt(1.0 - beta_2**step) / (1.0 - beta_1**step)
+    return value - alpha * m / (tf.sqrt(v) + _EPSILON), (m, v)
+
+
+def _sgd(value, grad, slots, step, rate):
+    return value - rate * grad, slots
+
+
+def _rmsprop(value, grad, slots, step, rate, rho=0.9):
+    (v,) = slots
+    v = rho * v + (1.0 - rho) * tf.square(grad)
+    return value - rate * grad / (tf.sqrt(v) + _EPSILON), (v,)
+
+
+def _adagrad(value, grad, slots, step, rate):
+    (accumulator,) = slots
+    accumulator = accumulator + tf.square(grad)
+    return value - rate * grad / tf.sqrt(accumulator + _EPSILON), (accumulator,)
+
+
+_KINDS = dict(
+    zip(
+        OPTIMIZER_NAMES,
+        (
+            _Kind(_adam, (0.0, 0.0)),
+            _Kind(_sgd, ()),
+            _Kind(_rmsprop, (0.0,)),
+            _Kind(_adagrad, (0.1,)),
+        ),
+    )
+)
+
+
+def tf_variable(variable) -> tf.Variable:
+    """The tf.Variable of a Keras variable (outside a `keras.StatelessScope`), or `variable`."""
+    return variable.value if isinstance(variable, keras.Variable) else variable
+
+
+@dataclasses.dataclass(frozen=True)
+class State:
+    """An optimizer's state as tensors: the steps taken, and each variable's slots."""
+
+    steps: tf.Tensor
+    slots: tuple[tuple[tf.Tensor, ...], ...]
+
+
+class Optimizer:
+    """One of `OPTIMIZER_NAMES` over a fixed list of variables. Create it in the strategy
+    and device scope of the variables: each slot is created beside its variable."""
+
+    def __init__(self, name: str, *, learning_rate: float, variables: Sequence):
+        if name not in _KINDS:
+            raise ValueError(f"optimizer '{name}' is not one of {OPTIMIZER_NAMES}.")
+        self.name, self.learning_rate = name, learning_rate
+        self._kind = _KINDS[name]
+        strategy = tf.distribute.get_strategy()
+        self.steps = tf.Variable(0, dtype=tf.int64, trainable=False, name="steps")
+        self.slots: dict[int, tuple[tf.Variable, ...]] = {}
+        for variable in variables:
+            with strategy.extended.colocate_vars_with(tf_variable(variable)):
+                self.slots[id(variable)] = tuple(
+                    tf.Variable(tf.fill(variable.shape, initial), trainable=False, name=f"slot_{j}")
+                    for j, initial in enumerate(self._kind.slots)
+                )
+
+    def checkpoint(self) -> tf.train.Checkpoint:
+        ordered = list(self.slots.values())
+        return tf.train.Checkpoint(
+            steps=self.steps,
+            slots={str(i): {str(j): s for j, s in enumerate(v)} for i, v in enumerate(ordered)},
+        )
+
+    # -- on tensors -----------------------------------------------------------------------
+    def read(self, variables: Sequence) -> State:
+        """The state of `variables`' slots now."""
+        return State(
+            tf.identity(self.steps),
+            tuple(tuple(tf.identity(s) for s in self.slots[id(v)]) for v in variables),
+        )
+
+    def update(
+        self, values: Sequence[tf.Tensor], grads: Sequence[tf.Tensor], state: State
+    ) -> tuple[list[tf.Tensor], State]:
+        """One step on tensors: the new values and state."""
+        steps = state.steps + 1
+        step = tf.cast(steps, tf.float32)
+        new_values, new_slots = [], []
+        for value, grad, slots in zip(values, grads, state.slots):
+            value, slots = self._kind.rule(value, grad, slots, step, self.learning_rate)
+            new_values.append(value)
+            new_slots.append(tuple(slots))
+        return new_values, State(steps, tuple(new_slots))
+
+    def write(self, variables: Sequence, state: State, *, steps_taken: tf.Tensor) -> None:
+        """Stores `state` (reached after `steps_taken` steps from what `read` gave) for
+        `variables`. Steps add up; slots are the last writer's, as a worker's chunk ends."""
+        self.steps.assign_add(steps_taken)
+        for variable, slots in zip(variables, state.slots):
+            for slot, value in zip(self.slots[id(variable)], slots):
+                slot.assign(value)
+
+    # -- on variables ---------------------------------------------------------------------
+    def apply(self, grads: Sequence[tf.Tensor], variables: Sequence) -> None:
+        """One step on `variables` (in a replica context of any strategy)."""
+        strategy = tf.distribute.get_strategy()
+        grads = list(grads)
+        if strategy.num_replicas_in_sync > 1:
+            grads = tf.distribute.get_replica_context().all_reduce(
+                tf.distribute.ReduceOp.SUM, grads
+            )
+
+        def update(strategy, grads):
+            strategy.extended.update(self.steps, lambda s: s.assign_add(1), group=False)
+            step = tf.cast(self.steps, tf.float32)
+            for grad, variable in zip(grads, variables):
+                strategy.extended.update(
+                    tf_variable(variable),
+                    self._update_variable,
+                    args=(grad, self.slots[id(variable)], step),
+                )
+
+        tf.__internal__.distribute.interim.maybe_merge_call(update, strategy, grads)
+
+    def _update_variable(self, variable, grad, slots, step):
+        value, new_slots = self._kind.rule(
+            variable.read_value(),
+            grad,
+            tuple(s.read_value() for s in slots),
+            step,
+            self.learning_rate,
+        )
+        for slot, new in zip(slots, new_slots):
+            slot.assign(new)
+        return variable.assign(value)
