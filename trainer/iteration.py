@@ -256,7 +256,7 @@ class Iteration:
             active_candidates if unit.ensemble and not self.is_exhausted else [],
         )
 
-    def steps_fn(self, unit: Unit) -> Callable:
+    def steps_fn(self, unit: Unit, *, writers: int = 1) -> Callable:
         """`fn(iterator, steps)`: builds a graph loop of `steps` train steps of `unit`'s jobs
         (for use inside a `tf.function`); returns the steps taken.
 
@@ -267,7 +267,7 @@ class Iteration:
         """
         trained, candidates = self.unit_jobs(unit)
         if self.strategy.num_replicas_in_sync == 1:
-            return self._local_steps(trained, candidates)
+            return self._local_steps(trained, candidates, writers=writers)
         return self._variable_steps(trained, candidates)
 
     def _losses(self, features, labels, trained, candidates):
@@ -370,14 +370,16 @@ class Iteration:
 
         return run_steps
 
-    def _local_steps(self, trained, candidates) -> Callable:
+    def _local_steps(self, trained, candidates, *, writers: int) -> Callable:
         """One replica: read once, train in this process's memory, write once.
 
         The trained variables (Keras's, trainable or not) and their optimizer state are
         carried through the loop as tensors; the forward pass reads them, and the variables
         it only reads (previous members, subnetworks other workers train), through
-        `keras.StatelessScope`. At the end each trained variable gets the change this loop
-        made (added, so workers training the same variables at once all count), the optimizer
+        `keras.StatelessScope`. At the end each trained variable gets its share of the change
+        this loop made: 1 / `writers`, the workers that train the same unit at once (their
+        changes from about the same start average, as in local SGD; summed, four replicating
+        workers lost 4 points of census accuracy, `bench/cluster.py`), the optimizer
         slots and moving averages this loop's values, and the step counters the steps taken.
         Embedding tables are updated in place, sparsely, at every step.
         """
@@ -462,7 +464,7 @@ class Iteration:
                 (sub_ema, sub_div, cand_ema, cand_div),
             ) = loop
             for v, start, end in zip(trainable, params, final):
-                tf_variable(v).assign_add(end - start)
+                tf_variable(v).assign_add((end - start) / writers)
             for v, value in zip(carried, others):
                 tf_variable(v).assign(value)
             self.subnetwork_optimizer.write(subnetwork_vars, _state(sub_state), steps_taken=taken)

@@ -151,15 +151,25 @@ class CoordinatedLoop:
         unit_of_worker = tf.constant(
             [self.assignment.unit_index(w) for w in range(len(self.assignment.units))], tf.int64
         )
-        runs = [iteration.steps_fn(u) for u in units]
+        runs = [iteration.steps_fn(u, writers=len(self.assignment.workers_of(u))) for u in units]
         jobs = [iteration.unit_jobs(u) for u in units]
         idle = len(units)
+        active = iteration.active()[0]
+        lead = self.steps_per_loop
 
         def remaining():
             left = []
             for trained, candidates in jobs:
                 parts = []
-                if candidates:
+                if candidates and len(trained) < len(active):
+                    # Mixture weights trained apart from (some of) their subnetworks never run
+                    # more than `lead` steps ahead of the slowest: they are fitted to
+                    # subnetworks as trained as their own step count says.
+                    slowest = tf.reduce_min(tf.gather(iteration.subnetwork_steps, active))
+                    parts.append(
+                        tf.minimum(tf.constant(budget, tf.int64), slowest + lead) - iteration.step
+                    )
+                elif candidates:
                     parts.append(budget - iteration.step)
                 if trained:
                     parts.append(
