@@ -31,7 +31,7 @@ from trainer.frozen import PREVIOUS, FrozenEnsemble, FrozenMember, compile_encod
 from trainer.heads import Head
 from trainer.model import Builder, Inputs, Subnetwork
 from trainer.model.embedding import LazyAdam
-from trainer.optimizers import Optimizer, State, tf_variable
+from trainer.optimizers import Optimizer, tf_variable
 from trainer.placement import Unit, everything
 
 
@@ -422,10 +422,10 @@ class Iteration:
                 )
                 n = len(subnetwork_vars)
                 sub_params, sub_state = self.subnetwork_optimizer.update(
-                    params[:n], grads[:n], _state(sub_state)
+                    params[:n], grads[:n], sub_state
                 )
                 mix_params, mix_state = self.mixture_optimizer.update(
-                    params[n:], grads[n:], _state(mix_state)
+                    params[n:], grads[n:], mix_state
                 )
                 sub_ema, sub_div, cand_ema, cand_div = stats
                 if trained:
@@ -434,7 +434,7 @@ class Iteration:
                     cand_ema, cand_div = moving_average_step(cand_ema, cand_div, objectives)
                 return (
                     i + 1, iterator, sub_params + mix_params, others,
-                    _flat(sub_state), _flat(mix_state), (sub_ema, sub_div, cand_ema, cand_div),
+                    sub_state, mix_state, (sub_ema, sub_div, cand_ema, cand_div),
                 )  # fmt: skip
 
             stats = (
@@ -449,8 +449,8 @@ class Iteration:
                 (
                     tf.constant(0, tf.int64), iterator, params,
                     [tf.identity(tf_variable(v)) for v in carried],
-                    _flat(self.subnetwork_optimizer.read(subnetwork_vars)),
-                    _flat(self.mixture_optimizer.read(mixture_vars)),
+                    self.subnetwork_optimizer.read(subnetwork_vars),
+                    self.mixture_optimizer.read(mixture_vars),
                     stats,
                 ),
             )  # fmt: skip
@@ -467,8 +467,8 @@ class Iteration:
                 tf_variable(v).assign_add((end - start) / writers)
             for v, value in zip(carried, others):
                 tf_variable(v).assign(value)
-            self.subnetwork_optimizer.write(subnetwork_vars, _state(sub_state), steps_taken=taken)
-            self.mixture_optimizer.write(mixture_vars, _state(mix_state), steps_taken=taken)
+            self.subnetwork_optimizer.write(subnetwork_vars, sub_state, steps_taken=taken)
+            self.mixture_optimizer.write(mixture_vars, mix_state, steps_taken=taken)
             if trained:
                 self.subnetwork_loss_ema.scatter_nd_update(sub_index, sub_ema)
                 self.subnetwork_diverged.scatter_nd_update(sub_index, sub_div)
@@ -585,12 +585,3 @@ class Iteration:
         ]
         assert candidate.ensembler is not None  # only the previous ensemble has none
         return FrozenEnsemble(tuple(members), candidate.weights, candidate.ensembler)
-
-
-def _flat(state: State) -> tuple:
-    return (state.steps, state.slots)
-
-
-def _state(flat) -> State:
-    steps, slots = flat
-    return State(steps, tuple(tuple(s) for s in slots))

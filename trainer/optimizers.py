@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Sequence
+from typing import NamedTuple
 
 import keras
 import tensorflow as tf
@@ -85,9 +86,9 @@ def tf_variable(variable) -> tf.Variable:
     return variable.value if isinstance(variable, keras.Variable) else variable
 
 
-@dataclasses.dataclass(frozen=True)
-class State:
-    """An optimizer's state as tensors: the steps taken, and each variable's slots."""
+class State(NamedTuple):
+    """An optimizer's state as tensors: the steps taken, and each variable's slots (a
+    NamedTuple, so a compiled loop carries it as it is)."""
 
     steps: tf.Tensor
     slots: tuple[tuple[tf.Tensor, ...], ...]
