@@ -169,3 +169,29 @@ def test_bad_input_in_a_real_process_exits_2_without_traceback(tmp_path, case):
     assert "error: " in result.stderr and message in result.stderr
     assert "Traceback" not in result.stderr
     assert not job.exists()
+
+
+def test_replicas_probing_the_same_new_job_dir_at_once_all_pass(tmp_path):
+    """Each replica checks the job dir before any work: one may remove the folder it made for
+    its probe while another writes there, which must not stop the second (seen in CI)."""
+    import threading
+
+    from trainer.storage import check_writable
+
+    errors: list[Exception] = []
+
+    def probe(n: int) -> None:
+        for i in range(30):
+            try:
+                check_writable(str(tmp_path / f"job{i}" / "out"), flag="--job_dir")
+            except Exception as e:  # noqa: BLE001 (collected and asserted below)
+                errors.append(e)
+
+    threads = [threading.Thread(target=probe, args=(n,)) for n in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    # No probe is left behind (a folder another replica was probing in at the time may be).
+    assert not list(tmp_path.rglob(".write-probe-*"))

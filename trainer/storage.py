@@ -89,22 +89,37 @@ def check_writable(path: str, *, flag: str) -> None:
 
 
 def _write_probe(path: str, probe: str) -> None:
-    created: list[str] = []
     if is_gcs(path):
         # Buckets first: TensorFlow's makedirs never returns when the bucket is missing, and
         # Cloud Storage needs no folders before an object is written.
         tf.io.gfile.stat(f"gs://{bucket_of(path)}")
-    else:
+        _write_and_remove(probe)
+        return
+    # Replicas sharing a job dir probe it at once: a folder one of them made may be removed by
+    # it (its check done) while another writes its probe there. Make it again and retry.
+    for attempt in range(_PROBE_RACES):
         created = _missing_folders(path)
-        tf.io.gfile.makedirs(path)
-    try:
-        with tf.io.gfile.GFile(probe, "w") as f:
-            f.write("probe\n")
-        tf.io.gfile.remove(probe)
-    finally:
-        for folder in created:  # deepest first; local or FUSE folders only
-            with contextlib.suppress(OSError):
-                os.rmdir(folder)
+        try:
+            tf.io.gfile.makedirs(path)
+            _write_and_remove(probe)
+            return
+        except (tf.errors.NotFoundError, tf.errors.FailedPreconditionError):
+            # (TensorFlow's makedirs says "is not a directory" for a folder removed under it.)
+            if attempt == _PROBE_RACES - 1:
+                raise
+        finally:
+            for folder in created:  # deepest first; local or FUSE folders only
+                with contextlib.suppress(OSError):
+                    os.rmdir(folder)
+
+
+_PROBE_RACES = 5
+
+
+def _write_and_remove(probe: str) -> None:
+    with tf.io.gfile.GFile(probe, "w") as f:
+        f.write("probe\n")
+    tf.io.gfile.remove(probe)
 
 
 def _missing_folders(path: str) -> list[str]:
