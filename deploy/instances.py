@@ -11,12 +11,16 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import reprlib
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
 NUMBER, TEXT = "number", "string"
+FLOAT32_MAX = float(np.finfo(np.float32).max)  # numbers are fed as float32
+_SHOW = reprlib.Repr()  # values in messages stay short, however large or nested
+_SHOW.maxstring, _SHOW.maxother, _SHOW.maxlevel = 60, 60, 3
 
 
 class InstanceError(ValueError):
@@ -62,15 +66,23 @@ class Fields:
             )
         unknown = sorted(set(instance) - set(self.kinds))
         if unknown:
+            name = unknown[0] if len(unknown[0]) <= 60 else unknown[0][:60] + "..."
             raise InstanceError(
-                index, f"unknown field '{unknown[0]}'; the model takes {', '.join(self.kinds)}."
+                index, f"unknown field '{name}'; the model takes {', '.join(self.kinds)}."
             )
         for name, kind in self.kinds.items():
             if name not in instance:
                 raise InstanceError(index, f"missing field '{name}' ({kind}).")
-            if not _fits(instance[name], kind):
+            value = instance[name]
+            if not _fits(value, kind):
                 raise InstanceError(
-                    index, f"field '{name}' must be a {kind}, got {instance[name]!r}."
+                    index, f"field '{name}' must be a {kind}, got {_SHOW.repr(value)}."
+                )
+            if kind == NUMBER and not -FLOAT32_MAX <= value <= FLOAT32_MAX:
+                raise InstanceError(
+                    index,
+                    f"field '{name}' is {_SHOW.repr(value)}, beyond float32's range "
+                    f"(+-{FLOAT32_MAX:.3g}), which the model takes.",
                 )
         return instance
 
@@ -94,7 +106,9 @@ class Fields:
 def _fits(value: Any, kind: str) -> bool:
     if kind == TEXT:
         return isinstance(value, str)
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    return isinstance(value, int) or math.isfinite(value)
 
 
 class Predictor:
