@@ -8,7 +8,13 @@ copies only this file before `pip install .`, so it reads no other file.
 
 import setuptools
 
-DEPLOY = ["google-cloud-aiplatform>=1.60", "google-cloud-storage>=2.10", "pyyaml>=6.0"]
+# aiohttp: deploy.serve's HTTP server (asyncio, a real listen backlog, keep-alive).
+DEPLOY = [
+    "google-cloud-aiplatform>=1.60",
+    "google-cloud-storage>=2.10",
+    "pyyaml>=6.0",
+    "aiohttp>=3.9",
+]
 
 setuptools.setup(
     name="trainer",

@@ -5,25 +5,43 @@
 It listens on `AIP_HTTP_PORT` (default 8080), answers `GET AIP_HEALTH_ROUTE` (default
 /health) and `POST AIP_PREDICT_ROUTE` (default /predict) with `{"instances": [...]}` ->
 `{"predictions": [...]}`, and loads the model from `--model_dir` or `AIP_STORAGE_URI`. It binds
-to loopback unless `--host` says otherwise. A request over 1.5 MB, or with a malformed instance,
-gets a 400 whose message names the problem (the instance index and field); the server keeps
-serving. The model is loaded once; requests run in threads (TensorFlow releases the GIL).
+to loopback unless `--host` says otherwise. A request over 1.5 MB, a malformed body or a
+malformed instance gets a 400 whose message names the problem (the instance index and field);
+the server keeps serving.
+
+The server is aiohttp on one asyncio event loop with a listen backlog of 2048, so a burst of
+connections waits in the kernel's queue instead of being reset. Requests that arrive together
+are predicted in one model call (`deploy.batching`: `--max_batch` instances, waiting at most
+`--max_wait_ms`); when more than `--max_queue` instances wait, requests get a 503 with
+`Retry-After` until the queue drains.
 """
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
-import http.server
 import json
+import logging
+import math
 import os
+import signal
+import socket
 import sys
 import threading
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+from aiohttp import web
 
 from deploy import api
+from deploy.batching import Batcher, BatchOptions, BatchStats, Overloaded
 from deploy.instances import InstanceError, Predictor
 
 MAX_REQUEST_BYTES = 1_572_864  # 1.5 MB: Vertex AI's limit for a request to a shared endpoint
-_DRAIN_CHUNK = 1 << 16
+BACKLOG = 2048  # connections the kernel queues before accept (capped by net.core.somaxconn)
+_DRAIN_LIMIT = 16 * MAX_REQUEST_BYTES  # an oversized body is read (and dropped) up to this
+DEFAULT_BATCHING = BatchOptions()
+_LONGEST_INTEGER = 400  # digits; float32 ends near 3.4e38, so longer integers cannot fit
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,6 +65,14 @@ class Routes:
         )
 
 
+class Model(Protocol):
+    """What the server needs of a model: `deploy.instances.Predictor` is one."""
+
+    def check(self, instances: Sequence[Any]) -> list[dict]: ...
+
+    def predict_checked(self, instances: Sequence[dict]) -> list[dict]: ...
+
+
 class BadRequest(ValueError):
     """The request cannot be served as sent (answered with 400)."""
 
@@ -62,124 +88,254 @@ def check_size(num_bytes: int) -> None:
 def parse_request(body: bytes) -> list:
     """The `instances` of a predict request body; BadRequest says what is wrong."""
     check_size(len(body))
+    if not body.strip():
+        raise BadRequest('the body is empty; send a JSON object {"instances": [...]}.')
     try:
-        request = json.loads(body)
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise BadRequest(
+            f"the body is not UTF-8 (byte {e.start} is {body[e.start : e.start + 1]!r}); "
+            "send JSON encoded as UTF-8."
+        ) from None
+    try:
+        request = json.loads(
+            text, parse_constant=_refuse_constant, parse_int=_integer, parse_float=_float
+        )
+    except BadRequest:
+        raise
+    except RecursionError:
+        raise BadRequest(
+            "the body nests arrays or objects too deeply to parse; instances are flat "
+            'objects: {"instances": [{"field": value, ...}]}.'
+        ) from None
+    except ValueError as e:
         raise BadRequest(f"the body is not JSON ({e}).") from None
     if not isinstance(request, dict) or "instances" not in request:
         raise BadRequest('the body must be a JSON object {"instances": [...]}.')
     extra = sorted(set(request) - {"instances", "parameters"})
     if extra:
         raise BadRequest(
-            f"unknown field '{extra[0]}' in the request; send {{\"instances\": [...]}}."
+            f"unknown field '{_clip(extra[0])}' in the request; send {{\"instances\": [...]}}."
         )
     if not isinstance(request["instances"], list):
         raise BadRequest("'instances' must be a list of objects.")
     return request["instances"]
 
 
-class _Handler(http.server.BaseHTTPRequestHandler):
-    """One request; the server carries the predictor and the routes."""
-
-    server: PredictionServer
-    protocol_version = "HTTP/1.1"
-    # Headers and body go out in two writes; with Nagle's algorithm the body then waits for
-    # the client's delayed ACK (40 ms per request on Linux).
-    disable_nagle_algorithm = True
-
-    def do_GET(self):  # noqa: N802 (http.server's naming)
-        if self.path == self.server.routes.health:
-            self._reply(200, {"status": "healthy"})
-        else:
-            self._reply(404, {"error": f"no route {self.path}; try {self.server.routes.health}"})
-
-    def do_POST(self):  # noqa: N802
-        body = self._body()
-        if body is None:
-            return
-        if self.path != self.server.routes.predict:
-            self._reply(
-                404, {"error": f"no route {self.path}; POST to {self.server.routes.predict}"}
-            )
-            return
-        try:
-            predictions = self.server.predictor.predict(parse_request(body))
-        except (BadRequest, InstanceError) as e:
-            self._reply(400, {"error": str(e)})
-        except Exception as e:  # a model failure fails this request, not the server
-            self._reply(500, {"error": f"prediction failed: {type(e).__name__}: {e}"})
-        else:
-            self._reply(200, {"predictions": predictions})
-
-    def _body(self) -> bytes | None:
-        """The request body, or None after answering 400 for a missing or oversized one."""
-        length = self.headers.get("Content-Length")
-        if length is None or not length.isdigit():
-            self._reply(400, {"error": "send the body with a Content-Length header."}, close=True)
-            return None
-        try:
-            check_size(int(length))
-        except BadRequest as e:
-            self._drain(int(length))
-            self._reply(400, {"error": str(e)}, close=True)
-            return None
-        return self.rfile.read(int(length))
-
-    def _drain(self, length: int) -> None:
-        # Reading the oversized body (and dropping it) lets the client see the 400 instead of
-        # a reset connection.
-        while length > 0:
-            chunk = self.rfile.read(min(length, _DRAIN_CHUNK))
-            if not chunk:
-                break
-            length -= len(chunk)
-
-    def _reply(self, status: int, payload: dict, *, close: bool = False) -> None:
-        data = json.dumps(payload).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        if close:
-            self.send_header("Connection", "close")
-            self.close_connection = True
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, format, *args):  # noqa: A002 (http.server's signature)
-        if self.server.verbose:
-            super().log_message(format, *args)
+def _refuse_constant(name: str) -> float:
+    raise BadRequest(
+        f"the body holds {name}, which is not JSON (RFC 8259 has no NaN or Infinity); send "
+        "finite numbers."
+    )
 
 
-class PredictionServer(http.server.ThreadingHTTPServer):
-    """ThreadingHTTPServer holding one Predictor."""
+def _integer(digits: str) -> int:
+    # Python refuses to parse integers over 4,300 digits with an unhelpful message.
+    if len(digits.lstrip("-")) > _LONGEST_INTEGER:
+        raise BadRequest(
+            f"the body holds an integer of {len(digits.lstrip('-'))} digits "
+            f"({digits[:12]}...); numbers must fit a float32 (about 3.4e38)."
+        )
+    return int(digits)
 
-    daemon_threads = True
+
+def _float(text: str) -> float:
+    value = float(text)
+    if math.isinf(value):
+        raise BadRequest(
+            f"the body holds the number {_clip(text)}, beyond a 64-bit float; numbers must "
+            "fit a float32 (about 3.4e38)."
+        )
+    return value
+
+
+def _clip(text: str, limit: int = 40) -> str:
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+class PredictionServer:
+    """An aiohttp server holding one model, bound on construction (port 0 picks a free one).
+
+    Example::
+
+        server = PredictionServer(Predictor("runs/demo/model"), routes=Routes(port=0)).start()
+        predict.predict_at_url(server.url, instances)
+        server.shutdown()
+        server.server_close()
+    """
 
     def __init__(
         self,
-        predictor: Predictor,
+        predictor: Model,
         *,
         host: str = "127.0.0.1",
         routes: Routes = Routes(),
+        batching: BatchOptions = DEFAULT_BATCHING,
+        body_timeout_s: float = 30.0,
         verbose: bool = False,
     ):
         self.predictor = predictor
         self.routes = routes
+        self.batching = batching
+        self.body_timeout_s = body_timeout_s  # a body announced must arrive within this
         self.verbose = verbose
-        super().__init__((host, routes.port), _Handler)
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        self.socket = socket.create_server((host, routes.port), family=family, backlog=BACKLOG)
+        self.server_address: tuple = self.socket.getsockname()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop: asyncio.Event | None = None
+        self._started = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._batcher: Batcher | None = None
 
     @property
     def url(self) -> str:
         host, port = self.server_address[:2]
-        return f"http://{host!s}:{port}"
+        return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+    @property
+    def stats(self) -> BatchStats:
+        """Batching counters: requests, instances and model calls so far."""
+        if self._batcher is None:
+            raise RuntimeError("the server has not started; call start() or serve_forever().")
+        return self._batcher.stats
+
+    def serve_forever(self) -> None:
+        """Serves until `shutdown()` (from another thread), SIGTERM or Ctrl-C."""
+        asyncio.run(self._serve())
 
     def start(self) -> PredictionServer:
         """Serves in a background thread (for notebooks and tests); `shutdown()` stops it."""
-        threading.Thread(target=self.serve_forever, daemon=True, name="prediction-server").start()
+        self._thread = threading.Thread(
+            target=self.serve_forever, daemon=True, name="prediction-server"
+        )
+        self._thread.start()
+        if not self._started.wait(60):
+            raise RuntimeError("the prediction server did not start in 60 s.")
         return self
+
+    def shutdown(self) -> None:
+        """Stops serving (from another thread) and waits until the server has stopped."""
+        if self._loop is not None and self._stop is not None:
+            self._loop.call_soon_threadsafe(self._stop.set)
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+
+    def server_close(self) -> None:
+        """Closes the listening socket."""
+        self.socket.close()
+
+    async def _serve(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._stop = asyncio.Event()
+        if threading.current_thread() is threading.main_thread():
+            self._loop.add_signal_handler(signal.SIGTERM, self._stop.set)
+        self._batcher = Batcher(self.predictor.predict_checked, self.batching)
+        # Malformed HTTP (a bad Content-Length, a garbled request line) is answered with
+        # aiohttp's own 400 naming the problem; its traceback is for --verbose only.
+        errors = logging.getLogger("deploy.serve.http")
+        errors.setLevel(logging.DEBUG if self.verbose else logging.CRITICAL)
+        server = web.Server(
+            self._handle,
+            logger=errors,
+            access_log=logging.getLogger("aiohttp.access") if self.verbose else None,
+            keepalive_timeout=75.0,
+            auto_decompress=False,  # a compressed body could expand far past 1.5 MB
+        )
+        runner = web.ServerRunner(server, handle_signals=False)
+        await runner.setup()
+        await web.SockSite(runner, self.socket, backlog=BACKLOG).start()
+        self._started.set()
+        try:
+            await self._stop.wait()
+        finally:
+            await self._batcher.close()
+            await runner.cleanup()
+
+    async def _handle(self, request: web.BaseRequest) -> web.StreamResponse:
+        path, method = request.path, request.method
+        if path == self.routes.predict and method == "POST":
+            return await self._predict(request)
+        if path == self.routes.health and method in ("GET", "HEAD"):
+            return _reply(200, {"status": "healthy"})
+        if method == "POST":
+            return _reply(404, {"error": f"no route {path}; POST to {self.routes.predict}"})
+        return _reply(404, {"error": f"no route {path}; try GET {self.routes.health}"})
+
+    async def _predict(self, request: web.BaseRequest) -> web.StreamResponse:
+        assert self._batcher is not None
+        try:
+            body = await _read_body(request, self.body_timeout_s)
+        except BadRequest as e:
+            response = _reply(400, {"error": str(e)})
+            response.force_close()  # what is left of the body cannot be read as a request
+            return response
+        try:
+            instances = self.predictor.check(parse_request(body))
+            predictions = await self._batcher.predict(instances) if instances else []
+        except (BadRequest, InstanceError) as e:
+            return _reply(400, {"error": str(e)})
+        except Overloaded as e:
+            return _reply(503, {"error": str(e)}, headers={"Retry-After": "1"})
+        except Exception as e:  # a model failure fails this request, not the server
+            return _reply(500, {"error": f"prediction failed: {type(e).__name__}: {e}"})
+        return _reply(200, {"predictions": predictions})
+
+
+async def _read_body(request: web.BaseRequest, timeout: float) -> bytes:
+    """The body, or BadRequest if it is too large, shorter than announced or too slow."""
+    length = request.content_length
+    if length == 0:
+        return b""
+    try:
+        if length is not None:
+            if length > MAX_REQUEST_BYTES:
+                await asyncio.wait_for(_drain(request, length), timeout)
+                check_size(length)
+            return await asyncio.wait_for(request.content.readexactly(length), timeout)
+        body = bytearray()  # chunked: no length announced
+        while chunk := await asyncio.wait_for(request.content.readany(), timeout):
+            body += chunk
+            if len(body) > MAX_REQUEST_BYTES:
+                await asyncio.wait_for(_drain(request, _DRAIN_LIMIT), timeout)
+                check_size(len(body))
+        return bytes(body)
+    except asyncio.IncompleteReadError as e:
+        raise BadRequest(
+            f"the body ended after {len(e.partial)} bytes; Content-Length said {length}."
+        ) from None
+    except ConnectionResetError:  # the client closed (or half-closed) before the end
+        raise BadRequest(
+            f"the connection closed before the body ended (Content-Length {length})."
+        ) from None
+    except asyncio.TimeoutError:
+        raise BadRequest(
+            f"the body did not arrive within {timeout:g} s (Content-Length {length})."
+        ) from None
+
+
+async def _drain(request: web.BaseRequest, limit: int) -> None:
+    # Reading an oversized body (and dropping it) lets the client see the 400 instead of a
+    # reset connection.
+    left = min(limit, _DRAIN_LIMIT)
+    while left > 0:
+        chunk = await request.content.readany()
+        if not chunk:
+            break
+        left -= len(chunk)
+
+
+def _reply(status: int, payload: dict, *, headers: dict | None = None) -> web.Response:
+    return web.Response(
+        status=status,
+        body=json.dumps(payload).encode(),
+        content_type="application/json",
+        headers=headers,
+    )
 
 
 def _run(argv: list[str] | None) -> int:
+    defaults = DEFAULT_BATCHING
     p = api.parser(__doc__.split("\n\n")[0])
     p.add_argument(
         "--model_dir",
@@ -192,21 +348,50 @@ def _run(argv: list[str] | None) -> int:
         help="Address to bind; 0.0.0.0 serves other machines too (as in a container).",
     )
     p.add_argument("--port", type=int, default=None, help="Port; default AIP_HTTP_PORT or 8080.")
+    p.add_argument(
+        "--max_batch",
+        type=int,
+        default=defaults.max_batch,
+        help="Most instances predicted in one model call, from requests arriving together.",
+    )
+    p.add_argument(
+        "--max_wait_ms",
+        type=float,
+        default=defaults.max_wait_ms,
+        help="How long a request waits for others to share its model call (milliseconds).",
+    )
+    p.add_argument(
+        "--max_queue",
+        type=int,
+        default=defaults.max_queue,
+        help="Most instances waiting for the model; beyond it requests get a 503.",
+    )
     p.add_argument("--verbose", action="store_true", help="Log every request.")
     args = p.parse_args(argv)
     if not args.model_dir:
         raise api.DeployError(
             "--model_dir is required (or set AIP_STORAGE_URI): the exported model, JOB_DIR/model."
         )
+    try:
+        batching = BatchOptions(args.max_batch, args.max_wait_ms, args.max_queue)
+    except ValueError as e:
+        raise api.DeployError(f"--{e}") from None
     routes = Routes.from_env()
     if args.port is not None:
         routes = dataclasses.replace(routes, port=args.port)
+    if args.verbose:
+        logging.basicConfig(level=logging.INFO, format="%(message)s")
     server = PredictionServer(
-        Predictor(args.model_dir), host=args.host, routes=routes, verbose=args.verbose
+        Predictor(args.model_dir),
+        host=args.host,
+        routes=routes,
+        batching=batching,
+        verbose=args.verbose,
     )
     print(
         f"serving {args.model_dir} at {server.url} (health {routes.health}, predict "
-        f"{routes.predict})",
+        f"{routes.predict}; batches of up to {batching.max_batch} instances within "
+        f"{batching.max_wait_ms:g} ms, queue {batching.max_queue})",
         file=sys.stderr,
         flush=True,
     )

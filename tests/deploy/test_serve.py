@@ -1,24 +1,32 @@
-"""deploy.serve: Vertex's custom-container contract, input checks, and robustness."""
+"""deploy.serve: Vertex's custom-container contract, input checks, robustness under load,
+and server-side batching."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
 
+import numpy as np
 import pytest
 
 from deploy import predict, serve
+from deploy.batching import BatchOptions
 from tests.deploy.conftest import free_port
 from tests.support import REPO, task_env
 
 
 @pytest.fixture(scope="module")
 def server(predictor):
-    server = serve.PredictionServer(predictor, routes=serve.Routes(port=0)).start()
+    server = serve.PredictionServer(
+        predictor, routes=serve.Routes(port=0), body_timeout_s=0.5
+    ).start()
     yield server
     server.shutdown()
     server.server_close()
@@ -33,6 +41,37 @@ def _post(url: str, data: bytes) -> tuple[int, dict]:
             return response.status, json.load(response)
     except urllib.error.HTTPError as e:
         return e.code, json.load(e)
+
+
+def _raw(address: tuple, data: bytes) -> bytes:
+    """What the server answers to these bytes, until it closes or 10 s pass."""
+    with socket.create_connection(address[:2], timeout=10) as s:
+        s.sendall(data)
+        answer = b""
+        try:
+            while chunk := s.recv(65536):
+                answer += chunk
+                if b"\r\n\r\n" in answer and answer.endswith(b"}"):
+                    break
+        except TimeoutError:
+            pass
+        return answer
+
+
+def _assert_close(got: list[dict], expected: list[dict]) -> None:
+    """Predictions equal up to float rounding (a batch may sum in another order)."""
+    assert [g["classes"] for g in got] == [e["classes"] for e in expected]
+    for name in ("probabilities", "logits"):
+        np.testing.assert_allclose(
+            [g[name] for g in got], [e[name] for e in expected], rtol=1e-5, atol=1e-6
+        )
+
+
+def _nested(depth: int) -> list:
+    value: list = []
+    for _ in range(depth):
+        value = [value]
+    return value
 
 
 def test_predictions_match_the_model_and_have_every_output(server, predictor, census_rows):
@@ -56,13 +95,25 @@ def test_binds_to_loopback_and_answers_health(server):
         (lambda x: x.pop("age"), "instance 1: missing field 'age'"),
         (lambda x: x.update(age="old"), "instance 1: field 'age' must be a number, got 'old'"),
         (lambda x: x.update(sex=1), "instance 1: field 'sex' must be a string, got 1"),
+        (lambda x: x.update(age=True), "instance 1: field 'age' must be a number, got True"),
+        (lambda x: x.update(age=1e39), r"instance 1: field 'age' is 1e\+39, beyond float32's"),
+        (lambda x: x.update(age=10**100), "instance 1: field 'age' is 1000000000"),
+        (
+            lambda x: x.update(age=_nested(500)),
+            r"instance 1: field 'age' must be a number, got \[\[\[\[\.\.\.]",
+        ),
+        (
+            lambda x: x.update(age="x" * 10**5),
+            r"instance 1: field 'age' must be a number, got 'x+\.\.\.x+'",
+        ),
     ],
 )
 def test_malformed_instances_get_a_400_naming_the_field(server, census_rows, change, message):
     bad = dict(census_rows[1])
     change(bad)
-    with pytest.raises(predict.PredictionError, match="400: " + message):
+    with pytest.raises(predict.PredictionError, match="400: " + message) as error:
         predict.predict_at_url(server.url, [census_rows[0], bad])
+    assert len(str(error.value)) < 300  # a huge value is not echoed whole
     assert len(predict.predict_at_url(server.url, census_rows[:2])) == 2  # still serving
 
 
@@ -70,14 +121,60 @@ def test_malformed_instances_get_a_400_naming_the_field(server, census_rows, cha
     "body, message",
     [
         (b"{not json", "not JSON"),
+        (b"", "the body is empty"),
+        (b"  \n", "the body is empty"),
+        (b"[1, 2]", '{"instances": [...]}'),
+        (b'"instances"', '{"instances": [...]}'),
+        (b"null", '{"instances": [...]}'),
         (b'{"rows": []}', '{"instances": [...]}'),
+        (b'{"instances": [], "extra": 1}', "unknown field 'extra'"),
         (b'{"instances": {}}', "'instances' must be a list"),
+        (b'{"instances": "abc"}', "'instances' must be a list"),
         (b'{"instances": [[1, 2]]}', "instance 0: is a list, expected an object"),
+        (b'{"instances": [7]}', "instance 0: is a int, expected an object"),
+        (b"[" * 100_000, "nests arrays or objects too deeply"),
+        (b'{"instances": ' + b"[" * 5000 + b"]" * 5000 + b"}", "nests arrays or objects"),
+        (b'{"instances": [' + b'{"a": ' * 3000, "nests arrays or objects too deeply"),
+        (b'{"instances": [{"age": 1e400}]}', "the number 1e400, beyond a 64-bit float"),
+        (b'{"instances": [{"age": -1e400}]}', "the number -1e400, beyond a 64-bit float"),
+        (b'{"instances": [{"age": 1' + b"0" * 400 + b"}]}", "an integer of 401 digits"),
+        (b'{"instances": [{"age": 1' + b"0" * 5000 + b"}]}", "an integer of 5001 digits"),
+        (b'{"instances": [{"age": NaN}]}', "holds NaN, which is not JSON"),
+        (b'{"instances": [{"age": -Infinity}]}', "holds -Infinity, which is not JSON"),
+        (b'{"instances": [{"sex": "\xff\xfe"}]}', "not UTF-8 (byte 24"),
+        (b"\xef\xbb\xbf{}", "not JSON"),  # a byte-order mark
+        ('{"instances": []}'.encode("utf-16"), "not UTF-8"),
     ],
 )
-def test_malformed_bodies_get_a_400(server, body, message):
+def test_malformed_bodies_get_a_400_and_the_server_keeps_serving(
+    server, census_rows, body, message
+):
     status, answer = _post(server.url + "/predict", body)
-    assert status == 400 and message in answer["error"]
+    assert status == 400 and message in answer["error"], answer
+    assert len(predict.predict_at_url(server.url, census_rows[:2])) == 2
+
+
+def test_an_empty_list_of_instances_gets_no_predictions(server):
+    assert _post(server.url + "/predict", b'{"instances": []}') == (200, {"predictions": []})
+
+
+@pytest.mark.parametrize(
+    "request_bytes, message",
+    [
+        # fewer bytes than announced: the server waits `body_timeout_s` (0.5 s here) for more
+        (b"Content-Length: 100\r\n\r\n{}", b"the body did not arrive within 0.5 s"),
+        # more bytes than announced: the announced part is read as the body
+        (b'Content-Length: 5\r\n\r\n{"ins', b"not JSON"),
+        # not a number (aiohttp's own 400, in text)
+        (b"Content-Length: abc\r\n\r\n{}", b"Content-Length"),
+        (b"Content-Length: -5\r\n\r\n{}", b"Content-Length"),
+    ],
+)
+def test_a_wrong_content_length_gets_a_400(server, census_rows, request_bytes, message):
+    head = b"POST /predict HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
+    answer = _raw(server.server_address, head + request_bytes)
+    assert answer[:12] in (b"HTTP/1.1 400", b"HTTP/1.0 400") and message in answer, answer[:500]
+    assert len(predict.predict_at_url(server.url, census_rows[:2])) == 2
 
 
 def test_requests_over_1_5_mb_are_refused_and_the_server_keeps_serving(server, census_rows):
@@ -88,9 +185,196 @@ def test_requests_over_1_5_mb_are_refused_and_the_server_keeps_serving(server, c
     assert len(predict.predict_at_url(server.url, census_rows[:3])) == 3
 
 
+def test_chunked_requests_over_1_5_mb_are_refused(server, census_rows):
+    chunk = json.dumps(census_rows).encode()
+    chunks = [b"%x\r\n%s\r\n" % (len(chunk), chunk)] * (serve.MAX_REQUEST_BYTES // len(chunk) + 2)
+    head = b"POST /predict HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: chunked\r\n\r\n"
+    answer = _raw(server.server_address, head + b"".join(chunks) + b"0\r\n\r\n")
+    assert answer.startswith(b"HTTP/1.1 400") and b"(1.5 MB)" in answer, answer[:500]
+    assert len(predict.predict_at_url(server.url, census_rows[:3])) == 3
+
+
 def test_unknown_routes_get_a_404(server):
     status, answer = _post(server.url + "/v1/models/x:predict", b'{"instances": []}')
     assert status == 404 and "/predict" in answer["error"]
+    with pytest.raises(urllib.error.HTTPError) as error:
+        urllib.request.urlopen(server.url + "/predict", timeout=10)  # GET
+    assert error.value.code == 404 and "/health" in json.load(error.value)["error"]
+
+
+def test_a_burst_of_concurrent_connections_is_answered_in_full(server, predictor, census_rows):
+    """150 clients connect at once and send one instance each: every one gets its own
+    prediction (a listen backlog of 5 used to reset about a quarter of them)."""
+    import aiohttp
+
+    async def burst() -> list[tuple[int, dict]]:
+        connector = aiohttp.TCPConnector(limit=0, force_close=True)  # a connection each
+        async with aiohttp.ClientSession(connector=connector) as session:
+
+            async def one(row: dict) -> tuple[int, dict]:
+                async with session.post(server.url + "/predict", json={"instances": [row]}) as r:
+                    return r.status, await r.json()
+
+            rows = [census_rows[i % len(census_rows)] for i in range(150)]
+            return await asyncio.gather(*(one(row) for row in rows))
+
+    answers = asyncio.run(burst())
+    assert [status for status, _ in answers] == [200] * 150
+    got = [answer["predictions"][0] for _, answer in answers]
+    expected = [predictor.predict([census_rows[i % len(census_rows)]])[0] for i in range(150)]
+    _assert_close(got, expected)
+
+
+class _GatedModel:
+    """The real predictor behind a gate: model calls wait until `open()`, so a test can
+    queue requests behind a call in flight. A batch holding `poison` as an age fails."""
+
+    poison = 999.0
+
+    def __init__(self, predictor):
+        self.predictor = predictor
+        self.gate = threading.Event()
+        self.in_call = threading.Event()
+        self.batches: list[int] = []
+
+    def check(self, instances):
+        return self.predictor.check(instances)
+
+    def predict_checked(self, instances):
+        self.in_call.set()
+        assert self.gate.wait(30), "the test never opened the gate"
+        self.batches.append(len(instances))
+        if len(instances) > 1 and any(x["age"] == self.poison for x in instances):
+            raise RuntimeError("a poisoned batch")
+        return self.predictor.predict_checked(instances)
+
+
+@pytest.fixture
+def gated(predictor):
+    """A server whose model waits for the test; yields (server, model)."""
+    model = _GatedModel(predictor)
+    servers = []
+
+    def start(options: BatchOptions) -> serve.PredictionServer:
+        server = serve.PredictionServer(model, routes=serve.Routes(port=0), batching=options)
+        servers.append(server.start())
+        return server
+
+    yield start, model
+    model.gate.set()
+    for server in servers:
+        server.shutdown()
+        server.server_close()
+
+
+def _send_in_threads(url: str, bodies: list[bytes]) -> list:
+    """Posts each body from its own thread; returns a list the answers fill in order."""
+    answers: list = [None] * len(bodies)
+
+    def send(i: int) -> None:
+        answers[i] = _post(url, bodies[i])
+
+    threads = [threading.Thread(target=send, args=(i,), daemon=True) for i in range(len(bodies))]
+    for t in threads:
+        t.start()
+    answers.append(threads)
+    return answers
+
+
+def _wait_until(condition, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.01)
+
+
+def _join(answers: list) -> list[tuple[int, dict]]:
+    for t in answers.pop():
+        t.join(30)
+    return answers
+
+
+def _body(*rows: dict) -> bytes:
+    return json.dumps({"instances": list(rows)}).encode()
+
+
+def test_requests_arriving_together_share_one_model_call(gated, predictor, census_rows):
+    start, model = gated
+    server = start(BatchOptions(max_batch=64, max_wait_ms=0, max_queue=64))
+    url = server.url + "/predict"
+    first = _send_in_threads(url, [_body(census_rows[0])])
+    _wait_until(model.in_call.is_set)  # the model is busy with the first request
+    rows = census_rows[1:11]
+    queued = _send_in_threads(url, [_body(row) for row in rows] + [_body({"age": "x"})])
+    _wait_until(lambda: server.stats.queued == len(rows))  # the bad request is not queued
+    model.gate.set()
+    answers = _join(queued)
+    assert _join(first)[0][0] == 200
+    assert answers[-1][0] == 400 and "instance 0" in answers[-1][1]["error"]
+    assert [status for status, _ in answers[:-1]] == [200] * len(rows)
+    assert model.batches == [1, len(rows)]  # 11 requests, 2 model calls
+    assert (server.stats.requests, server.stats.model_calls) == (11, 2)
+    assert server.stats.largest_batch == len(rows)
+    got = [answer["predictions"][0] for _, answer in answers[:-1]]
+    _assert_close(got, [predictor.predict([row])[0] for row in rows])  # as if alone
+
+
+def test_a_batch_that_fails_is_retried_request_by_request(gated, census_rows):
+    start, model = gated
+    server = start(BatchOptions(max_batch=64, max_wait_ms=0, max_queue=64))
+    url = server.url + "/predict"
+    first = _send_in_threads(url, [_body(census_rows[0])])
+    _wait_until(model.in_call.is_set)
+    poisoned = dict(census_rows[2], age=_GatedModel.poison)
+    queued = _send_in_threads(url, [_body(census_rows[1]), _body(poisoned), _body(census_rows[3])])
+    _wait_until(lambda: server.stats.queued == 3)
+    model.gate.set()
+    answers = _join(queued)
+    _join(first)
+    assert [status for status, _ in answers] == [200, 200, 200]  # alone, none is poisoned
+    assert model.batches == [1, 3, 1, 1, 1]
+
+
+def test_overload_gets_a_503_and_the_queue_drains(gated, census_rows):
+    start, model = gated
+    server = start(BatchOptions(max_batch=2, max_wait_ms=0, max_queue=2))
+    url = server.url + "/predict"
+    first = _send_in_threads(url, [_body(census_rows[0])])
+    _wait_until(model.in_call.is_set)
+    queued = _send_in_threads(url, [_body(census_rows[1]), _body(census_rows[2])])
+    _wait_until(lambda: server.stats.queued == 2)
+    status, answer = _post(url, _body(census_rows[3]))
+    assert status == 503 and "limit 2, --max_queue" in answer["error"]
+    model.gate.set()
+    assert [status for status, _ in _join(queued) + _join(first)] == [200, 200, 200]
+    assert server.stats.refused == 1
+    assert _post(url, _body(census_rows[3]))[0] == 200  # drained: served again
+
+
+def test_a_request_larger_than_the_queue_is_served_when_the_queue_is_empty(gated, census_rows):
+    start, model = gated
+    model.gate.set()
+    server = start(BatchOptions(max_batch=2, max_wait_ms=0, max_queue=2))
+    assert len(predict.predict_at_url(server.url, census_rows[:7])) == 7
+    assert model.batches == [7]
+
+
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        (dict(max_batch=0), r"max_batch \(0\) must be a positive integer"),
+        (dict(max_wait_ms=-1), r"max_wait_ms \(-1\) must be between 0 and 1000"),
+        (dict(max_batch=8, max_queue=4), r"max_queue \(4\) must be an integer of at least"),
+    ],
+)
+def test_batch_options_check_themselves(options, message):
+    with pytest.raises(ValueError, match=message):
+        BatchOptions(**options)
+
+
+def test_the_command_refuses_bad_batching_flags_before_loading_the_model(capsys):
+    assert serve.main(["--model_dir=/nonexistent", "--max_batch=0"]) == 2
+    assert "--max_batch (0) must be a positive integer" in capsys.readouterr().err
 
 
 def test_routes_come_from_the_aip_variables():
@@ -127,7 +411,7 @@ def test_the_command_serves_the_vertex_contract(census_model, census_rows):
         assert len(answer) == 2 and "probabilities" in answer[0]
     finally:
         process.terminate()
-        process.wait(timeout=30)
+        assert process.wait(timeout=30) == 0  # SIGTERM stops it cleanly
 
 
 def _wait_healthy(url: str, process, timeout: float = 60) -> None:
