@@ -247,8 +247,9 @@ def _number(value, spec: str) -> str:
 def table(rows: list[dict]) -> str:
     lines = [
         f"{'placement':<15}{'workers':>8}{'ps':>4}{'first step s':>14}"
-        f"{'job steps/s':>13}{'examples/s':>12}{'predicted':>11}{'efficiency':>12}{'setup s':>9}",
-        "-" * 98,
+        f"{'job steps/s':>13}{'examples/s':>12}{'predicted':>11}{'efficiency':>12}{'setup s':>9}"
+        f"{'accuracy':>10}",
+        "-" * 108,
     ]
     for r in rows:
         lines.append(
@@ -300,7 +301,7 @@ def main() -> None:
     parser.add_argument("--placements", default="replication,round_robin")
     parser.add_argument("--ps", type=int, default=1)
     parser.add_argument("--steps", type=int, default=2000, help="steps per job")
-    parser.add_argument("--batch_size", type=int, default=64)
+    parser.add_argument("--batch_size", type=int, default=256, help="the trainer's default")
     parser.add_argument(
         "--steps_per_loop", type=int, default=100, help="the trainer's, and the predictions'"
     )

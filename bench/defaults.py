@@ -6,13 +6,18 @@ Run from the repo root::
     .venv/bin/python bench/defaults.py --batch_sizes=64,512 --learning_rates=0.003 --seeds=1
     .venv/bin/python bench/defaults.py --examples_per_iteration=192000 \\
         --out=bench/results/defaults_examples.json      # the same examples at every batch size
+    .venv/bin/python bench/defaults.py --baseline_commit=895fce9 --batch_sizes=256 \\
+        --learning_rates=0.003 --examples_per_iteration=192000 \\
+        --out=bench/results/defaults_baseline.json     # against an older commit's defaults
 
 Each (batch size, learning rate, seed) is a real `python -m trainer.task` run of the default
 search (its flags, with only these three changed) on the census data shipped with the package.
 From each run's `report.json` it reads the training examples/s of every iteration (steps/s x
 batch size, after the first chunk), the wall seconds of the whole run, and the exported model's
 test accuracy. The first batch size and learning rate listed are the baseline of the ratio
-column (same session, same machine: the machines are shared and noisy). This is the evidence
+column (same session, same machine: the machines are shared and noisy). With
+--baseline_commit the baseline is that commit instead, run with its own default flags from a
+temporary git worktree (the code and defaults a user had then). This is the evidence
 for the defaults of `trainer/task.py`: a default must train faster without losing accuracy.
 
 Figures go to --out (JSON, with the machine's core count) and a table to stdout.
@@ -21,6 +26,7 @@ Figures go to --out (JSON, with the machine's core count) and a table to stdout.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
 import json
 import os
@@ -46,39 +52,51 @@ def parse_args(argv=None) -> argparse.Namespace:
         help="train each iteration on this many examples (its steps: this / batch size) instead "
         "of the default step budget",
     )
+    p.add_argument(
+        "--baseline_commit",
+        default=None,
+        help="first run this commit of the trainer with its own defaults, as the ratio's baseline",
+    )
     p.add_argument("--out", default=os.path.join(ROOT, "bench", "results", "defaults.json"))
     return p.parse_args(argv)
 
 
-def run_once(batch_size: int, learning_rate: float, seed: int, examples: int | None) -> dict:
-    """One trainer run; its examples/s, wall seconds and test accuracy."""
-    steps = [f"--max_iteration_steps={round(examples / batch_size)}"] if examples else []
+def run_once(
+    batch_size: int | None,
+    learning_rate: float | None,
+    seed: int,
+    examples: int | None,
+    code: str = "HEAD",
+    root: str = ROOT,
+) -> dict:
+    """One trainer run from `root`; its examples/s, wall seconds and test accuracy.
+
+    A batch size or learning rate of None leaves the trainer's own default (a baseline commit).
+    """
+    flags = [f"--seed={seed}"]
+    if batch_size is not None:
+        flags += [f"--batch_size={batch_size}", f"--learning_rate={learning_rate}"]
+        if examples:
+            flags.append(f"--max_iteration_steps={round(examples / batch_size)}")
     with tempfile.TemporaryDirectory(prefix="bench-defaults-") as job_dir:
         started = time.perf_counter()
         subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "trainer.task",
-                f"--job_dir={job_dir}",
-                f"--batch_size={batch_size}",
-                f"--learning_rate={learning_rate}",
-                f"--seed={seed}",
-                *steps,
-            ],
-            cwd=ROOT,
+            [sys.executable, "-m", "trainer.task", f"--job_dir={job_dir}", *flags],
+            cwd=root,
             check=True,
             capture_output=True,
         )
         wall = time.perf_counter() - started
         with open(os.path.join(job_dir, "report.json")) as f:
             report = json.load(f)
+    first = report["iterations"][0]
     rates = [i["examples_per_sec"] for i in report["iterations"] if i["examples_per_sec"]]
     return {
-        "batch_size": batch_size,
-        "learning_rate": learning_rate,
+        "code": code,
+        "batch_size": first["batch_size"],
+        "learning_rate": learning_rate if learning_rate is not None else "default",
         "seed": seed,
-        "steps_per_iteration": report["iterations"][0]["steps"],
+        "steps_per_iteration": first["steps"],
         "examples_per_sec": statistics.median(rates),
         "wall_seconds": wall,
         "accuracy": report["final"]["metrics"]["accuracy"],
@@ -86,15 +104,16 @@ def run_once(batch_size: int, learning_rate: float, seed: int, examples: int | N
 
 
 def summarize(runs: list[dict]) -> list[dict]:
-    """One row per (batch size, learning rate): medians and means over the seeds."""
+    """One row per (code, batch size, learning rate): medians and means over the seeds."""
     rows = []
-    for (batch_size, learning_rate), runs_of_setting in itertools.groupby(
-        runs, key=lambda r: (r["batch_size"], r["learning_rate"])
+    for (code, batch_size, learning_rate), runs_of_setting in itertools.groupby(
+        runs, key=lambda r: (r["code"], r["batch_size"], r["learning_rate"])
     ):
         group = list(runs_of_setting)
         accuracies = [r["accuracy"] for r in group]
         rows.append(
             {
+                "code": code,
                 "batch_size": batch_size,
                 "steps_per_iteration": group[0]["steps_per_iteration"],
                 "learning_rate": learning_rate,
@@ -111,14 +130,27 @@ def summarize(runs: list[dict]) -> list[dict]:
     return rows
 
 
+@contextlib.contextmanager
+def worktree(commit: str):
+    """A temporary checkout of `commit` (git worktree), removed afterwards."""
+    path = tempfile.mkdtemp(prefix="bench-defaults-baseline-")
+    git = ["git", "-C", ROOT, "worktree"]
+    subprocess.run([*git, "add", "--detach", path, commit], check=True, capture_output=True)
+    try:
+        yield path
+    finally:
+        subprocess.run([*git, "remove", "--force", path], check=True, capture_output=True)
+
+
 def table(rows: list[dict]) -> str:
     lines = [
-        f"{'batch':>6} {'steps':>6} {'lr':>7} {'examples/s':>11} {'ratio':>6} {'wall s':>7} "
-        f"{'accuracy':>9} {'sd':>7} {'seeds':>5}"
+        f"{'code':>8} {'batch':>6} {'steps':>6} {'lr':>7} {'examples/s':>11} {'ratio':>6} "
+        f"{'wall s':>7} {'accuracy':>9} {'sd':>7} {'seeds':>5}"
     ]
     for r in rows:
         lines.append(
-            f"{r['batch_size']:>6} {r['steps_per_iteration']:>6} {r['learning_rate']:>7g} "
+            f"{r['code']:>8} {r['batch_size']:>6} {r['steps_per_iteration']:>6} "
+            f"{r['learning_rate']!s:>7} "
             f"{r['examples_per_sec']:>11,.0f} "
             f"{r['ratio']:>5.2f}x {r['wall_seconds']:>7.1f} {r['accuracy_mean']:>9.4f} "
             f"{r['accuracy_sd']:>7.4f} {r['seeds']:>5}"
@@ -132,10 +164,18 @@ def main(argv=None) -> None:
     learning_rates = [float(lr) for lr in args.learning_rates.split(",")]
     seeds = [int(s) for s in args.seeds.split(",")]
     runs = []
+
+    def record(run: dict) -> None:
+        runs.append(run)
+        print(json.dumps(run), flush=True)
+
+    if args.baseline_commit:
+        with worktree(args.baseline_commit) as old:
+            for seed in seeds:
+                record(run_once(None, None, seed, None, args.baseline_commit, old))
     for batch_size, learning_rate in itertools.product(batch_sizes, learning_rates):
         for seed in seeds:
-            runs.append(run_once(batch_size, learning_rate, seed, args.examples_per_iteration))
-            print(json.dumps(runs[-1]), flush=True)
+            record(run_once(batch_size, learning_rate, seed, args.examples_per_iteration))
     rows = summarize(runs)
     result = {
         "machine": {
@@ -144,6 +184,7 @@ def main(argv=None) -> None:
             "python": platform.python_version(),
         },
         "examples_per_iteration": args.examples_per_iteration,
+        "baseline_commit": args.baseline_commit,
         "rows": rows,
         "runs": runs,
     }

@@ -42,10 +42,10 @@ _DURATION = re.compile(r"^(\d+)s$")
 # kept here so that a dry run does not load TensorFlow; a test checks that they agree.
 TRAINER_DEFAULTS: dict[str, Any] = {
     "placement": "replication",
-    "batch_size": 64,
+    "batch_size": 256,
     "steps_per_loop": 100,
     "chunk_secs": 1.0,
-    "max_iteration_steps": 3000,
+    "max_iteration_steps": 750,
     "optimizer": "adam",
 }
 

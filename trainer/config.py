@@ -55,7 +55,7 @@ class SearchConfig:
     selection: ens.Selection = ens.Selection.MOVING_AVERAGE
     force_grow: bool = False
     max_iterations: int = 3
-    max_iteration_steps: int = 3000
+    max_iteration_steps: int = 750
 
     def __post_init__(self):
         if self.max_iterations < 1:

@@ -136,10 +136,10 @@ flags.DEFINE_enum(
 )
 flags.DEFINE_boolean("force_grow", False, "Never keep the previous ensemble unchanged.")
 flags.DEFINE_integer("max_iterations", 3, "AdaNet iterations.")
-flags.DEFINE_integer("max_iteration_steps", 3000, "Train steps per iteration.")
+flags.DEFINE_integer("max_iteration_steps", 750, "Train steps per iteration.")
 # -- training ---------------------------------------------------------------------------------
-flags.DEFINE_integer("batch_size", 64, "Examples per train step.")
-flags.DEFINE_float("learning_rate", 0.001, "Learning rate of the subnetworks.")
+flags.DEFINE_integer("batch_size", 256, "Examples per train step.")
+flags.DEFINE_float("learning_rate", 0.003, "Learning rate of the subnetworks.")
 flags.DEFINE_float(
     "mixture_learning_rate",
     None,

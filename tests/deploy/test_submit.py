@@ -127,20 +127,20 @@ def test_dry_run_estimate_of_config_yaml_says_what_the_cost_model_predicts():
             placement=Placement.REPLICATION,
             workers=2,
             ps=1,
-            batch_size=64,
+            batch_size=256,
             chunks=cost.Chunks(
-                steps_per_loop=100, chunk_secs=submit.TRAINER_DEFAULTS["chunk_secs"], budget=3000
+                steps_per_loop=100, chunk_secs=submit.TRAINER_DEFAULTS["chunk_secs"], budget=750
             ),
             subnetwork_bytes=cost.CENSUS_SUBNETWORK_BYTES,
         )
     )
     assert "one machine per replica (machine types are not modelled)" in lines[1]
     assert lines[2].startswith(
-        f"2 workers, 1 ps, replication, batch 64, chunks of ~{p.steps_per_chunk:,.0f} steps: "
+        f"2 workers, 1 ps, replication, batch 256, chunks of ~{p.steps_per_chunk:,.0f} steps: "
         f"~{p.examples_per_s:,.0f} examples/s, per-worker efficiency "
         f"{p.per_worker_efficiency:.2f} (one process: ~{p.baseline_examples_per_s:,.0f} examples/s"
     )
-    assert lines[3].startswith("an iteration's 3,000 steps per job: ~")
+    assert lines[3].startswith("an iteration's 750 steps per job: ~")
     assert lines[4] == f"a cluster of 2 workers trains ~{p.speedup:.1f}x one process."
 
 
