@@ -30,6 +30,7 @@ setuptools.setup(
         "tensorboard>=2.15",
         "cloudml-hypertune>=0.1.0.dev6",
         "pyyaml>=5.1",  # trainer.job_spec reads config.yaml
+        "rich>=13",  # the progress bar on a terminal (Keras depends on it too)
     ],
     extras_require={
         "cpu": ["tensorflow-cpu>=2.17,<2.22"],

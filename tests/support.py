@@ -9,6 +9,7 @@ import dataclasses
 import io
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -60,6 +61,9 @@ def make_data(tmp_path: Path, kind: str, n_train: int = 2000, n_eval: int = 500)
         write_csv(tmp_path / f"{kind}_eval.csv", HEADER, synthetic_rows(kind, n_eval, 2)),
     )
 
+
+# absl's prefix of a log line: level letter, date, time, thread, file:line]
+ABSL_PREFIX = re.compile(r"^[IWEF]\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ \S+:\d+\]", re.MULTILINE)
 
 FAST_FLAGS = [
     "--max_iterations=2",

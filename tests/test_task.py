@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tests.support import FAST_FLAGS, load_report, make_data, run_task, task_env
+from tests.support import ABSL_PREFIX, FAST_FLAGS, load_report, make_data, run_task, task_env
 
 
 def _predict(model_dir, csv_path):
@@ -53,6 +53,9 @@ def test_every_head_trains_exports_and_reports(any_head, tmp_path):
     assert list((job / "logs").glob("iteration-0/*/events.out.tfevents.*"))
     assert "final ensemble" in result.stdout and "exported model" in result.stdout
     assert "steps/s" in result.stderr and "left" in result.stderr
+    # plain lines in a log: no absl prefixes, no other package's warnings
+    assert not ABSL_PREFIX.search(result.stderr), result.stderr[-3000:]
+    assert "Warning" not in result.stderr, result.stderr[-3000:]
 
     outputs, targets = _predict(job / "model", data.eval)
     metrics = report["final"]["metrics"]

@@ -9,9 +9,12 @@ import datetime
 import math
 import time
 
+import rich.console
+import rich.progress
 import tensorflow as tf
 from absl import logging
 
+from trainer import console
 from trainer import job_dir as job_dir_lib
 from trainer.iteration import Iteration, Snapshot
 from trainer.record import IterationRecord
@@ -47,17 +50,56 @@ def progress_line(
     """'iteration 1 step 300/3000 (10%) | 700 steps/s, 44,800 examples/s | 0:00:04 left |
     best <candidate> <objective>'."""
     step = snapshot.step
-    steps_per_sec = steps_per_sec or 0.0
-    left = (total - step) / steps_per_sec if steps_per_sec > 0 else float("inf")
-    alive = snapshot.active_candidates
-    best = min(alive, key=lambda i: snapshot.objectives[i]) if alive else None
-    best_text = f" | best {names[best]} {snapshot.objectives[best]:.4f}" if best is not None else ""
-    eta = str(datetime.timedelta(seconds=round(left))) if math.isfinite(left) else "?"
     return (
         f"iteration {number} step {step}/{total} ({step / total:.0%}) | "
-        f"{steps_per_sec:,.0f} steps/s, {steps_per_sec * batch_size:,.0f} examples/s | "
-        f"{eta} left{best_text}"
+        f"{progress_status(names, snapshot, total, steps_per_sec, batch_size)}"
     )
+
+
+def progress_status(
+    names: tuple[str, ...] | None,
+    snapshot: Snapshot,
+    total: int,
+    steps_per_sec: float | None,
+    batch_size: int,
+) -> str:
+    """'700 steps/s, 44,800 examples/s | 0:00:04 left | best <candidate> <objective>';
+    without `names`, '44,800 examples/s | 0:00:04 left | best <objective>' (for the bar)."""
+    steps_per_sec = steps_per_sec or 0.0
+    left = (total - snapshot.step) / steps_per_sec if steps_per_sec > 0 else float("inf")
+    eta = str(datetime.timedelta(seconds=round(left))) if math.isfinite(left) else "?"
+    alive = snapshot.active_candidates
+    best = min(alive, key=lambda i: snapshot.objectives[i]) if alive else None
+    best_text = ""
+    if best is not None:
+        name = f"{names[best]} " if names else ""
+        best_text = f" | best {name}{snapshot.objectives[best]:.4f}"
+    speed = f"{steps_per_sec * batch_size:,.0f} examples/s"
+    if names:
+        speed = f"{steps_per_sec:,.0f} steps/s, {speed}"
+    return f"{speed} | {eta} left{best_text}"
+
+
+class Bar:
+    """An iteration's progress bar on a terminal (rich), redrawn after every chunk; it stays
+    on screen, complete, when the iteration's training ends."""
+
+    def __init__(self, number: int, total: int):
+        self._progress = rich.progress.Progress(
+            rich.progress.TextColumn(f"iteration {number}"),
+            rich.progress.BarColumn(),
+            rich.progress.MofNCompleteColumn(),
+            rich.progress.TextColumn("{task.fields[status]}"),
+            console=rich.console.Console(stderr=True),
+        )
+        self._task = self._progress.add_task("", total=total, status="")
+        self._progress.start()
+
+    def show(self, step: int, status: str) -> None:
+        self._progress.update(self._task, completed=step, status=status)
+
+    def close(self) -> None:
+        self._progress.stop()
 
 
 class SummaryWriters:
@@ -127,21 +169,26 @@ class Progress:
         self.started = self.last_line = self.last_checkpoint = time.monotonic()
         self.first: float | None = None  # when the first step was done
         self.first_step = int(iteration.step.numpy())  # the step count then
+        # On a terminal a bar redrawn every chunk; in a log a line every PROGRESS_EVERY_SECS.
+        self.bar = Bar(iteration.number, total) if console.on_terminal() else None
 
     def update(self, step: int) -> None:
         """After a chunk of steps: `step` is the iteration's step count now."""
         now = time.monotonic()
         if self.first is None:
             self.first, self.first_step = now, step
-        if now - self.last_line >= PROGRESS_EVERY_SECS:
-            self._line(step, now)
+        due = now - self.last_line >= PROGRESS_EVERY_SECS
+        if due or self.bar is not None:
+            self._line(step, now, summaries=due)
         if now - self.last_checkpoint >= self.checkpoint_every_secs:
             self.manager.save(checkpoint_number=step, options=self.options)
             self.last_checkpoint = now
 
     def finish(self, step: int) -> TrainingTime:
         ended = time.monotonic()
-        self._line(step, ended)
+        self._line(step, ended, summaries=True)
+        if self.bar is not None:
+            self.bar.close()
         self.manager.save(checkpoint_number=step, options=self.options)
         first = self.first or ended
         pause = (
@@ -157,18 +204,25 @@ class Progress:
             first_step_at=self.first,
         )
 
-    def _line(self, step: int, now: float) -> None:
-        first = self.first or now
+    def _line(self, step: int, now: float, *, summaries: bool) -> None:
+        """Shows the progress (the bar, or a line) and writes the training summaries."""
         snapshot = self.iteration.snapshot()
-        logging.info(
-            progress_line(
-                self.iteration.number,
-                tuple(c.name for c in self.iteration.candidates),
-                snapshot,
-                self.total,
-                rate(step - self.first_step, now - first),
-                self.batch_size,
+        names = tuple(c.name for c in self.iteration.candidates)
+        steps_per_sec = rate(step - self.first_step, now - (self.first or now))
+        if self.bar is not None:
+            status = progress_status(None, snapshot, self.total, steps_per_sec, self.batch_size)
+            self.bar.show(step, status)
+        else:
+            logging.info(
+                progress_line(
+                    self.iteration.number,
+                    names,
+                    snapshot,
+                    self.total,
+                    steps_per_sec,
+                    self.batch_size,
+                )
             )
-        )
-        self.writers.write_training(snapshot)
-        self.last_line = now
+        if summaries:
+            self.writers.write_training(snapshot)
+            self.last_line = now

@@ -69,9 +69,12 @@ def table(report: dict) -> str:
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
     lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in [header, *rows]]
     lines.insert(1, "-" * len(lines[0]))
+    lines.append("")
+    for record in report["iterations"]:
+        lines.append(_iteration_time(record))
     if report.get("architecture"):
         members = ", ".join(m["key"] for m in report["architecture"]["members"])
-        lines.append(f"\nfinal ensemble ({report['architecture']['ensembler']}): {members}")
+        lines.append(f"final ensemble ({report['architecture']['ensembler']}): {members}")
     if report.get("final"):
         final = report["final"]
         metrics = ", ".join(f"{k} {_fmt(v)}" for k, v in final["metrics"].items())
@@ -80,6 +83,18 @@ def table(report: dict) -> str:
         )
         lines.append(f"model: {report['model_dir']}")
     return "\n".join(lines)
+
+
+def _iteration_time(record: dict) -> str:
+    """'iteration 0: 750 steps in 3.8 s of training (196,000 examples/s), 6.0 s in all'."""
+    seconds = record["seconds"]
+    speed = (
+        f" ({record['examples_per_sec']:,.0f} examples/s)" if record.get("examples_per_sec") else ""
+    )
+    return (
+        f"iteration {record['iteration']}: {record['steps']:,} steps in "
+        f"{seconds['training']:.1f} s of training{speed}, {seconds['total']:.1f} s in all"
+    )
 
 
 def _fmt(value) -> str:

@@ -11,6 +11,11 @@ import sys
 
 from absl import app, flags, logging
 
+from trainer import console
+
+# Run as `python -m trainer.task`: the libraries' noise is off before TensorFlow loads (below).
+VERBOSE = console.quiet_libraries() if __name__ == "__main__" else True
+
 from trainer import cluster as cluster_lib
 from trainer import config as config_lib
 from trainer import distributed, evaluator, model, training
@@ -405,6 +410,8 @@ def run():
     """The `python -m trainer.task` entry point: parses the flags (absl), then trains, or
     evaluates on an evaluator replica. Bad input exits with code 2 and one line."""
     logging.set_verbosity(logging.INFO)
+    if not VERBOSE:
+        console.plain_lines()
     if {"-h", "--help", "--helpshort"} & set(sys.argv[1:]):  # absl's own --help exits with 1
         app.usage(shorthelp=True, writeto_stdout=True, exitcode=0)
     app.run(main)
