@@ -391,7 +391,7 @@ def _run(argv: list[str] | None) -> int:
     print(
         f"serving {args.model_dir} at {server.url} (health {routes.health}, predict "
         f"{routes.predict}; batches of up to {batching.max_batch} instances within "
-        f"{batching.max_wait_ms:g} ms, queue {batching.max_queue})",
+        f"{batching.max_wait_ms:g} ms of waiting, queue {batching.max_queue})",
         file=sys.stderr,
         flush=True,
     )

@@ -319,6 +319,20 @@ def test_requests_arriving_together_share_one_model_call(gated, predictor, censu
     _assert_close(got, [predictor.predict([row])[0] for row in rows])  # as if alone
 
 
+def test_a_batch_waits_for_more_requests_at_most_max_wait_ms(gated, census_rows):
+    start, model = gated
+    model.gate.set()
+    server = start(BatchOptions(max_batch=4, max_wait_ms=300, max_queue=8))
+    began = time.monotonic()
+    assert len(predict.predict_at_url(server.url, census_rows[:1])) == 1  # alone: waits
+    assert time.monotonic() - began >= 0.3
+    began = time.monotonic()
+    answers = _join(_send_in_threads(server.url + "/predict", [_body(r) for r in census_rows[:4]]))
+    assert [status for status, _ in answers] == [200] * 4
+    assert model.batches == [1, 4]  # the four went together, as soon as the batch was full
+    assert time.monotonic() - began < 0.3
+
+
 def test_a_batch_that_fails_is_retried_request_by_request(gated, census_rows):
     start, model = gated
     server = start(BatchOptions(max_batch=64, max_wait_ms=0, max_queue=64))
