@@ -376,15 +376,16 @@ class _Load:
             connection.close()
 
 
-async def _steady(port: int, requests: list[bytes], clients: int, seconds: float, timeout):
+async def _steady(port, pid, requests, clients, seconds, timeout) -> dict:
     load = _Load(port, requests, clients, timeout)
     task = asyncio.create_task(load.run())
     await asyncio.sleep(1.0)  # warm-up: connections open, the server's pools fill
     load.take()
-    start = time.perf_counter()
+    start, client_cpu, server_cpu = time.perf_counter(), time.process_time(), _cpu_s(pid)
     await asyncio.sleep(seconds)
     counts, latencies = load.take()
     elapsed = time.perf_counter() - start
+    client_cpu, server_cpu = time.process_time() - client_cpu, _cpu_s(pid) - server_cpu
     load.stop()
     await task
     return {
@@ -393,11 +394,24 @@ async def _steady(port: int, requests: list[bytes], clients: int, seconds: float
         "requests": sum(counts.values()),
         "requests_per_s": counts["ok"] / elapsed,
         **_summary(counts, latencies),
+        # cores busy on average: the client must stay well below the server
+        "client_cores": client_cpu / elapsed,
+        "server_cores": server_cpu / elapsed,
     }
 
 
-def steady(port: int, requests: list[bytes], clients: int, seconds: float, timeout: float):
-    return asyncio.run(_steady(port, requests, clients, seconds, timeout))
+def steady(port, pid, requests, clients, seconds, timeout) -> dict:
+    return asyncio.run(_steady(port, pid, requests, clients, seconds, timeout))
+
+
+def _cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a process so far (0 where /proc is missing)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _rss_mb(pid: int) -> float | None:
@@ -496,7 +510,7 @@ def main() -> int:
         sizes = [int(n) for n in flags.bursts.split(",") if n]
         figures["bursts"] = bursts(port, requests, sizes, flags.burst_repeats, flags.timeout)
         figures["steady"] = steady(
-            port, requests, flags.steady_clients, flags.steady_seconds, flags.timeout
+            port, server.pid, requests, flags.steady_clients, flags.steady_seconds, flags.timeout
         )
         if flags.soak_seconds > 0:
             figures["soak"] = soak(
@@ -550,7 +564,8 @@ def _print_table(figures: dict) -> None:
     print(
         f"| steady: {st['clients']} clients, {st['seconds']:.0f} s | "
         f"{st['requests_per_s']:,.0f} requests/s, p50 {st['p50_ms']:.1f} ms, "
-        f"p99 {st['p99_ms']:.1f} ms; {st['failed']} failed, {st['reset']} reset |"
+        f"p99 {st['p99_ms']:.1f} ms; {st['failed']} failed, {st['reset']} reset; cores busy: "
+        f"server {st['server_cores']:.2f}, client {st['client_cores']:.2f} |"
     )
     if "soak" in figures:
         so = figures["soak"]
