@@ -108,6 +108,8 @@ class RunConfig:
     model_dir: str | None = None
     checkpoint_dir: str | None = None
     log_dir: str | None = None
+    # The flags left at their defaults that `trainer.adapt` may choose from the data.
+    auto: frozenset[str] = frozenset()
 
     @property
     def outputs(self) -> job_dir_lib.OutputDirs:

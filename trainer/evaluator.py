@@ -20,7 +20,7 @@ import time
 import tensorflow as tf
 from absl import logging
 
-from trainer import evaluation, training
+from trainer import adapt, evaluation, training
 from trainer import job_dir as job_dir_lib
 from trainer.config import RunConfig
 from trainer.factory import Models
@@ -59,6 +59,7 @@ def run(
         logging.info("Evaluator: waiting for the chief to create %s.", job.root)
         _sleep(poll_secs, deadline)
     data = training.prepare_input(config, job, scan_if_new=False, open_train=False)
+    config, _ = adapt.resolve(config, data.train_rows)
     evaluator = _Evaluator(job, data, Models(config, data.schema))
     evaluations, seen = [], set()
     iterations: dict[int, object] = {}  # built once per iteration; checkpoints are read in

@@ -22,6 +22,7 @@ def build_report(
     job: job_dir_lib.JobDir,
     input_summary: dict,
     timing: dict,
+    adapted: dict | None = None,
 ) -> dict:
     """`report.json`: complete with the exported model's `final` metrics, else training."""
     return {
@@ -35,6 +36,7 @@ def build_report(
         "architecture": records[-1].to_json()["architecture"] if records else None,
         "final": final,
         "config": config.fingerprint(),
+        "adapted": adapted or {},
         "input": input_summary,
         "timing": timing,
     }

@@ -16,9 +16,9 @@ from trainer import console
 # Run as `python -m trainer.task`: the libraries' noise is off before TensorFlow loads (below).
 VERBOSE = console.quiet_libraries() if __name__ == "__main__" else True
 
+from trainer import adapt, distributed, evaluator, model, training
 from trainer import cluster as cluster_lib
 from trainer import config as config_lib
-from trainer import distributed, evaluator, model, training
 from trainer import ensemble as ens
 from trainer import job_dir as job_dir_lib
 from trainer import report as report_lib
@@ -328,6 +328,7 @@ def build_config(f=FLAGS, environment: Environment | None = None) -> config_lib.
             f"({f.initial_num_layers}) >= 0 and --dropout ({f.dropout}) in [0, 1)."
         )
     return config_lib.RunConfig(
+        auto=frozenset(name for name in adapt.ADAPTIVE_FLAGS if not f[name].present),
         data=config_lib.DataConfig(
             train_data=train_data,
             eval_data=eval_data,

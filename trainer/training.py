@@ -15,7 +15,7 @@ from collections.abc import Mapping
 import tensorflow as tf
 from absl import logging
 
-from trainer import distributed, storage
+from trainer import adapt, distributed, storage
 from trainer import export as export_lib
 from trainer import job_dir as job_dir_lib
 from trainer import report as report_lib
@@ -111,6 +111,7 @@ def _train(
     *,
     started: float,
     input_seconds: float,
+    adapted: dict,
 ) -> dict:
     """Runs the iterations (the chief: then exports, evaluates and reports); returns the
     report (the chief's; {} on other replicas)."""
@@ -153,6 +154,10 @@ def _train(
                 "input_seconds": input_seconds,
                 "first_step_seconds": controller.first_step_seconds,
             },
+            adapted={
+                k: {**v, "value": _flag_value(v["value"]), "default": _flag_value(v["default"])}
+                for k, v in adapted.items()
+            },
         )
         job_dir_lib.write_json(job.report, value)
         return value
@@ -180,6 +185,11 @@ def _train(
             sum(r.steps for r in controller.records),
         )
     return value
+
+
+def _flag_value(value):
+    """A flag's value as JSON and the command line have it (an enum's value)."""
+    return getattr(value, "value", value)
 
 
 def _runtime(config: RunConfig, cluster: Cluster) -> distributed.Runtime:
@@ -248,11 +258,23 @@ def run(config: RunConfig, cluster: Cluster | None = None) -> dict:
             f"of a {data.schema.label.head.value} head; choose from "
             f"{', '.join(metrics)}."
         )
+    flags_config = config
+    config, adapted = adapt.resolve(config, data.train_rows)
+    for flag, change in adapted.items():
+        logging.info("--%s=%s (%s).", flag, _flag_value(change["value"]), change["why"])
     runtime = runtime or _runtime(config, cluster)
     if cluster.is_chief:  # from here on the job dir is written, by the chief alone
-        _start_job_dir(config, job, data)
+        _start_job_dir(flags_config, job, data)  # a resume compares the flags, not the choices
     try:
-        return _train(config, data, job, runtime, started=started, input_seconds=input_seconds)
+        return _train(
+            config,
+            data,
+            job,
+            runtime,
+            started=started,
+            input_seconds=input_seconds,
+            adapted=adapted,
+        )
     except tf.errors.InvalidArgumentError as e:
         if "a row that cannot be used" not in str(e):
             raise

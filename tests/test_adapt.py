@@ -1,0 +1,80 @@
+"""Defaults that follow the data (trainer/adapt.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.support import load_report, make_data, parsed_flags, run_task, task_env
+from trainer import adapt, task
+from trainer.ensemble import Selection
+from trainer.errors import InputError
+
+
+@pytest.mark.parametrize(
+    "rows, expected", [(120, 16), (383, 16), (600, 32), (1_300, 64), (29_000, 256), (10, 10)]
+)
+def test_batch_size_gives_about_16_batches_per_epoch_within_its_bounds(rows, expected):
+    assert adapt.batch_size(rows, default=256) == expected
+
+
+def test_iteration_steps_cap_the_epochs_per_iteration():
+    assert adapt.iteration_steps(120, 16, default=750) == 225  # 30 epochs of 7.5 batches
+    assert adapt.iteration_steps(29_000, 256, default=750) == 750  # the default: ~6.6 epochs
+
+
+def _config(args: list[str]):
+    with parsed_flags(["--train_data=x.csv", "--label_column=y", *args]) as f:
+        return task.build_config(f)
+
+
+def test_defaults_left_to_the_data_are_chosen_for_a_small_table():
+    config, changes = adapt.resolve(_config([]), rows=383)
+    assert config.train.batch_size == 16
+    assert config.search.max_iteration_steps == 719  # ceil(30 * 383 / 16)
+    assert config.search.selection is Selection.HOLDOUT
+    assert set(changes) == {"batch_size", "max_iteration_steps", "selection"}
+    assert (
+        changes["batch_size"]["default"] == 256
+        and "383 training rows" in changes["batch_size"]["why"]
+    )
+
+
+def test_a_large_table_keeps_the_defaults():
+    flags_config = _config([])
+    config, changes = adapt.resolve(flags_config, rows=100_000)
+    assert config == flags_config and changes == {}
+
+
+def test_flags_the_user_set_are_kept():
+    flags_config = _config(["--batch_size=32", "--selection=moving_average"])
+    config, changes = adapt.resolve(flags_config, rows=383)
+    assert config.train.batch_size == 32
+    assert config.search.selection is Selection.MOVING_AVERAGE
+    assert set(changes) == {"max_iteration_steps"}
+    assert config.search.max_iteration_steps == 360  # 30 epochs at the user's batch size
+
+
+def test_a_batch_larger_than_the_table_is_refused_naming_both():
+    with pytest.raises(InputError, match=r"--batch_size=512 is larger than the 200 training rows"):
+        adapt.resolve(_config(["--batch_size=512"]), rows=200)
+
+
+def test_a_table_smaller_than_the_default_batch_trains_with_the_adapted_defaults(tmp_path):
+    """Before: 150 rows, batch 256, every in-memory epoch empty: the job never ended."""
+    data = make_data(tmp_path, "multiclass", n_train=150, n_eval=60)
+    job = tmp_path / "job"
+    result = run_task(
+        [f"--train_data={data.train}", "--label_column=target", f"--job_dir={job}"],
+        env=task_env(),
+        timeout=240,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = load_report(job)
+    assert report["adapted"]["batch_size"]["value"] == 16
+    assert report["adapted"]["selection"]["value"] == "holdout"
+    assert report["config"]["batch_size"] == 16
+    assert all(
+        r["steps"] == report["adapted"]["max_iteration_steps"]["value"]
+        for r in report["iterations"]
+    )
+    assert "--batch_size=16 (" in result.stderr
