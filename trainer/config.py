@@ -108,6 +108,7 @@ class RunConfig:
     model_dir: str | None = None
     checkpoint_dir: str | None = None
     log_dir: str | None = None
+    time_budget_secs: float | None = None  # the whole job's (trainer/budget.py)
     # The flags left at their defaults that `trainer.adapt` may choose from the data.
     auto: frozenset[str] = frozenset()
 
@@ -127,6 +128,8 @@ class RunConfig:
             raise InputError(f"--learning_rate ({self.train.learning_rate}) must be > 0.")
         if self.steps_per_loop < 1:
             raise InputError(f"--steps_per_loop ({self.steps_per_loop}) must be >= 1.")
+        if self.time_budget_secs is not None and not self.time_budget_secs > 0:
+            raise InputError(f"--time_budget_secs ({self.time_budget_secs}) must be > 0.")
 
     def fingerprint(self) -> dict:
         return {

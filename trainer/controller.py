@@ -19,6 +19,7 @@ from absl import logging
 
 from trainer import ensemble as ens
 from trainer import evaluation
+from trainer.budget import TimeBudget
 from trainer.config import RunConfig
 from trainer.ensemble.objective import selection_objective
 from trainer.factory import Models
@@ -54,6 +55,7 @@ class Controller:
         writes: ReplicaWrites,
         loops: LoopMaker,
         started: float | None = None,
+        budget: TimeBudget | None = None,
     ):
         """
         Args:
@@ -63,6 +65,7 @@ class Controller:
             writes: where this replica's checkpoints, records and summaries go.
             loops: makes each iteration's train loop.
             started: when the job began (time.monotonic()), for `first_step_seconds`.
+            budget: the job's time budget, if any: it may skip iterations and cut one short.
         """
         self.config = config
         self.models = models
@@ -75,6 +78,7 @@ class Controller:
         self.records: list[IterationRecord] = []  # the finished iterations (`iterations`)
         self.chosen: FrozenEnsemble | None = None  # the last finished iteration's choice
         self._previous_end: float | None = None  # the previous iteration's training end
+        self.budget = budget
 
     def iterations(self) -> Iterator[IterationRecord]:
         """Trains (or resumes) every iteration not finished yet, yielding each one's record
@@ -93,7 +97,16 @@ class Controller:
                 self.writes.job.root,
                 len(self.records) - 1,
             )
-        for t in range(len(self.records), self.config.search.max_iterations):
+        last = self.config.search.max_iterations
+        for t in range(len(self.records), last):
+            if self.budget and not self.budget.may_start(t, self.records):
+                self.budget.skip(range(t, last))
+                logging.info(
+                    "The time budget leaves no room for iterations %d..%d: the search ends.",
+                    t,
+                    last - 1,
+                )
+                break
             record, self.chosen = self.run_iteration(t, self.chosen)
             self.records.append(record)
             yield record
@@ -186,7 +199,18 @@ class Controller:
             previous_end=self._previous_end,
         )
         step = progress.first_step
+        stopped = False
         while not loop.done:
+            # At least one chunk: an iteration the budget cuts still trains its candidates.
+            over = (
+                step > progress.first_step
+                and self.budget
+                and self.budget.training_over(self.records)
+            )
+            if over and not stopped:
+                loop.stop()
+                stopped = True
+                continue
             chunk = loop.train()
             for name in chunk.diverged:
                 logging.warning(
@@ -201,6 +225,14 @@ class Controller:
         if iteration.is_exhausted and step < budget:
             logging.warning(
                 "Iteration %d: every new candidate diverged at step %d.", iteration.number, step
+            )
+        if stopped and self.budget and step < budget:
+            self.budget.cut_steps(iteration.number, step, budget)
+            logging.info(
+                "Iteration %d: the time budget stops its training at step %d of %d.",
+                iteration.number,
+                step,
+                budget,
             )
         timing = progress.finish(int(iteration.step.numpy()))
         if self.first_step_seconds is None and timing.first_step_at is not None:

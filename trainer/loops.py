@@ -52,6 +52,9 @@ class TrainLoop(Protocol):
     def train(self) -> Chunk:
         """Trains a chunk of steps and says what happened."""
 
+    def stop(self) -> None:
+        """Trains no further than the chunks already started (a time budget)."""
+
     def placement(self) -> tuple[UnitRecord, ...]:
         """Who trained what, for the iteration's record."""
 
@@ -78,6 +81,10 @@ class LocalLoop:
     @property
     def done(self) -> bool:
         return self.step >= self.budget or self.iteration.is_exhausted
+
+    def stop(self) -> None:
+        """Ends the iteration's training at the step it has reached (a time budget)."""
+        self.budget = self.step
 
     def train(self) -> Chunk:
         steps = 1 if not self._calls else min(self.steps_per_loop, self.budget - self.step)
@@ -141,10 +148,16 @@ class CoordinatedLoop:
         self._stealing = False  # what `steal` holds, without a read from the ps
         self._trained = 0  # worker steps fetched so far, and since when (for the chunk size)
         self._since: float | None = None
+        self._stopped = False
 
     @property
     def done(self) -> bool:
         return self._left <= 0 and not self._inflight
+
+    def stop(self) -> None:
+        """Schedules no more chunks (a time budget); those in flight still finish."""
+        self._stopped = True
+        self._left = 0
 
     def _build_chunk(self) -> Callable:
         iteration, units, budget = self.iteration, self.units, self.budget
@@ -261,7 +274,8 @@ class CoordinatedLoop:
         if diverged:
             self._chunk = None  # rebuilt without them
         counters = self.counters()
-        self._left = self.remaining(counters) if not self.iteration.is_exhausted else 0
+        exhausted = self.iteration.is_exhausted or self._stopped
+        self._left = 0 if exhausted else self.remaining(counters)
         self._watch_stall(counters)
         return Chunk(counters[0], tuple(diverged), self.done)
 

@@ -23,6 +23,7 @@ def build_report(
     input_summary: dict,
     timing: dict,
     adapted: dict | None = None,
+    budget: dict | None = None,
 ) -> dict:
     """`report.json`: complete with the exported model's `final` metrics, else training."""
     return {
@@ -37,6 +38,7 @@ def build_report(
         "final": final,
         "config": config.fingerprint(),
         "adapted": adapted or {},
+        "budget": budget,
         "input": input_summary,
         "timing": timing,
     }
@@ -74,6 +76,8 @@ def table(report: dict) -> str:
     lines.append("")
     for record in report["iterations"]:
         lines.append(_iteration_time(record))
+    if report.get("budget"):
+        lines.append(_budget(report["budget"]))
     if report.get("architecture"):
         members = ", ".join(m["key"] for m in report["architecture"]["members"])
         lines.append(f"final ensemble ({report['architecture']['ensembler']}): {members}")
@@ -96,6 +100,21 @@ def _iteration_time(record: dict) -> str:
     return (
         f"iteration {record['iteration']}: {record['steps']:,} steps in "
         f"{seconds['training']:.1f} s of training{speed}, {seconds['total']:.1f} s in all"
+    )
+
+
+def _budget(budget: dict) -> str:
+    """'time budget 30 s: cut iteration 1 at 300 of 750 steps; skipped iterations 2; 1.2 s
+    left at the end' (a negative figure: the budget was overrun)."""
+    cuts = [
+        f"cut iteration {t} at {c['steps']:,} of {c['planned_steps']:,} steps"
+        for t, c in budget["cut_iterations"].items()
+    ]
+    if budget["skipped_iterations"]:
+        cuts.append(f"skipped iterations {', '.join(map(str, budget['skipped_iterations']))}")
+    return (
+        f"time budget {budget['seconds']:g} s: {'; '.join(cuts) or 'nothing cut'}; "
+        f"{budget['seconds_left']:.1f} s left at the end"
     )
 
 

@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import dataclasses
 import sys
+import time
+
+STARTED = time.monotonic()  # before the imports: a --time_budget_secs counts them
 
 from absl import app, flags, logging
 
@@ -142,6 +145,13 @@ flags.DEFINE_enum(
 flags.DEFINE_boolean("force_grow", False, "Never keep the previous ensemble unchanged.")
 flags.DEFINE_integer("max_iterations", 3, "AdaNet iterations.")
 flags.DEFINE_integer("max_iteration_steps", 750, "Train steps per iteration.")
+flags.DEFINE_float(
+    "time_budget_secs",
+    None,
+    "End the search, with an exported model, within this many seconds of the start: later "
+    "iterations are skipped and the running one stops early when time runs out "
+    "(report.json 'budget' says what was cut). Default: no budget.",
+)
 # -- training ---------------------------------------------------------------------------------
 flags.DEFINE_integer("batch_size", 256, "Examples per train step.")
 flags.DEFINE_float("learning_rate", 0.003, "Learning rate of the subnetworks.")
@@ -357,6 +367,7 @@ def build_config(f=FLAGS, environment: Environment | None = None) -> config_lib.
         seed=f.seed,
         steps_per_loop=f.steps_per_loop,
         checkpoint_every_secs=f.checkpoint_every_secs,
+        time_budget_secs=f.time_budget_secs,
         hypertune_metric=(f.hypertune_metric or "") if environment.is_tuning else None,
         distribution=config_lib.DistributionConfig(
             placement=Placement(f.placement),
@@ -394,7 +405,7 @@ def main(argv):
         if cluster.task_type == cluster_lib.EVALUATOR:
             evaluator.run(config)
             return 0
-        report = training.run(config, cluster)
+        report = training.run(config, cluster, started=STARTED)
         if not cluster.is_chief:
             return 0
     except InputError as e:

@@ -19,6 +19,7 @@ from trainer import adapt, distributed, storage
 from trainer import export as export_lib
 from trainer import job_dir as job_dir_lib
 from trainer import report as report_lib
+from trainer.budget import TimeBudget
 from trainer.cluster import Cluster
 from trainer.config import RunConfig
 from trainer.controller import Controller
@@ -112,6 +113,7 @@ def _train(
     started: float,
     input_seconds: float,
     adapted: dict,
+    budget: TimeBudget | None,
 ) -> dict:
     """Runs the iterations (the chief: then exports, evaluates and reports); returns the
     report (the chief's; {} on other replicas)."""
@@ -134,7 +136,13 @@ def _train(
     )
     writes = job_dir_lib.ReplicaWrites(job, chief=runtime.is_chief)
     controller = Controller(
-        config=config, models=models, data=data, writes=writes, loops=loops, started=started
+        config=config,
+        models=models,
+        data=data,
+        writes=writes,
+        loops=loops,
+        started=started,
+        budget=budget,
     )
 
     def report(final: dict | None) -> dict:
@@ -154,6 +162,7 @@ def _train(
                 "input_seconds": input_seconds,
                 "first_step_seconds": controller.first_step_seconds,
             },
+            budget=budget.to_json() if budget else None,
             adapted={
                 k: {**v, "value": _flag_value(v["value"]), "default": _flag_value(v["default"])}
                 for k, v in adapted.items()
@@ -209,13 +218,15 @@ def _start_job_dir(config: RunConfig, job: job_dir_lib.JobDir, data: input_lib.J
         job_dir_lib.write_json(job.run, {"fingerprint": config.fingerprint()})
 
 
-def run(config: RunConfig, cluster: Cluster | None = None) -> dict:
+def run(config: RunConfig, cluster: Cluster | None = None, *, started: float | None = None) -> dict:
     """Trains (or resumes) the job described by `config` as this replica of `cluster`.
 
     Args:
         config: the run's settings (`trainer.task` builds them from flags).
         cluster: this replica's role and cluster (`trainer.cluster.parse`); None: one
             machine, no cluster.
+        started: when the process began (time.monotonic()): where --time_budget_secs
+            counts from (default: now).
 
     Returns:
         The report (`JOB_DIR/report.json`) on the chief; {} on other replicas.
@@ -237,6 +248,16 @@ def run(config: RunConfig, cluster: Cluster | None = None) -> dict:
             "--placement=replication or add parameter servers."
         )
     check_resumable(config, job)
+    if config.time_budget_secs and cluster.is_distributed and not cluster.has_ps:
+        raise InputError(
+            "--time_budget_secs needs one machine or parameter servers: synchronous replicas "
+            "(workers without parameter servers) would each decide on their own clock."
+        )
+    budget = (
+        TimeBudget(config.time_budget_secs, time.monotonic() if started is None else started)
+        if config.time_budget_secs and cluster.is_chief
+        else None
+    )
     started = time.monotonic()
     # Synchronous replicas (MultiWorkerMirroredStrategy) must start their collectives before
     # any TensorFlow op runs: their cluster starts first, then the chief scans the data and
@@ -274,6 +295,7 @@ def run(config: RunConfig, cluster: Cluster | None = None) -> dict:
             started=started,
             input_seconds=input_seconds,
             adapted=adapted,
+            budget=budget,
         )
     except tf.errors.InvalidArgumentError as e:
         if "a row that cannot be used" not in str(e):
