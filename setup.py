@@ -31,6 +31,7 @@ setuptools.setup(
         "cloudml-hypertune>=0.1.0.dev6",
         "pyyaml>=5.1",  # trainer.job_spec reads config.yaml
         "rich>=13",  # the progress bar on a terminal (Keras depends on it too)
+        "matplotlib>=3.7",  # report.png, the plot of the search
     ],
     extras_require={
         "cpu": ["tensorflow-cpu>=2.17,<2.22"],

@@ -49,6 +49,16 @@ def test_every_head_trains_exports_and_reports(any_head, tmp_path):
             assert candidate["objective"] is not None and candidate["eval"]["loss"] > 0
     members = report["architecture"]["members"]
     assert members and all({"iteration", "builder", "key"} <= set(m) for m in members)
+    # the leaderboard: every candidate of every iteration, ranked by eval loss, with its size
+    board = report["leaderboard"]
+    assert len(board) == sum(len(r["candidates"]) for r in report["iterations"])
+    losses = [row["eval"]["loss"] for row in board]
+    assert losses == sorted(losses) and [row["rank"] for row in board] == list(
+        range(1, len(board) + 1)
+    )
+    assert all(row["parameters"] > 0 and row["training_seconds"] > 0 for row in board)
+    assert sum(row["chosen"] for row in board) == len(report["iterations"])
+    assert (job / "report.png").read_bytes().startswith(b"\x89PNG")
     assert (job / "model" / "saved_model.pb").exists()
     assert list((job / "logs").glob("iteration-0/*/events.out.tfevents.*"))
     assert "final ensemble" in result.stdout and "exported model" in result.stdout

@@ -283,7 +283,14 @@ class Controller:
             ),
             subnetworks=tuple(
                 SubnetworkRecord(
-                    s.name, b.name, b.complexity, steps, finite(loss), diverged, finite_metrics(m)
+                    s.name,
+                    b.name,
+                    b.complexity,
+                    steps,
+                    finite(loss),
+                    diverged,
+                    finite_metrics(m),
+                    s.parameters,
                 )
                 for s, b, steps, loss, diverged, m in zip(
                     iteration.subnetworks,

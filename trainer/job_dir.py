@@ -54,15 +54,15 @@ def join(*parts: str) -> str:
     return "/".join([parts[0].rstrip("/")] + [p.strip("/") for p in parts[1:]])
 
 
-def write_atomically(path: str, text: str) -> None:
+def write_atomically(path: str, text: str | bytes) -> None:
     """Writes `text` to `path` so that readers see the old file or the new one, never half.
     Transient storage errors are retried (each attempt under a new temporary name)."""
     storage.retry(lambda: _write_then_rename(path, text), what=f"writing {path}")
 
 
-def _write_then_rename(path: str, text: str) -> None:
+def _write_then_rename(path: str, text: str | bytes) -> None:
     temp = f"{path}{_TEMP_MARK}{uuid.uuid4().hex[:8]}"
-    with tf.io.gfile.GFile(temp, "w") as f:
+    with tf.io.gfile.GFile(temp, "wb" if isinstance(text, bytes) else "w") as f:
         f.write(text)
     tf.io.gfile.rename(temp, path, overwrite=True)
 
@@ -140,6 +140,7 @@ class JobDir:
         self.schema = join(self.root, "schema.json")
         self.run = join(self.root, "run.json")
         self.report = join(self.root, "report.json")
+        self.report_png = join(self.root, "report.png")
 
     @classmethod
     def of(cls, outputs: OutputDirs) -> JobDir:

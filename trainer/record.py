@@ -52,7 +52,7 @@ class CandidateRecord:
 @dataclasses.dataclass(frozen=True)
 class SubnetworkRecord:
     """A new subnetwork: its builder, the steps it trained, its last training loss (a
-    debiased moving average) and eval metrics."""
+    debiased moving average), eval metrics and size."""
 
     name: str
     builder: str
@@ -61,6 +61,7 @@ class SubnetworkRecord:
     train_loss: float | None
     diverged: bool
     eval: Metrics
+    parameters: int = 0  # trainable numbers (0 in records from before it was kept)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from trainer import job_dir as job_dir_lib
+from trainer import leaderboard
 from trainer.config import RunConfig
 from trainer.record import IterationRecord
 from trainer.schema import Schema
@@ -26,6 +27,7 @@ def build_report(
     budget: dict | None = None,
 ) -> dict:
     """`report.json`: complete with the exported model's `final` metrics, else training."""
+    iterations = [r.to_json() for r in records]
     return {
         "status": "complete" if final else "training",
         "job_dir": job.root,
@@ -33,7 +35,8 @@ def build_report(
         "head": schema.label.head.value,
         "label": schema.label.name,
         "classes": list(schema.label.classes),
-        "iterations": [r.to_json() for r in records],
+        "iterations": iterations,
+        "leaderboard": leaderboard.rows(iterations),
         "architecture": records[-1].to_json()["architecture"] if records else None,
         "final": final,
         "config": config.fingerprint(),
@@ -52,10 +55,20 @@ def table(report: dict) -> str:
             for name in candidate["eval"]:
                 if name not in metric_names:
                     metric_names.append(name)
-    header = ["iter", "candidate", "objective", *[f"eval {m}" for m in metric_names], ""]
+    header = [
+        "iter",
+        "candidate",
+        "objective",
+        *[f"eval {m}" for m in metric_names],
+        "params",
+        "train s",
+        "",
+    ]
+    board = {(r["iteration"], r["candidate"]): r for r in report.get("leaderboard", [])}
     rows = []
     for record in report["iterations"]:
         for candidate in record["candidates"]:
+            entry = board.get((record["iteration"], candidate["name"]), {})
             flag = (
                 "<- chosen"
                 if candidate["name"] == record["chosen"]
@@ -67,6 +80,8 @@ def table(report: dict) -> str:
                     candidate["name"],
                     _fmt(candidate["objective"]),
                     *[_fmt(candidate["eval"].get(m)) for m in metric_names],
+                    f"{entry['parameters']:,}" if entry.get("parameters") else "-",
+                    f"{entry['training_seconds']:.1f}" if "training_seconds" in entry else "-",
                     flag,
                 ]
             )

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 import tensorflow as tf
 from absl import logging
 
-from trainer import adapt, distributed, storage
+from trainer import adapt, distributed, leaderboard, storage
 from trainer import export as export_lib
 from trainer import job_dir as job_dir_lib
 from trainer import report as report_lib
@@ -187,6 +187,9 @@ def _train(
         logging.info("Exported the chosen ensemble to %s", job.model)
     final = evaluate_export(job, data, models.head)
     value = report(final)
+    job_dir_lib.write_atomically(
+        job.report_png, leaderboard.plot(value["iterations"], models.head.objective_metric)
+    )
     if config.hypertune_metric is not None:
         report_to_hypertune(
             config.hypertune_metric or models.head.objective_metric,

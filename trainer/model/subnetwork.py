@@ -34,6 +34,7 @@ import dataclasses
 from collections.abc import Sequence
 
 import keras
+import numpy as np
 import tensorflow as tf
 
 from trainer.errors import InputError
@@ -184,6 +185,12 @@ class Subnetwork(tf.Module):
         """
         variables = self._tables + [getattr(v, "value", v) for v in self.keras_variables]
         return {str(i): v for i, v in enumerate(variables)}
+
+    @property
+    def parameters(self) -> int:
+        """How many trainable numbers it holds (embedding tables included)."""
+        variables = self._tables + self.dense_variables
+        return sum(int(np.prod(v.shape)) for v in variables)
 
     @property
     def last_layer_dim(self) -> int:
