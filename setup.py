@@ -36,13 +36,15 @@ setuptools.setup(
     extras_require={
         "cpu": ["tensorflow-cpu>=2.17,<2.22"],
         "gpu": ["tensorflow[and-cuda]>=2.17,<2.22"],
-        "bench": ["matplotlib>=3.7"],
+        # bench/quality.py: the baselines (linear, gradient boosting, MLP) and bundled data sets
+        "bench": ["matplotlib>=3.7", "scikit-learn>=1.3"],
         # deploy/: Vertex AI jobs, endpoints and batch prediction, files in Cloud Storage.
         "deploy": DEPLOY,
         "test": [
             "pytest>=7.4",
             "pytest-timeout>=2.2",
             "matplotlib>=3.7",
+            "scikit-learn>=1.3",  # bench/quality.py, type-checked with the benchmarks
             *DEPLOY,
             # style and types, checked by `make test` (pinned: new rules fail old code)
             "ruff==0.17.6",
