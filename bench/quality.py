@@ -318,6 +318,8 @@ def gen_regression(workdir: str, train_rows: int) -> DataSet:
 def _generated(
     name: str, task: str, source: str, table: Split, train_rows: int, workdir: str
 ) -> DataSet:
+    """The first `train_rows` rows train (4 gzip shards), the rest test. Numeric columns are
+    named x<i>, the others are categorical."""
     train, test = table.take(np.arange(train_rows)), table.take(np.arange(train_rows, table.rows))
     path = write_csv(train, os.path.join(workdir, f"{name}-train"), shards=4)
     numeric = tuple(c for c in table.columns if c.startswith("x"))
@@ -925,10 +927,14 @@ def main(argv=None) -> None:
     summary = summarize(runs, datasets)
     results = {
         "command": [os.path.relpath(sys.argv[0], REPO), *(argv or sys.argv[1:])],
-        "trainer_command": "python -m trainer.task --train_data=TRAIN --label_column=label "
-        "--job_dir=JOB --seed=SEED " + shlex.join(trainer_flags),
+        "trainer_command": shlex.join(
+            [
+                *("python", "-m", "trainer.task", "--train_data=TRAIN", "--label_column=label"),
+                *("--job_dir=JOB", "--seed=SEED", *trainer_flags),
+            ]
+        ),
         "seconds_this_invocation": time.perf_counter() - started,
-        "machine": info,
+        "machine": {**info, "load_average_at_end": list(os.getloadavg())},
         "baselines": BASELINES,
         "datasets": {d: datasets[d] for d in DATASETS if d in datasets},
         "summary": summary,
