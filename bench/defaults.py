@@ -9,6 +9,9 @@ Run from the repo root::
     .venv/bin/python bench/defaults.py --baseline_commit=895fce9 --batch_sizes=256 \\
         --learning_rates=0.003 --examples_per_iteration=192000 \\
         --out=bench/results/defaults_baseline.json     # against an older commit's defaults
+    .venv/bin/python bench/defaults.py --batch_sizes=256 --learning_rates=0.003 \\
+        --examples_per_iteration=192000 --flag_sets='--num_bins=16;--num_bins=32;--num_bins=48' \\
+        --seeds=1,2,3,4,5 --out=bench/results/defaults_bins.json   # other flags, a row each
 
 Each (batch size, learning rate, seed) is a real `python -m trainer.task` run of the default
 search (its flags, with only these three changed) on the census data shipped with the package.
@@ -53,6 +56,12 @@ def parse_args(argv=None) -> argparse.Namespace:
         "of the default step budget",
     )
     p.add_argument(
+        "--flag_sets",
+        default="",
+        help="';'-separated sets of other trainer flags, each a row (e.g. "
+        "'--num_bins=16;--num_bins=48')",
+    )
+    p.add_argument(
         "--baseline_commit",
         default=None,
         help="first run this commit of the trainer with its own defaults, as the ratio's baseline",
@@ -68,12 +77,13 @@ def run_once(
     examples: int | None,
     code: str = "HEAD",
     root: str = ROOT,
+    extra: str = "",
 ) -> dict:
     """One trainer run from `root`; its examples/s, wall seconds and test accuracy.
 
     A batch size or learning rate of None leaves the trainer's own default (a baseline commit).
     """
-    flags = [f"--seed={seed}"]
+    flags = [f"--seed={seed}", *extra.split()]
     if batch_size is not None:
         flags += [f"--batch_size={batch_size}", f"--learning_rate={learning_rate}"]
         if examples:
@@ -93,6 +103,7 @@ def run_once(
     rates = [i["examples_per_sec"] for i in report["iterations"] if i["examples_per_sec"]]
     return {
         "code": code,
+        "flags": extra,
         "batch_size": first["batch_size"],
         "learning_rate": learning_rate if learning_rate is not None else "default",
         "seed": seed,
@@ -104,16 +115,18 @@ def run_once(
 
 
 def summarize(runs: list[dict]) -> list[dict]:
-    """One row per (code, batch size, learning rate): medians and means over the seeds."""
+    """One row per (code, flags, batch size, learning rate): medians and means over the
+    seeds."""
     rows = []
-    for (code, batch_size, learning_rate), runs_of_setting in itertools.groupby(
-        runs, key=lambda r: (r["code"], r["batch_size"], r["learning_rate"])
+    for (code, extra, batch_size, learning_rate), runs_of_setting in itertools.groupby(
+        runs, key=lambda r: (r["code"], r["flags"], r["batch_size"], r["learning_rate"])
     ):
         group = list(runs_of_setting)
         accuracies = [r["accuracy"] for r in group]
         rows.append(
             {
                 "code": code,
+                "flags": extra,
                 "batch_size": batch_size,
                 "steps_per_iteration": group[0]["steps_per_iteration"],
                 "learning_rate": learning_rate,
@@ -153,7 +166,7 @@ def table(rows: list[dict]) -> str:
             f"{r['learning_rate']!s:>7} "
             f"{r['examples_per_sec']:>11,.0f} "
             f"{r['ratio']:>5.2f}x {r['wall_seconds']:>7.1f} {r['accuracy_mean']:>9.4f} "
-            f"{r['accuracy_sd']:>7.4f} {r['seeds']:>5}"
+            f"{r['accuracy_sd']:>7.4f} {r['seeds']:>5} {r['flags']}"
         )
     return "\n".join(lines)
 
@@ -173,9 +186,14 @@ def main(argv=None) -> None:
         with worktree(args.baseline_commit) as old:
             for seed in seeds:
                 record(run_once(None, None, seed, None, args.baseline_commit, old))
-    for batch_size, learning_rate in itertools.product(batch_sizes, learning_rates):
+    flag_sets = args.flag_sets.split(";")
+    for extra, batch_size, learning_rate in itertools.product(
+        flag_sets, batch_sizes, learning_rates
+    ):
         for seed in seeds:
-            record(run_once(batch_size, learning_rate, seed, args.examples_per_iteration))
+            record(
+                run_once(batch_size, learning_rate, seed, args.examples_per_iteration, extra=extra)
+            )
     rows = summarize(runs)
     result = {
         "machine": {

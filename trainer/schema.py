@@ -262,7 +262,7 @@ class ColumnChoices:
     categorical: tuple[str, ...] = ()
     ignore: tuple[str, ...] = ()
     head: HeadType | None = None
-    num_bins: int = 16
+    num_bins: int = 32
     max_vocabulary_size: int = 100_000
     one_hot_max_size: int = 64
     embedding_dim: int = 16

@@ -66,7 +66,7 @@ flags.DEFINE_enum(
 )
 flags.DEFINE_integer(
     "num_bins",
-    16,
+    32,
     "Quantile bins of the piecewise-linear encoding of "
     "each numeric column (0: standardised value only).",
 )
