@@ -39,6 +39,7 @@ quality.png (a panel per data set), and prints a table. Run from the repo root::
     .venv/bin/python bench/quality.py --quick --datasets=wine,diabetes   # a smoke run
     .venv/bin/python bench/quality.py --datasets=census --merge \\
         --trainer_flags='--max_iterations=5'   # re-run one data set, keep the others' rows
+    .venv/bin/python bench/quality.py --report_only     # the table and plot of quality.json
 """
 
 from __future__ import annotations
@@ -357,6 +358,13 @@ def beats(a: float, b: float, metric: str) -> bool:
     return a < b if metric == "rmse" else a > b
 
 
+def compare(a: float, b: float, metric: str) -> str:
+    """ "better", "tie" or "worse": `a` against `b` on `metric`."""
+    if math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12):
+        return "tie"
+    return "better" if beats(a, b, metric) else "worse"
+
+
 # -- baselines ----------------------------------------------------------------------------
 
 
@@ -624,6 +632,7 @@ def summarize(runs: list[dict], datasets: dict[str, dict]) -> list[dict]:
                 "mean": statistics.fmean(values) if values else None,
                 "sd": statistics.stdev(values) if len(values) > 1 else 0.0,
                 "seconds": statistics.fmean(r["seconds"] for r in group),
+                "seconds_median": statistics.median(r["seconds"] for r in group),
             }
             if metric == "rmse" and values:
                 row["r2_mean"] = statistics.fmean(r["r2"] for r in done)
@@ -643,7 +652,8 @@ def summarize(runs: list[dict], datasets: dict[str, dict]) -> list[dict]:
 
 
 def verdicts(summary: list[dict]) -> list[dict]:
-    """Per data set: whether ours' mean beats each baseline's mean."""
+    """Per data set: ours' mean against each baseline's: "better", "tie" (equal means, as
+    when every method classifies a small test set perfectly) or "worse"."""
     out = []
     for name in dict.fromkeys(r["dataset"] for r in summary):
         rows = {r["method"]: r for r in summary if r["dataset"] == name}
@@ -654,7 +664,7 @@ def verdicts(summary: list[dict]) -> list[dict]:
         for method in METHODS[1:]:
             other = rows.get(method)
             if other and other["mean"] is not None:
-                verdict[f"ours_beats_{method}"] = beats(ours["mean"], other["mean"], ours["metric"])
+                verdict[f"ours_vs_{method}"] = compare(ours["mean"], other["mean"], ours["metric"])
         out.append(verdict)
     return out
 
@@ -678,15 +688,17 @@ def table(results: dict) -> str:
         for method in METHODS:
             cells.append(_cell(rows.get(method)))
         verdict = decided.get(name, {})
-        cells += [_yes(verdict.get("ours_beats_linear")), _yes(verdict.get("ours_beats_hgb"))]
+        cells += [_yes(verdict.get("ours_vs_linear")), _yes(verdict.get("ours_vs_hgb"))]
         cells.append(_members_cell(rows.get("ours")))
         lines.append(cells)
     widths = [max(len(r[i]) for r in [header, *lines]) for i in range(len(header))]
     text = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in [header, *lines]]
     text.insert(1, "-" * len(text[0]))
     text.append(
-        "\ncells: mean ± sd over seeds, mean seconds (ours: the whole trainer process; "
-        "baselines: fit + predict). accuracy: higher is better; rmse: lower is better.\n"
+        "\ncells: test metric mean ± sd over seeds, median seconds (ours: the whole trainer "
+        "process; baselines: fit + predict; the mean is in quality.json). accuracy: higher is "
+        "better; rmse: lower is better.\n"
+        "beats linear? / HGB?: ours' mean against theirs (tie: equal means).\n"
         "ens > best member: seeds whose exported ensemble beat its best member alone on the "
         "test rows (single: one-member ensembles, which cannot)."
     )
@@ -697,7 +709,7 @@ def _cell(row: dict | None) -> str:
     if row is None or row["mean"] is None:
         return "-" if row is None else f"failed x{row['failed']}"
     failed = f" ({row['failed']} failed)" if row["failed"] else ""
-    return f"{row['mean']:.4f} ± {row['sd']:.4f} {row['seconds']:.1f}s{failed}"
+    return f"{row['mean']:.4f} ± {row['sd']:.4f} {row['seconds_median']:.1f}s{failed}"
 
 
 def _members_cell(ours: dict | None) -> str:
@@ -710,8 +722,8 @@ def _members_cell(ours: dict | None) -> str:
     return f"{counts['beats']}/{counts['seeds']}{single}"
 
 
-def _yes(value: bool | None) -> str:
-    return "-" if value is None else ("yes" if value else "no")
+def _yes(verdict: str | None) -> str:
+    return {None: "-", "better": "yes", "tie": "tie", "worse": "no"}[verdict]
 
 
 def plot(results: dict, path: str) -> None:
@@ -734,7 +746,7 @@ def plot(results: dict, path: str) -> None:
         means = np.array([r["mean"] for r in rows])
         sds = np.array([r["sd"] for r in rows])
         ax.bar(
-            [f"{r['method']}\n{r['seconds']:.1f} s" for r in rows],
+            [f"{r['method']}\n{r['seconds_median']:.1f} s" for r in rows],
             means,
             yerr=sds,
             capsize=3,
@@ -756,7 +768,7 @@ def plot(results: dict, path: str) -> None:
     seeds = max((r["seeds"] for r in summary), default=0)
     fig.suptitle(
         f"Trainer (ours) vs scikit-learn baselines: test metric, mean ± sd over "
-        f"{seeds} seed{'s' if seeds > 1 else ''}; under each bar its mean seconds",
+        f"{seeds} seed{'s' if seeds > 1 else ''}; under each bar its median seconds",
         fontsize=10,
     )
     fig.tight_layout()
@@ -803,6 +815,11 @@ def parse_args(argv=None) -> argparse.Namespace:
         "--merge",
         action="store_true",
         help="keep the other data sets' rows of an existing --out_dir/quality.json",
+    )
+    p.add_argument(
+        "--report_only",
+        action="store_true",
+        help="run nothing: recompute the summary, plot and table of --out_dir/quality.json",
     )
     p.add_argument(
         "--commit",
@@ -879,6 +896,10 @@ def main(argv=None) -> None:
     methods = [m for m in METHODS if m in args.methods.split(",")]
     trainer_flags = [*(QUICK_TRAINER_FLAGS if args.quick else ()), *shlex.split(args.trainer_flags)]
     out_json = os.path.join(args.out_dir, "quality.json")
+    if args.report_only:
+        with open(out_json) as f:
+            publish(json.load(f), args.out_dir)
+        return
     started = time.perf_counter()
     workdir = tempfile.mkdtemp(prefix="bench-quality-")
     runs: list[dict] = []
@@ -924,7 +945,6 @@ def main(argv=None) -> None:
             previous = json.load(f)
         runs = [r for r in previous["runs"] if r["dataset"] not in datasets] + runs
         datasets = {**{k: v for k, v in previous["datasets"].items()}, **datasets}
-    summary = summarize(runs, datasets)
     results = {
         "command": [os.path.relpath(sys.argv[0], REPO), *(argv or sys.argv[1:])],
         "trainer_command": shlex.join(
@@ -937,16 +957,28 @@ def main(argv=None) -> None:
         "machine": {**info, "load_average_at_end": list(os.getloadavg())},
         "baselines": BASELINES,
         "datasets": {d: datasets[d] for d in DATASETS if d in datasets},
-        "summary": summary,
-        "verdicts": verdicts(summary),
         "runs": runs,
     }
-    os.makedirs(args.out_dir, exist_ok=True)
-    with open(out_json, "w") as f:
+    publish(results, args.out_dir)
+    print(f"{results['seconds_this_invocation']:.0f} s in all")
+
+
+def publish(results: dict, out_dir: str) -> None:
+    """Summarises `results` (its data sets and runs), writes quality.json and quality.png to
+    `out_dir` and prints the table."""
+    summary = summarize(results["runs"], results["datasets"])
+    results = {
+        **{k: v for k, v in results.items() if k not in ("summary", "verdicts", "runs")},
+        "summary": summary,
+        "verdicts": verdicts(summary),
+        "runs": results["runs"],
+    }
+    os.makedirs(out_dir, exist_ok=True)
+    with open(os.path.join(out_dir, "quality.json"), "w") as f:
         json.dump(results, f, indent=1)
-    plot(results, os.path.join(args.out_dir, "quality.png"))
+    plot(results, os.path.join(out_dir, "quality.png"))
     print(table(results))
-    print(f"\n{time.perf_counter() - started:.0f} s; wrote {out_json} and quality.png")
+    print(f"\nwrote {out_dir}/quality.json and quality.png")
 
 
 def _progress(run: dict, metric: str) -> str:
