@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import Sequence
+from typing import Protocol
 
-from trainer.record import IterationRecord
+from trainer.record import Seconds
 
 MIN_RESERVE_SECS = 3.0  # export, the exported model's eval pass, exit: ~2 s for census
 RESERVE_FRACTION = 0.05
@@ -21,6 +23,13 @@ RESERVE_FRACTION = 0.05
 # training is cut short to fit; the search keeps the previous ensemble if that is better).
 MIN_SHARE_TO_START = 0.5
 SELECTION_GUESS_SECS = 2.0  # selecting and freezing, before an iteration has measured it
+
+
+class Timed(Protocol):
+    """What the budget reads of a finished iteration's record (`IterationRecord`)."""
+
+    @property
+    def seconds(self) -> Seconds: ...
 
 
 @dataclasses.dataclass
@@ -43,14 +52,14 @@ class TimeBudget:
     def left(self, now: float | None = None) -> float:
         return self.end - (time.monotonic() if now is None else now)
 
-    def may_start(self, t: int, records: list[IterationRecord]) -> bool:
+    def may_start(self, t: int, records: Sequence[Timed]) -> bool:
         """Whether iteration `t` fits: iteration 0 always, a later one when MIN_SHARE_TO_START
         of an iteration as long as the last finished one fits before the reserve."""
         if t == 0 or not records:
             return True
         return self.left() - self.reserve >= MIN_SHARE_TO_START * records[-1].seconds.total
 
-    def training_over(self, records: list[IterationRecord]) -> bool:
+    def training_over(self, records: Sequence[Timed]) -> bool:
         """Whether the running iteration must stop training now, so that selecting and
         freezing it (as long as the last iteration's) and the reserve still fit."""
         selection = records[-1].seconds.selection_and_freeze if records else SELECTION_GUESS_SECS
