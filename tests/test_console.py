@@ -55,6 +55,8 @@ def _record(pathname: str, level: int) -> std_logging.LogRecord:
 def test_plain_lines_keep_this_projects_lines_and_other_packages_errors():
     handler = logging.get_absl_handler()
     formatter, filters = handler.formatter, list(handler.filters)
+    tensorflow = std_logging.getLogger("tensorflow")
+    tensorflow_filters = list(tensorflow.filters)
     try:
         console.plain_lines()
         ours = os.path.join(REPO, "trainer", "controller.py")
@@ -63,12 +65,14 @@ def test_plain_lines_keep_this_projects_lines_and_other_packages_errors():
         assert not handler.filter(_record(theirs, std_logging.INFO))
         assert not handler.filter(_record(theirs, std_logging.WARNING))
         assert handler.filter(_record(theirs, std_logging.ERROR))
+        coordinator = "/x/tensorflow/python/distribute/coordinator/cluster_coordinator.py"
+        assert handler.filter(_record(coordinator, std_logging.INFO))  # worker lost, recovered
         assert handler.format(_record(ours, std_logging.INFO)) == "the message"
         assert handler.format(_record(ours, std_logging.WARNING)) == "warning: the message"
     finally:
         handler.setFormatter(formatter)
         handler.filters[:] = filters
-        std_logging.getLogger("tensorflow").setLevel(std_logging.NOTSET)
+        tensorflow.filters[:] = tensorflow_filters
 
 
 def _run_on_a_terminal(args: list[str], env: dict) -> tuple[int, str]:

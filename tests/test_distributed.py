@@ -189,6 +189,7 @@ def test_multi_worker_mirrored_without_parameter_servers(tmp_path):
         "logs",
         "model",
         "report.json",
+        "report.png",
         "run.json",
         "schema.json",
     ]

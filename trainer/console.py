@@ -69,21 +69,28 @@ _OURS = tuple(
     os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), package) + os.sep
     for package in ("trainer", "deploy")
 )
+# TensorFlow's ClusterCoordinator says when a worker fails and when it is back: kept.
+_COORDINATOR = os.path.join("tensorflow", "python", "distribute", "coordinator") + os.sep
 
 
 def _ours_or_error(record: std_logging.LogRecord) -> bool:
-    """Lines logged by this project, and other packages' errors (TensorFlow logs its
-    checkpoint and SavedModel chatter through absl too)."""
-    return record.levelno >= std_logging.ERROR or record.pathname.startswith(_OURS)
+    """Lines logged by this project, the cluster coordinator's, and other packages' errors
+    (TensorFlow logs its checkpoint and SavedModel chatter through absl too)."""
+    return (
+        record.levelno >= std_logging.ERROR
+        or record.pathname.startswith(_OURS)
+        or _COORDINATOR in record.pathname
+    )
 
 
 def plain_lines() -> None:
     """absl's handler prints this project's lines without absl's level/time/thread/file
-    prefix, and other packages' only when they are errors."""
+    prefix, and other packages' only when they are errors; TensorFlow's Python logger (its
+    own handler) keeps to the same lines."""
     handler = logging.get_absl_handler()
     handler.setFormatter(PlainFormatter())
     handler.addFilter(_ours_or_error)
-    std_logging.getLogger("tensorflow").setLevel(std_logging.ERROR)
+    std_logging.getLogger("tensorflow").addFilter(_ours_or_error)
 
 
 def on_terminal() -> bool:
