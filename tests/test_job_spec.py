@@ -19,7 +19,7 @@ def test_reads_the_repos_config_yaml():
     assert job.args == (
         "--placement=replication",
         "--max_iterations=3",
-        "--max_iteration_steps=3000",
+        "--max_iteration_steps=750",
     )
     assert job.module == "trainer.task"
 
