@@ -3,7 +3,8 @@
 - `deploy.submit`: build the sdist, upload it, create a CustomJob from `config.yaml`.
 - `deploy.publish`: Model Registry upload, endpoint, deploy; undeploy and delete.
 - `deploy.predict`: online prediction from an endpoint or from the local server.
-- `deploy.serve`: a local server with Vertex's custom-container contract.
+- `deploy.serve`: a local server with Vertex's custom-container contract (aiohttp), which
+  predicts requests that arrive together in one model call (`deploy.batching`).
 - `deploy.batch`: a Vertex BatchPredictionJob, or its local twin with the same output layout.
 
 Each module has a Python API and a `python -m deploy.<name>` entry point with `--help` and
