@@ -29,7 +29,6 @@ Figures go to --out (JSON, with the machine's core count) and a table to stdout.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import itertools
 import json
 import os
@@ -41,6 +40,10 @@ import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+
+from bench import worktree
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -143,18 +146,6 @@ def summarize(runs: list[dict]) -> list[dict]:
     return rows
 
 
-@contextlib.contextmanager
-def worktree(commit: str):
-    """A temporary checkout of `commit` (git worktree), removed afterwards."""
-    path = tempfile.mkdtemp(prefix="bench-defaults-baseline-")
-    git = ["git", "-C", ROOT, "worktree"]
-    subprocess.run([*git, "add", "--detach", path, commit], check=True, capture_output=True)
-    try:
-        yield path
-    finally:
-        subprocess.run([*git, "remove", "--force", path], check=True, capture_output=True)
-
-
 def table(rows: list[dict]) -> str:
     lines = [
         f"{'code':>8} {'batch':>6} {'steps':>6} {'lr':>7} {'examples/s':>11} {'ratio':>6} "
@@ -183,7 +174,7 @@ def main(argv=None) -> None:
         print(json.dumps(run), flush=True)
 
     if args.baseline_commit:
-        with worktree(args.baseline_commit) as old:
+        with worktree.checkout(args.baseline_commit, "bench-defaults-baseline-") as old:
             for seed in seeds:
                 record(run_once(None, None, seed, None, args.baseline_commit, old))
     flag_sets = args.flag_sets.split(";")

@@ -70,6 +70,11 @@ from importlib import metadata
 import numpy as np
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if REPO not in sys.path:
+    sys.path.insert(0, REPO)
+
+from bench import worktree
+
 CENSUS = os.path.join(REPO, "..", "shared", "data", "census")
 LABEL = "label"
 METHODS = ("ours", "linear", "hgb", "mlp")
@@ -845,13 +850,8 @@ def trainer_root(commit: str | None) -> Iterator[str]:
     if commit is None:
         yield REPO
         return
-    path = tempfile.mkdtemp(prefix="bench-quality-trainer-")
-    git = ["git", "-C", REPO, "worktree"]
-    subprocess.run([*git, "add", "--detach", path, commit], check=True, capture_output=True)
-    try:
+    with worktree.checkout(commit, "bench-quality-trainer-") as path:
         yield path
-    finally:
-        subprocess.run([*git, "remove", "--force", path], check=True, capture_output=True)
 
 
 def code_state(root: str) -> dict:
