@@ -49,15 +49,21 @@ def iteration_steps(rows: int, batch: int, default: int) -> int:
     return max(1, min(default, math.ceil(EPOCHS_PER_ITERATION * rows / batch)))
 
 
+def _flag_value(value):
+    """A flag's value as the command line and JSON write it (an enum's value)."""
+    return getattr(value, "value", value)
+
+
 def resolve(config: RunConfig, rows: int) -> tuple[RunConfig, dict]:
     """`config` with its `auto` flags chosen for `rows` training rows, and what changed
-    ({flag: {"value", "default", "why"}}; empty when nothing did)."""
+    ({flag: {"value", "default", "why"}}, values as the command line writes them; empty when
+    nothing did)."""
     changes: dict[str, dict] = {}
 
     def choose(flag: str, default, value, why: str):
         if flag not in config.auto or value == default:
             return default
-        changes[flag] = {"value": value, "default": default, "why": why}
+        changes[flag] = {"value": _flag_value(value), "default": _flag_value(default), "why": why}
         return value
 
     batch = choose(

@@ -203,11 +203,12 @@ class Controller:
         while not loop.done:
             # At least one chunk: an iteration the budget cuts still trains its candidates.
             over = (
-                step > progress.first_step
+                not stopped
+                and step > progress.first_step
                 and self.budget
                 and self.budget.training_over(self.records)
             )
-            if over and not stopped:
+            if over:
                 loop.stop()
                 stopped = True
                 continue

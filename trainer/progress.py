@@ -207,7 +207,6 @@ class Progress:
     def _line(self, step: int, now: float, *, summaries: bool) -> None:
         """Shows the progress (the bar, or a line) and writes the training summaries."""
         snapshot = self.iteration.snapshot()
-        names = tuple(c.name for c in self.iteration.candidates)
         steps_per_sec = rate(step - self.first_step, now - (self.first or now))
         if self.bar is not None:
             status = progress_status(None, snapshot, self.total, steps_per_sec, self.batch_size)
@@ -216,7 +215,7 @@ class Progress:
             logging.info(
                 progress_line(
                     self.iteration.number,
-                    names,
+                    tuple(c.name for c in self.iteration.candidates),
                     snapshot,
                     self.total,
                     steps_per_sec,

@@ -163,10 +163,7 @@ def _train(
                 "first_step_seconds": controller.first_step_seconds,
             },
             budget=budget.to_json() if budget else None,
-            adapted={
-                k: {**v, "value": _flag_value(v["value"]), "default": _flag_value(v["default"])}
-                for k, v in adapted.items()
-            },
+            adapted=adapted,
         )
         job_dir_lib.write_json(job.report, value)
         return value
@@ -197,11 +194,6 @@ def _train(
             sum(r.steps for r in controller.records),
         )
     return value
-
-
-def _flag_value(value):
-    """A flag's value as JSON and the command line have it (an enum's value)."""
-    return getattr(value, "value", value)
 
 
 def _runtime(config: RunConfig, cluster: Cluster) -> distributed.Runtime:
@@ -285,7 +277,7 @@ def run(config: RunConfig, cluster: Cluster | None = None, *, started: float | N
     flags_config = config
     config, adapted = adapt.resolve(config, data.train_rows)
     for flag, change in adapted.items():
-        logging.info("--%s=%s (%s).", flag, _flag_value(change["value"]), change["why"])
+        logging.info("--%s=%s (%s).", flag, change["value"], change["why"])
     runtime = runtime or _runtime(config, cluster)
     if cluster.is_chief:  # from here on the job dir is written, by the chief alone
         _start_job_dir(flags_config, job, data)  # a resume compares the flags, not the choices
