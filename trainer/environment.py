@@ -21,6 +21,13 @@ class Environment:
     model_dir: str | None = None
     checkpoint_dir: str | None = None
     log_dir: str | None = None
+    # Vertex AI Experiments (trainer/experiments.py): the project (number) and region the job
+    # runs in, its id, and the experiment and run a CustomJob names (names or resource names).
+    project: str | None = None
+    region: str | None = None
+    job_id: str | None = None
+    experiment: str | None = None
+    experiment_run: str | None = None
 
     @property
     def is_tuning(self) -> bool:
@@ -36,5 +43,10 @@ class Environment:
             model_dir=environ.get("AIP_MODEL_DIR") or None,
             checkpoint_dir=environ.get("AIP_CHECKPOINT_DIR") or None,
             log_dir=environ.get("AIP_TENSORBOARD_LOG_DIR") or None,
+            project=environ.get("CLOUD_ML_PROJECT_ID") or None,
+            region=environ.get("CLOUD_ML_REGION") or None,
+            job_id=environ.get("CLOUD_ML_JOB_ID") or None,
+            experiment=environ.get("AIP_EXPERIMENT_NAME") or None,
+            experiment_run=environ.get("AIP_EXPERIMENT_RUN_NAME") or None,
             cluster=cluster_lib.parse(environ.get("TF_CONFIG"), environ.get("CLUSTER_SPEC")),
         )
