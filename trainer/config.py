@@ -7,6 +7,7 @@ import dataclasses
 from trainer import ensemble as ens
 from trainer import job_dir as job_dir_lib
 from trainer.errors import InputError
+from trainer.importance import ImportanceOptions
 from trainer.input.options import InputOptions
 from trainer.model import Generator
 from trainer.placement import Placement
@@ -109,6 +110,8 @@ class RunConfig:
     checkpoint_dir: str | None = None
     log_dir: str | None = None
     time_budget_secs: float | None = None  # the whole job's (trainer/budget.py)
+    # Permutation importance of the exported model (trainer/importance.py; rows=0: none).
+    importance: ImportanceOptions = ImportanceOptions()
     # The flags left at their defaults that `trainer.adapt` may choose from the data.
     auto: frozenset[str] = frozenset()
 

@@ -13,6 +13,7 @@ Layout::
       eval/                     the evaluator replica's metrics per checkpoint
       model/                    the exported SavedModel (only the chosen ensemble)
       report.json               everything above, summarised
+      report.png                the search; feature_importance.png: trainer/importance.py
 
 An iteration is finished exactly when `iteration-<t>.json` exists: it is published in one
 step (written in full under a temporary name, then renamed) after the frozen weights it names
@@ -141,6 +142,7 @@ class JobDir:
         self.run = join(self.root, "run.json")
         self.report = join(self.root, "report.json")
         self.report_png = join(self.root, "report.png")
+        self.importance_png = join(self.root, "feature_importance.png")
 
     @classmethod
     def of(cls, outputs: OutputDirs) -> JobDir:

@@ -7,8 +7,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from trainer import importance, leaderboard
 from trainer import job_dir as job_dir_lib
-from trainer import leaderboard
 from trainer.config import RunConfig
 from trainer.record import IterationRecord
 from trainer.schema import Schema
@@ -25,6 +25,7 @@ def build_report(
     timing: dict,
     adapted: dict | None = None,
     budget: dict | None = None,
+    feature_importance: dict | None = None,
 ) -> dict:
     """`report.json`: complete with the exported model's `final` metrics, else training."""
     iterations = [r.to_json() for r in records]
@@ -42,6 +43,7 @@ def build_report(
         "config": config.fingerprint(),
         "adapted": adapted or {},
         "budget": budget,
+        "feature_importance": feature_importance,
         "input": input_summary,
         "timing": timing,
     }
@@ -103,6 +105,8 @@ def table(report: dict) -> str:
             f"exported model on {final['eval_data']} ({final['examples']} examples): {metrics}"
         )
         lines.append(f"model: {report['model_dir']}")
+    if report.get("feature_importance"):
+        lines.append(importance.summary(report["feature_importance"]))
     return "\n".join(lines)
 
 

@@ -28,6 +28,7 @@ from trainer import report as report_lib
 from trainer.config import OPTIMIZER_NAMES, TrainOptions
 from trainer.environment import Environment
 from trainer.errors import InputError, TrainingError
+from trainer.importance import ImportanceOptions
 from trainer.input import files as files_lib
 from trainer.input.options import BadRows, InputOptions
 from trainer.placement import Placement
@@ -196,6 +197,15 @@ flags.DEFINE_string(
     None,
     "Metric reported to Vertex AI hyperparameter "
     "tuning (default: accuracy, or mse for regression).",
+)
+flags.DEFINE_integer(
+    "feature_importance_rows",
+    10_000,
+    "Eval rows for the permutation feature importance of the exported model "
+    "(report.json, feature_importance.png); 0 turns it off.",
+)
+flags.DEFINE_integer(
+    "feature_importance_repeats", 3, "Shuffles per column for the feature importance."
 )
 
 # -- cluster ----------------------------------------------------------------------------------
@@ -368,6 +378,9 @@ def build_config(f=FLAGS, environment: Environment | None = None) -> config_lib.
         steps_per_loop=f.steps_per_loop,
         checkpoint_every_secs=f.checkpoint_every_secs,
         time_budget_secs=f.time_budget_secs,
+        importance=ImportanceOptions(
+            rows=f.feature_importance_rows, repeats=f.feature_importance_repeats
+        ),
         hypertune_metric=(f.hypertune_metric or "") if environment.is_tuning else None,
         distribution=config_lib.DistributionConfig(
             placement=Placement(f.placement),

@@ -17,6 +17,7 @@ from absl import logging
 
 from trainer import adapt, distributed, leaderboard, storage
 from trainer import export as export_lib
+from trainer import importance as importance_lib
 from trainer import job_dir as job_dir_lib
 from trainer import report as report_lib
 from trainer.budget import TimeBudget
@@ -94,6 +95,30 @@ def evaluate_export(job: job_dir_lib.JobDir, data: input_lib.JobInput, head: Hea
     }
 
 
+def feature_importance(
+    config: RunConfig, job: job_dir_lib.JobDir, data: input_lib.JobInput, head: Head
+) -> dict | None:
+    """Permutation importance of the exported model on the first eval rows
+    (`trainer/importance.py`); None when --feature_importance_rows=0."""
+    if not config.importance.enabled:
+        return None
+    value = importance_lib.of_model(
+        export_lib.load_serving_fn(job.model),
+        data.eval_raw(),
+        head,
+        config.importance,
+        seed=config.seed,
+    )
+    if value:
+        logging.info(
+            "Feature importance of %d columns on %d eval rows in %.1f s.",
+            len(value["columns"]),
+            value["rows"],
+            value["seconds"],
+        )
+    return value
+
+
 def _bad_rows(summary: Mapping) -> dict:
     """The policy, and the bad rows of each file that had any."""
     files = {
@@ -145,7 +170,7 @@ def _train(
         budget=budget,
     )
 
-    def report(final: dict | None) -> dict:
+    def report(final: dict | None, importance: dict | None = None) -> dict:
         summary = data.schema.summary
         value = report_lib.build_report(
             config=config,
@@ -164,6 +189,7 @@ def _train(
             },
             budget=budget.to_json() if budget else None,
             adapted=adapted,
+            feature_importance=importance,
         )
         job_dir_lib.write_json(job.report, value)
         return value
@@ -183,10 +209,13 @@ def _train(
         )
         logging.info("Exported the chosen ensemble to %s", job.model)
     final = evaluate_export(job, data, models.head)
-    value = report(final)
+    importance = feature_importance(config, job, data, models.head)
+    value = report(final, importance)
     job_dir_lib.write_atomically(
         job.report_png, leaderboard.plot(value["iterations"], models.head.objective_metric)
     )
+    if importance:
+        job_dir_lib.write_atomically(job.importance_png, importance_lib.plot(importance))
     if config.hypertune_metric is not None:
         report_to_hypertune(
             config.hypertune_metric or models.head.objective_metric,

@@ -1,0 +1,199 @@
+"""Permutation feature importance (trainer/importance.py): the figures on hand-made models,
+and a real training run writing report.json `feature_importance` and feature_importance.png."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from tests.support import run_in_process, write_csv
+from trainer import importance
+from trainer.errors import InputError
+from trainer.heads import Head
+from trainer.schema import HeadType, Label
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def _label(head: HeadType) -> Label:
+    classes = {HeadType.BINARY: ("no", "yes"), HeadType.MULTICLASS: ("a", "b", "c")}
+    return Label(name="y", head=head, classes=classes.get(head, ()), mean=0.0, std=1.0)
+
+
+def _rows(n: int = 2000, seed: int = 0) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return {
+        "signal": rng.normal(size=n).astype(np.float32),
+        "noise": rng.normal(size=n).astype(np.float32),
+        "color": rng.choice([b"red", b"green"], size=n).astype(object),
+    }
+
+
+def test_a_column_the_model_uses_matters_and_one_it_ignores_scores_zero():
+    features = _rows()
+    labels = (features["signal"] > 0).astype(np.int64)
+
+    def predict(columns):  # logits of a model that reads only `signal`
+        return 4.0 * columns["signal"][:, None].astype(np.float64)
+
+    head = Head(_label(HeadType.BINARY))
+    result = importance.permutation_importance(predict, features, labels, head, repeats=3, seed=7)
+    by_name = {c["column"]: c for c in result["columns"]}
+    assert result["metric"] == "auc" and result["baseline"] == pytest.approx(1.0)
+    assert by_name["signal"]["mean_drop"] > 0.4  # AUC falls to about 0.5
+    assert by_name["noise"]["mean_drop"] == 0.0 and by_name["color"]["mean_drop"] == 0.0
+    assert [c["column"] for c in result["columns"]][0] == "signal"
+    assert len(by_name["signal"]["drops"]) == 3 and by_name["signal"]["std_drop"] > 0
+    again = importance.permutation_importance(predict, features, labels, head, repeats=3, seed=7)
+    assert again == result  # the seed fixes the shuffles
+
+
+@pytest.mark.parametrize(
+    "head, metric, labels_of",
+    [
+        # regression: RMSE rises when the column is shuffled, reported as a positive drop
+        (HeadType.REGRESSION, "rmse", lambda s: s.astype(np.float64)),
+        (HeadType.MULTICLASS, "accuracy", lambda s: np.digitize(s, [-0.5, 0.5])),
+    ],
+)
+def test_each_head_measures_the_drop_in_its_own_metric(head, metric, labels_of):
+    features = _rows()
+    labels = labels_of(features["signal"])
+
+    def predict(columns):
+        s = columns["signal"].astype(np.float64)
+        if head is HeadType.REGRESSION:
+            return s[:, None]
+        return np.stack([-5 * (s + 0.5), -5 * np.abs(s) + 1.25, 5 * (s - 0.5)], axis=1)
+
+    result = importance.permutation_importance(
+        predict, features, labels, Head(_label(head)), repeats=2, seed=1
+    )
+    by_name = {c["column"]: c["mean_drop"] for c in result["columns"]}
+    assert result["metric"] == metric
+    assert by_name["signal"] > 0.3 and by_name["noise"] == 0.0
+
+
+def test_rows_are_taken_up_to_the_limit_in_an_order_that_does_not_depend_on_reading():
+    features = _rows(100)
+    labels = np.arange(100) % 2
+    batches = [
+        ({k: v[i : i + 30] for k, v in features.items()}, labels[i : i + 30])
+        for i in (0, 30, 60, 90)
+    ]
+    first, first_labels = importance.first_rows(batches, 100)
+    reordered, reordered_labels = importance.first_rows(batches[::-1], 100)
+    assert len(first_labels) == 100
+    for name in features:
+        np.testing.assert_array_equal(first[name], reordered[name])
+    np.testing.assert_array_equal(first_labels, reordered_labels)
+    limited, limited_labels = importance.first_rows(batches, 45)
+    assert len(limited_labels) == 45 and len(limited["signal"]) == 45
+
+
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        (dict(rows=-1), r"--feature_importance_rows \(-1\) must be >= 0"),
+        (dict(repeats=0), r"--feature_importance_repeats \(0\) must be >= 1"),
+    ],
+)
+def test_bad_options_are_named(options, message):
+    with pytest.raises(InputError, match=message):
+        importance.ImportanceOptions(**options)
+
+
+def test_plot_is_a_png():
+    result = {
+        "metric": "auc",
+        "rows": 10,
+        "repeats": 2,
+        "columns": [
+            {"column": "a", "mean_drop": 0.2, "std_drop": 0.01},
+            {"column": "b", "mean_drop": -0.01, "std_drop": 0.02},
+        ],
+    }
+    assert importance.plot(result).startswith(PNG_MAGIC)
+
+
+def _signal_and_noise(tmp_path, n: int, seed: int):
+    """CSV rows where `signal` decides the label and `noise` and `color` are random."""
+    rng = np.random.default_rng(seed)
+    signal, noise = rng.normal(size=n), rng.normal(size=n)
+    color = rng.choice(["red", "green", "blue"], size=n)
+    label = np.where(signal + 0.2 * rng.normal(size=n) > 0, "yes", "no")
+    return write_csv(
+        tmp_path / f"rows-{seed}.csv",
+        ["signal", "noise", "color", "label"],
+        [[f"{a:.4f}", f"{b:.4f}", c, y] for a, b, c, y in zip(signal, noise, color, label)],
+    )
+
+
+TRAIN_FLAGS = [
+    "--label_column=label",
+    "--generator=linear",
+    "--max_iterations=1",
+    "--max_iteration_steps=150",
+    "--batch_size=64",
+    "--learning_rate=0.05",
+    "--steps_per_loop=50",
+]
+
+
+def test_training_reports_the_importance_of_the_exported_model(tmp_path):
+    job = tmp_path / "job"
+    train, eval_ = _signal_and_noise(tmp_path, 3000, 1), _signal_and_noise(tmp_path, 1500, 2)
+    code, stderr = run_in_process(
+        [
+            f"--train_data={train}",
+            f"--eval_data={eval_}",
+            f"--job_dir={job}",
+            "--feature_importance_rows=1000",
+            "--feature_importance_repeats=2",
+            *TRAIN_FLAGS,
+        ]
+    )
+    assert code == 0, stderr
+    report = json.loads((job / "report.json").read_text())
+    found = report["feature_importance"]
+    assert found["metric"] == "auc" and found["rows"] == 1000 and found["repeats"] == 2
+    by_name = {c["column"]: c for c in found["columns"]}
+    assert set(by_name) == {"signal", "noise", "color"}
+    assert found["columns"][0]["column"] == "signal"
+    assert by_name["signal"]["mean_drop"] > 0.2
+    assert by_name["signal"]["mean_drop"] > 10 * max(
+        abs(by_name["noise"]["mean_drop"]), abs(by_name["color"]["mean_drop"]), 0.001
+    )
+    assert found["seconds"] > 0
+    assert (job / "feature_importance.png").read_bytes().startswith(PNG_MAGIC)
+    assert (job / "report.png").exists()
+
+
+@pytest.mark.slow
+def test_importance_can_be_turned_off(tmp_path):
+    job = tmp_path / "job"
+    train, eval_ = _signal_and_noise(tmp_path, 2000, 1), _signal_and_noise(tmp_path, 500, 2)
+    code, stderr = run_in_process(
+        [
+            f"--train_data={train}",
+            f"--eval_data={eval_}",
+            f"--job_dir={job}",
+            "--feature_importance_rows=0",
+            *TRAIN_FLAGS,
+        ]
+    )
+    assert code == 0, stderr
+    assert json.loads((job / "report.json").read_text())["feature_importance"] is None
+    assert not (job / "feature_importance.png").exists()
+
+
+def test_a_negative_row_count_exits_2_before_any_work(tmp_path):
+    job = tmp_path / "job"
+    train = _signal_and_noise(tmp_path, 50, 1)
+    code, stderr = run_in_process(
+        [f"--train_data={train}", f"--job_dir={job}", "--feature_importance_rows=-5", *TRAIN_FLAGS]
+    )
+    assert code == 2 and "--feature_importance_rows (-5) must be >= 0" in stderr
+    assert not job.exists()
