@@ -82,6 +82,39 @@ class Cloud:
             options["credentials"] = self.credentials
         aiplatform.init(**options)
 
+    def job_client(self):
+        """The client library's JobService client over REST, at this target. (Jobs are created
+        through it rather than the SDK's job classes: it sends the body `--dry_run` prints,
+        field for field, where the SDK rebuilds a job from its own arguments.)"""
+        from google.cloud import aiplatform_v1
+
+        return aiplatform_v1.JobServiceClient(
+            transport="rest",
+            client_options={
+                "api_endpoint": self.api_endpoint or f"{self.region}-aiplatform.googleapis.com"
+            },
+            credentials=self.credentials,  # type: ignore[arg-type]
+        )
+
+
+def canonical(message_type: str, body: dict, what: str) -> dict:
+    """`body` as the client library sends it: parsed into its v1 message (`CustomJob`,
+    `HyperparameterTuningJob`) and written back as REST JSON, so default values (0, false,
+    *_UNSPECIFIED) are left out and int64 values are strings.
+
+    Raises:
+        DeployError: a field the message does not have, or a value of the wrong type, named.
+    """
+    from google.cloud import aiplatform_v1
+    from google.protobuf import json_format
+
+    message = getattr(aiplatform_v1, message_type).pb()()
+    try:
+        json_format.ParseDict(body, message)
+    except json_format.ParseError as e:
+        raise DeployError(f"{what}: {str(e).split(' Available Fields')[0]}") from None
+    return json_format.MessageToDict(message)
+
 
 @dataclasses.dataclass(frozen=True)
 class ApiRequest:

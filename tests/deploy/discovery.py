@@ -4,6 +4,10 @@ google-api-python-client ships) as a request router and a validator, for the fak
 Discovery documents say each field's type and format, and which are output-only (`readOnly`);
 they do not say which fields are required. `validate` therefore reports unknown fields, wrong
 types, bad enum values, malformed durations and int64s, and output-only fields in a request.
+
+The client libraries' REST transport sends enum values as numbers (`$alt=json;enum-encoding=int`,
+which the service accepts); `enum_names` reads them back as names with the library's own enum
+tables, so that the names are then checked against the published schema.
 """
 
 from __future__ import annotations
@@ -14,6 +18,8 @@ import os
 import re
 
 import googleapiclient
+from google.protobuf import descriptor as pb_descriptor
+from google.protobuf import descriptor_pool
 
 DOCUMENT = os.path.join(
     os.path.dirname(googleapiclient.__file__), "discovery_cache", "documents", "aiplatform.v1.json"
@@ -69,6 +75,47 @@ def route(http_method: str, path: str) -> tuple[str, str | None] | None:
 def validate(value, schema_ref: str, where: str = "body") -> list[str]:
     """Every problem of `value` against the named schema, as 'where: what' strings."""
     return _check(value, {"$ref": schema_ref}, where)
+
+
+def enum_names(value, schema_ref: str):
+    """`value` (a request body of the named schema) with every enum number replaced by its
+    name, as the service reads a body sent with `enum-encoding=int`. A number the client
+    library does not know, or a body the library has no message for, stays as it is (and then
+    fails validation)."""
+    import google.cloud.aiplatform_v1  # noqa: F401  (registers the v1 messages)
+
+    prefix = "GoogleCloudAiplatformV1"
+    try:
+        message = descriptor_pool.Default().FindMessageTypeByName(
+            "google.cloud.aiplatform.v1." + schema_ref.removeprefix(prefix)
+        )
+    except KeyError:
+        return value
+    return _enum_names(value, message)
+
+
+def _enum_names(value, message: pb_descriptor.Descriptor):
+    if not isinstance(value, dict) or message.full_name.startswith("google.protobuf."):
+        return value  # Struct, Value, Duration...: JSON of their own, no enum numbers
+    out = {}
+    for key, item in value.items():
+        field = message.fields_by_camelcase_name.get(key)
+        out[key] = item if field is None else _field_names(item, field)
+    return out
+
+
+def _field_names(value, field: pb_descriptor.FieldDescriptor):
+    if isinstance(value, list):
+        return [_field_names(item, field) for item in value]
+    if field.message_type is not None:
+        if field.message_type.GetOptions().map_entry and isinstance(value, dict):
+            entry = field.message_type.fields_by_name["value"]
+            return {k: _field_names(v, entry) for k, v in value.items()}
+        return _enum_names(value, field.message_type)
+    if field.enum_type is not None and isinstance(value, int) and not isinstance(value, bool):
+        known = field.enum_type.values_by_number.get(value)
+        return known.name if known is not None else value
+    return value
 
 
 def _check(value, spec: dict, where: str) -> list[str]:

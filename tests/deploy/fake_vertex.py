@@ -7,8 +7,8 @@ return long-running operations answer `done: false` and report `done: true` on t
 with the response the SDK expects.
 
 Answers only what the deploy commands use: custom jobs, models, endpoints (create, list, get,
-deploy, undeploy, predict, delete), batch prediction jobs, and operations; ML Metadata for
-Vertex AI Experiments (`fake_metadata.py`).
+deploy, undeploy, predict, delete), batch prediction jobs, hyperparameter tuning jobs (create,
+get), and operations; ML Metadata for Vertex AI Experiments (`fake_metadata.py`).
 """
 
 from __future__ import annotations
@@ -91,6 +91,8 @@ class FakeVertex(MetadataHandlers):
     def handle(self, method: str, path: str, query: dict, body: dict | None) -> dict:
         path = re.sub(r"^/ui/", "/v1/", path)  # the SDK's REST LRO client polls under /ui/
         found = discovery.route(method, path)
+        if found and found[1] and "enum-encoding=int" in query.get("$alt", ""):
+            body = discovery.enum_names(body, found[1])  # recorded and checked as names
         with self._lock:
             self.requests.append(Recorded(method, path, found and found[0], body))
         if found is None:
@@ -154,6 +156,12 @@ class FakeVertex(MetadataHandlers):
         return self._new(parent, {**body, "state": "JOB_STATE_PENDING"})
 
     def _customJobs_get(self, name, query, body):
+        return self._get_resource(name)
+
+    def _hyperparameterTuningJobs_create(self, parent, query, body):
+        return self._new(parent, {**body, "state": "JOB_STATE_PENDING"})
+
+    def _hyperparameterTuningJobs_get(self, name, query, body):
         return self._get_resource(name)
 
     def _batchPredictionJobs_create(self, parent, query, body):

@@ -1,4 +1,5 @@
-"""deploy.submit: the resolved spec, the sdist upload and the CustomJob the SDK creates."""
+"""deploy.submit: the resolved spec, the job options, the sdist upload and the CustomJob the
+client library sends (checked by the fake service against the published schema)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import sys
 import pytest
 
 from deploy import api, submit
+from deploy.submit import JobOptions
 from tests.deploy import discovery
 from tests.support import REPO
 from trainer import job_spec
@@ -37,40 +39,237 @@ def test_resolved_spec_has_the_package_in_every_pool_and_stays_valid():
     assert discovery.validate(body, "GoogleCloudAiplatformV1CustomJob") == []
 
 
+def _set(path: str, value):
+    """A change of config.yaml's spec: `value` at a dotted path (`[i]` indexes a pool)."""
+
+    def change(spec):
+        *parents, last = path.replace("[", ".").replace("]", "").split(".")
+        node = spec
+        for key in parents:
+            node = node[int(key)] if key.isdigit() else node.setdefault(key, {})
+        node[last] = value
+
+    return change
+
+
+def _keep(spec):
+    pass
+
+
 @pytest.mark.parametrize(
-    "change, output_dir, message",
+    "change, options, message",
     [
-        (lambda s: None, None, "pass --output_dir"),  # config.yaml still says gs://BUCKET/
-        (lambda s: s.update(tensorboard="x"), "gs://b/o", "config key 'tensorboard'"),
-        (lambda s: s["scheduling"].update(strategy="SPOT"), "gs://b/o", "'scheduling.strategy'"),
+        (lambda s: s.pop("baseOutputDirectory"), JobOptions(), "pass --output_dir"),
+        (_set("persistentResourceId", "x"), JobOptions(), "config key 'persistentResourceId'"),
+        (_set("scheduling.priority", 1), JobOptions(), "config key 'scheduling.priority'"),
         (
             lambda s: s["workerPoolSpecs"][1].pop("pythonPackageSpec"),
-            "gs://b/o",
+            JobOptions(),
             "workerPoolSpecs[1] has no pythonPackageSpec",
         ),
-        (lambda s: None, "/local/dir", "--output_dir ('/local/dir') must be a Cloud Storage URI"),
+        # scheduling
+        (_set("scheduling.strategy", "CHEAP"), JobOptions(), "scheduling.strategy ('CHEAP')"),
+        (_keep, JobOptions(strategy="preemptible"), "scheduling.strategy ('PREEMPTIBLE')"),
+        (_set("scheduling.timeout", "1h"), JobOptions(), "scheduling.timeout ('1h')"),
+        (_keep, JobOptions(timeout="1 hour"), "--timeout ('1 hour') must be a whole number"),
+        (_set("scheduling.disableRetries", "yes"), JobOptions(), "disableRetries ('yes')"),
+        # service account, TensorBoard, network
+        (_keep, JobOptions(service_account="me@gmail.com"), "serviceAccount ('me@gmail.com')"),
+        (
+            _keep,
+            JobOptions(tensorboard="my-board", service_account="t@p-1.iam.gserviceaccount.com"),
+            "tensorboard ('my-board') is not a Vertex AI TensorBoard",
+        ),
+        (
+            _keep,
+            JobOptions(
+                tensorboard="projects/p/locations/europe-west4/tensorboards/7",
+                service_account="t@p-1.iam.gserviceaccount.com",
+            ),
+            "is in europe-west4, the job in us-central1",
+        ),
+        (_keep, JobOptions(tensorboard="7"), "needs a service account"),
+        (_keep, JobOptions(network="default"), "network ('default') is not a VPC network"),
+        # accelerators
+        (
+            _set("workerPoolSpecs[0].machineSpec.acceleratorType", "NVIDIA_T4"),
+            JobOptions(),
+            "workerPoolSpecs[0].machineSpec.acceleratorType ('NVIDIA_T4') is not a Vertex AI GPU",
+        ),
+        (
+            _keep,
+            JobOptions(accelerators=("TPU_V3:8",)),
+            "acceleratorType ('TPU_V3') is not a Vertex AI GPU",
+        ),
+        (
+            _set("workerPoolSpecs[2].machineSpec.acceleratorCount", 2),
+            JobOptions(),
+            "workerPoolSpecs[2].machineSpec.acceleratorCount (2) has no acceleratorType",
+        ),
+        (
+            _keep,
+            JobOptions(accelerators=("NVIDIA_TESLA_T4",)),
+            "workerPoolSpecs[0]: machine type 'n2-standard-8' cannot take NVIDIA_TESLA_T4",
+        ),
+        (
+            _keep,
+            JobOptions(accelerators=("chief:NVIDIA_L4",), machine_types=("chief:n1-standard-8",)),
+            "machine type 'n1-standard-8' cannot take NVIDIA_L4",
+        ),
+        (_keep, JobOptions(accelerators=("NVIDIA_TESLA_T4:two",)), "the count ('two')"),
+        (_keep, JobOptions(accelerators=("gpu:NVIDIA_TESLA_T4",)), "'gpu' is not a pool"),
+        # environment
+        (_keep, JobOptions(env=("TF_CONFIG={}",)), "TF_CONFIG is set by Vertex AI"),
+        (_keep, JobOptions(env=("chief:AIP_MODEL_DIR=x",)), "AIP_MODEL_DIR is set by Vertex"),
+        (_keep, JobOptions(env=("MY-VAR=1",)), "env entry {'name': 'MY-VAR', 'value': '1'}"),
+        (_keep, JobOptions(env=("NOVALUE",)), "--env=NOVALUE must be NAME=VALUE"),
     ],
 )
-def test_bad_specs_fail_naming_the_problem(change, output_dir, message):
+def test_bad_specs_and_options_fail_naming_the_value(change, options, message):
     spec = submit.load_config()
     change(spec)
-    with pytest.raises(
-        api.DeployError,
-        match=message.replace("(", r"\(")
-        .replace(")", r"\)")
-        .replace("[", r"\[")
-        .replace("]", r"\]"),
-    ):
-        submit.resolve(spec, package_uri=PACKAGE, output_dir=output_dir)
+    with pytest.raises(api.DeployError) as raised:
+        submit.resolve(
+            spec,
+            package_uri=PACKAGE,
+            output_dir="gs://test-bucket/runs/a" if "baseOutputDirectory" in spec else None,
+            options=options,
+            cloud=api.Cloud(project="my-project", region="us-central1"),
+        )
+    assert message in str(raised.value)
 
 
-def test_submit_uploads_the_sdist_and_the_sdk_sends_the_dry_run_body(cloud_sdk, gcs, tmp_path):
+def test_output_dir_must_be_a_bucket():
+    with pytest.raises(api.DeployError, match=r"--output_dir \('/local/dir'\) must be a Cloud"):
+        submit.resolve(submit.load_config(), package_uri=PACKAGE, output_dir="/local/dir")
+
+
+def test_a_field_the_client_library_does_not_know_fails_before_sending():
+    spec = submit.resolve(
+        submit.load_config(), package_uri=PACKAGE, output_dir="gs://test-bucket/runs/a"
+    )
+    spec["workerPoolSpecs"][0]["machineSpec"]["acceleratorTyp"] = "NVIDIA_TESLA_T4"
+    with pytest.raises(api.DeployError, match='no field named "acceleratorTyp"'):
+        submit.Submission("job", spec).body()
+
+
+OPTIONS = JobOptions(
+    tensorboard="123",
+    service_account="trainer@my-project.iam.gserviceaccount.com",
+    network="projects/12345/global/networks/vpc-1",
+    enable_web_access=True,
+    strategy="spot",
+    timeout="2h",
+    max_wait_duration="30m",
+    restart_job_on_worker_restart=True,
+    disable_retries=False,
+    machine_types=("n1-standard-8",),
+    accelerators=("NVIDIA_TESLA_T4", "worker:NVIDIA_TESLA_T4:2"),
+    env=("DATA_VERSION=7", "chief:DATA_VERSION=8", "ps:GRPC_VERBOSITY=ERROR"),
+)
+
+
+def test_options_land_in_the_spec_where_vertex_reads_them():
+    spec = submit.resolve(
+        submit.load_config(),
+        package_uri=PACKAGE,
+        output_dir="gs://test-bucket/runs/a",
+        options=OPTIONS,
+        cloud=api.Cloud(project="my-project", region="us-central1"),
+    )
+    assert spec["tensorboard"] == "projects/my-project/locations/us-central1/tensorboards/123"
+    assert spec["serviceAccount"] == "trainer@my-project.iam.gserviceaccount.com"
+    assert spec["network"] == "projects/12345/global/networks/vpc-1"
+    assert spec["enableWebAccess"] is True
+    assert spec["scheduling"] == {
+        "timeout": "7200s",  # the flag wins over config.yaml's 86400s
+        "strategy": "SPOT",
+        "maxWaitDuration": "1800s",
+        "restartJobOnWorkerRestart": True,
+    }
+    chief, workers, ps, evaluator = spec["workerPoolSpecs"]
+    assert chief["machineSpec"] == {
+        "machineType": "n1-standard-8",
+        "acceleratorType": "NVIDIA_TESLA_T4",
+        "acceleratorCount": 1,
+    }
+    assert workers["machineSpec"]["acceleratorCount"] == 2
+    assert "acceleratorType" not in ps["machineSpec"] | evaluator["machineSpec"]
+    assert ps["machineSpec"]["machineType"] == "n2-standard-4"  # not a training pool
+    images = [p["pythonPackageSpec"]["executorImageUri"] for p in spec["workerPoolSpecs"]]
+    gpu = "us-docker.pkg.dev/vertex-ai/training/tf-gpu.2-17.py310:latest"
+    cpu = "us-docker.pkg.dev/vertex-ai/training/tf-cpu.2-17.py310:latest"
+    assert images == [gpu, gpu, cpu, cpu]  # the GPU pools run the GPU twin of the image
+    envs = [p["pythonPackageSpec"].get("env") for p in spec["workerPoolSpecs"]]
+    assert envs == [
+        [{"name": "DATA_VERSION", "value": "8"}],  # the chief's own value replaces the default
+        [{"name": "DATA_VERSION", "value": "7"}],
+        [{"name": "DATA_VERSION", "value": "7"}, {"name": "GRPC_VERBOSITY", "value": "ERROR"}],
+        [{"name": "DATA_VERSION", "value": "7"}],
+    ]
+    assert discovery.validate(spec, SPEC) == []
+
+
+def test_options_from_config_yaml_are_kept_and_checked(tmp_path):
+    spec = submit.load_config()
+    spec["serviceAccount"] = "123-compute@developer.gserviceaccount.com"
+    spec["scheduling"].update(strategy="FLEX_START", maxWaitDuration="600s", disableRetries=True)
+    spec["workerPoolSpecs"][3]["machineSpec"] = {
+        "machineType": "g2-standard-8",
+        "acceleratorType": "NVIDIA_L4",  # the count defaults to 1
+    }
+    spec["workerPoolSpecs"][3]["pythonPackageSpec"]["executorImageUri"] = "eu.gcr.io/p/mine:1"
+    resolved = submit.resolve(spec, package_uri=PACKAGE, output_dir="gs://test-bucket/runs/a")
+    evaluator = resolved["workerPoolSpecs"][3]
+    assert evaluator["machineSpec"]["acceleratorCount"] == 1
+    assert evaluator["pythonPackageSpec"]["executorImageUri"] == "eu.gcr.io/p/mine:1"  # custom
+    assert resolved["scheduling"]["strategy"] == "FLEX_START"
+    assert discovery.validate(resolved, SPEC) == []
+
+
+def test_the_strategies_and_gpus_are_the_published_schemas():
+    schema = discovery.document()["schemas"]
+    strategies = schema["GoogleCloudAiplatformV1Scheduling"]["properties"]["strategy"]["enum"]
+    assert set(submit.STRATEGIES) == set(strategies) - {"STRATEGY_UNSPECIFIED"}
+    accelerators = schema["GoogleCloudAiplatformV1MachineSpec"]["properties"]["acceleratorType"]
+    assert set(submit.GPUS) == {a for a in accelerators["enum"] if a.startswith("NVIDIA_")}
+
+
+def test_the_fake_reads_the_client_librarys_enum_numbers_as_names():
+    from google.cloud import aiplatform_v1
+
+    spot = int(aiplatform_v1.Scheduling.Strategy.SPOT)
+    t4 = int(aiplatform_v1.AcceleratorType.NVIDIA_TESLA_T4)
+    body = {
+        "jobSpec": {
+            "scheduling": {"strategy": spot},
+            "workerPoolSpecs": [{"machineSpec": {"acceleratorType": t4}}],
+        },
+        "labels": {"team": "x"},
+    }
+    named = discovery.enum_names(body, "GoogleCloudAiplatformV1CustomJob")
+    assert named["jobSpec"]["scheduling"]["strategy"] == "SPOT"
+    assert named["jobSpec"]["workerPoolSpecs"][0]["machineSpec"] == {
+        "acceleratorType": "NVIDIA_TESLA_T4"
+    }
+    assert named["labels"] == {"team": "x"}
+    unknown = discovery.enum_names(
+        {"jobSpec": {"scheduling": {"strategy": 999}}}, "GoogleCloudAiplatformV1CustomJob"
+    )
+    assert discovery.validate(unknown, "GoogleCloudAiplatformV1CustomJob") == [
+        "body.jobSpec.scheduling.strategy: expected string, got 999"
+    ]
+
+
+@pytest.mark.parametrize("job_options", [JobOptions(), OPTIONS], ids=["config", "options"])
+def test_submit_uploads_the_sdist_and_sends_the_dry_run_body(cloud_sdk, gcs, tmp_path, job_options):
     fake, cloud = cloud_sdk
     options: dict = dict(
         staging_uri="gs://test-bucket/dist",
         display_name="census",
         output_dir="gs://test-bucket/runs/1",
         extra_args=["--max_iterations=1"],
+        options=job_options,
         dist_dir=str(tmp_path),
     )
     printed = io.StringIO()
@@ -88,10 +287,25 @@ def test_submit_uploads_the_sdist_and_the_sdk_sends_the_dry_run_body(cloud_sdk, 
     )
 
     job = submit.submit(cloud, out=io.StringIO(), **options)
-    assert job.resource_name.startswith("projects/my-project/locations/us-central1/customJobs/")
+    assert job.name.startswith("projects/my-project/locations/us-central1/customJobs/")
+    assert job.job_spec.scheduling.timeout.total_seconds() == (
+        7200 if job_options.timeout else 86400
+    )
     blob = gcs.bucket("test-bucket").get_blob("dist/trainer-0.1.0.tar.gz")
     assert blob is not None and blob.size == (tmp_path / "trainer-0.1.0.tar.gz").stat().st_size
+    # The fake got, field for field, what the dry run printed, and found it valid.
     assert fake.bodies("customJobs.create") == [dry[1]["body"]]
+    sent = dry[1]["body"]["jobSpec"]
+    if job_options.strategy:
+        assert sent["tensorboard"] == "projects/my-project/locations/us-central1/tensorboards/123"
+        assert sent["scheduling"]["strategy"] == "SPOT"
+        assert sent["serviceAccount"] == OPTIONS.service_account
+        assert sent["workerPoolSpecs"][1]["machineSpec"]["acceleratorCount"] == 2
+        assert sent["workerPoolSpecs"][0]["pythonPackageSpec"]["env"] == [
+            {"name": "DATA_VERSION", "value": "8"}
+        ]
+    else:
+        assert set(sent) == {"workerPoolSpecs", "baseOutputDirectory", "scheduling"}
     assert dry[1]["url"] == cloud.url("projects/my-project/locations/us-central1/customJobs")
     written = submit.load_config(str(tmp_path / "custom-job-census.yaml"))
     assert discovery.validate(written, SPEC) == []
@@ -117,6 +331,61 @@ def test_command_line_help_and_bad_input():
     )
     assert bad.returncode == 2
     assert "--staging_uri ('/tmp/x') must be a Cloud Storage URI" in bad.stderr
+
+
+def test_command_line_options_fail_before_the_build(tmp_path):
+    bad = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "deploy.submit",
+            "--project=my-project",
+            "--staging_uri=gs://b/dist",
+            "--output_dir=gs://b/runs/1",
+            f"--dist_dir={tmp_path}",
+            "--machine_type=n1-standard-8",
+            "--accelerator=NVIDIA_T4:1",
+            "--dry_run",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+    )
+    assert bad.returncode == 2, bad.stderr
+    assert bad.stderr.startswith(
+        "error: workerPoolSpecs[0].machineSpec.acceleratorType ('NVIDIA_T4') is not a Vertex AI GPU"
+    )
+    assert list(tmp_path.iterdir()) == [], "an sdist was built"
+
+
+def test_command_line_flags_become_job_options():
+    p = api.parser("x")
+    submit.add_job_flags(p, display_name="d")
+    args = p.parse_args(
+        [
+            "--staging_uri=gs://b/d",
+            "--tensorboard=123",
+            "--service_account=a@p.iam.gserviceaccount.com",
+            "--strategy=SPOT",
+            "--timeout=2h",
+            "--restart_job_on_worker_restart",
+            "--accelerator=NVIDIA_TESLA_T4",
+            "--accelerator=worker:NVIDIA_TESLA_T4:2",
+            "--machine_type=n1-standard-8",
+            "--env=A=1",
+            "--env=chief:A=2",
+        ]
+    )
+    assert submit.job_options(args) == JobOptions(
+        tensorboard="123",
+        service_account="a@p.iam.gserviceaccount.com",
+        strategy="SPOT",
+        timeout="2h",
+        restart_job_on_worker_restart=True,
+        accelerators=("NVIDIA_TESLA_T4", "worker:NVIDIA_TESLA_T4:2"),
+        machine_types=("n1-standard-8",),
+        env=("A=1", "chief:A=2"),
+    )
 
 
 def test_dry_run_estimate_of_config_yaml_says_what_the_cost_model_predicts():
