@@ -172,6 +172,9 @@ class FakeVertex(MetadataHandlers):
         return self._get_resource(name)
 
     def _models_upload(self, parent, query, body):
+        problems = explanation_problems(body["model"])
+        if problems:
+            self._fail(400, "INVALID_ARGUMENT", "; ".join(problems))
         # A model with a serving container is deployable on dedicated machines, as in Vertex.
         model = self._new(
             parent,
@@ -275,6 +278,58 @@ class FakeVertex(MetadataHandlers):
         return self._operations[name]
 
     _models_operations_get = _endpoints_operations_get = _operations_get
+
+
+# Attribution methods (one per spec) and the range of their step or path count, from the API
+# reference of ExplanationParameters.
+_ATTRIBUTIONS = {
+    "sampledShapleyAttribution": ("pathCount", 1, 50),
+    "integratedGradientsAttribution": ("stepCount", 1, 100),
+    "xraiAttribution": ("stepCount", 1, 100),
+    "examples": None,
+}
+
+
+def explanation_problems(model: dict) -> list[str]:
+    """What Vertex refuses in a model's explanationSpec beyond the schema (its field
+    documentation: required fields, ranges, one output; tensor names for Vertex's prebuilt
+    TensorFlow images), as 'where: what' strings."""
+    spec = model.get("explanationSpec")
+    if spec is None:
+        return []
+    where = "model.explanationSpec"
+    problems = []
+    parameters = spec.get("parameters") or {}
+    methods = [m for m in _ATTRIBUTIONS if m in parameters]
+    if len(methods) != 1:
+        problems.append(f"{where}.parameters: needs exactly one of {list(_ATTRIBUTIONS)}")
+    for method in methods:
+        limits = _ATTRIBUTIONS[method]
+        if limits:
+            field, low, high = limits
+            count = parameters[method].get(field)
+            if count is None or not low <= int(count) <= high:
+                problems.append(
+                    f"{where}.parameters.{method}.{field}: {count!r} is not in [{low}, {high}]"
+                )
+    metadata = spec.get("metadata") or {}
+    inputs, outputs = metadata.get("inputs") or {}, metadata.get("outputs") or {}
+    if not inputs:
+        problems.append(f"{where}.metadata.inputs: required")
+    if len(outputs) != 1:
+        problems.append(f"{where}.metadata.outputs: exactly one output, got {len(outputs)}")
+    if "vertex-ai/prediction/tf" in model.get("containerSpec", {}).get("imageUri", ""):
+        problems += [
+            f"{where}.metadata.inputs[{k!r}].inputTensorName: required for TensorFlow images"
+            for k, v in inputs.items()
+            if not v.get("inputTensorName")
+        ]
+        problems += [
+            f"{where}.metadata.outputs[{k!r}].outputTensorName: required for TensorFlow images"
+            for k, v in outputs.items()
+            if not v.get("outputTensorName")
+        ]
+    return problems
 
 
 def _handler_for(fake: FakeVertex):

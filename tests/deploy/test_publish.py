@@ -1,4 +1,5 @@
-"""deploy.publish: upload, endpoint, deploy, traffic split and clean-up through the SDK."""
+"""deploy.publish: upload, endpoint, deploy, traffic split and clean-up through the SDK;
+--explain's explanation spec, validated by the fake as Vertex would."""
 
 from __future__ import annotations
 
@@ -8,7 +9,10 @@ import sys
 
 import pytest
 
-from deploy import api, publish
+from deploy import api, publish, signature
+from tests.deploy import discovery
+from tests.deploy import test_signature as signature_test
+from tests.deploy.fake_vertex import ApiFailure, FakeVertex, explanation_problems
 from tests.support import REPO
 
 
@@ -134,3 +138,140 @@ def test_command_line_dry_run_prints_requests():
         text=True,
     )
     assert [r["method"] for r in json.loads(cleanup.stdout)] == ["GET", "POST", "DELETE", "DELETE"]
+
+
+# -- explanations ----------------------------------------------------------------------------
+
+EXPLANATION = publish.Explanation(inputs=("age", "occupation"), output="probabilities")
+UPLOAD = "/v1/projects/my-project/locations/us-central1/models:upload"
+
+
+def test_explain_uploads_the_dry_run_spec_and_the_fake_accepts_it(cloud_sdk):
+    fake, cloud = cloud_sdk
+    d = _deployment(explanation=publish.Explanation(("age", "occupation"), "probabilities", 12))
+    dry = publish.deploy_requests(cloud, d)
+    published = publish.publish(cloud, d)
+
+    (sent,) = fake.bodies("models.upload")
+    assert sent == dry[0].body  # what --dry_run prints is what the SDK sends
+    assert sent["model"]["explanationSpec"] == {
+        "parameters": {"sampledShapleyAttribution": {"pathCount": 12}},
+        "metadata": {
+            "inputs": {
+                "age": {"inputTensorName": "age"},
+                "occupation": {"inputTensorName": "occupation"},
+            },
+            "outputs": {"probabilities": {"outputTensorName": "probabilities"}},
+        },
+    }
+    assert discovery.route("POST", UPLOAD) == (
+        "aiplatform.projects.locations.models.upload",
+        "GoogleCloudAiplatformV1UploadModelRequest",
+    )
+    assert discovery.validate(sent, "GoogleCloudAiplatformV1UploadModelRequest") == []
+    assert explanation_problems(sent["model"]) == []
+    stored = fake.resources[published.model]["explanationSpec"]
+    assert stored["parameters"]["sampledShapleyAttribution"]["pathCount"] == 12
+
+
+def _upload_body(**spec_changes) -> dict:
+    spec = EXPLANATION.spec()
+    for path, value in spec_changes.items():
+        *parents, leaf = path.split(".")
+        node = spec
+        for key in parents:
+            node = node[key]
+        node[leaf] = value
+    return {"model": {**_deployment().upload_body()["model"], "explanationSpec": spec}}
+
+
+@pytest.mark.parametrize(
+    "changes, message",
+    [
+        (
+            {"parameters.sampledShapleyAttribution.pathCount": 0},
+            r"pathCount: 0 is not in \[1, 50\]",
+        ),
+        ({"parameters.sampledShapleyAttribution.pathCount": 51}, "pathCount: 51 is not in"),
+        ({"parameters.xraiAttribution": {"stepCount": 50}}, "needs exactly one of"),
+        ({"metadata.outputs.logits": {"outputTensorName": "logits"}}, "exactly one output, got 2"),
+        ({"metadata.inputs": {}}, r"metadata.inputs: required"),
+        ({"metadata.inputs.age": {}}, r"inputs\['age'\].inputTensorName: required"),
+        # the schema: an unknown field, a wrong type
+        ({"parameters.sampledShapleyAttribution.pathCounts": 5}, "unknown field"),
+        ({"metadata.inputs.age.inputTensorName": 3}, "expected string"),
+    ],
+)
+def test_the_fake_refuses_the_specs_vertex_refuses(changes, message):
+    with FakeVertex() as fake:
+        fake.handle("POST", UPLOAD, {}, _upload_body())  # the unchanged spec is accepted
+        with pytest.raises(ApiFailure, match=message) as failure:
+            fake.handle("POST", UPLOAD, {}, _upload_body(**changes))
+        assert failure.value.code == 400
+
+
+@pytest.mark.parametrize("path_count", [0, 51, -3])
+def test_a_path_count_outside_vertex_range_is_a_named_error(path_count):
+    with pytest.raises(api.DeployError, match=rf"--explain_path_count \({path_count}\) must be"):
+        publish.Explanation(("age",), "probabilities", path_count)
+
+
+def test_explain_needs_an_output_to_explain():
+    outputs = {"scores": signature.Tensor("StatefulPartitionedCall:0", "float32")}
+    inputs = {"age": signature.Tensor("serving_default_age:0", "float32")}
+    with pytest.raises(api.DeployError, match="needs a float32 output named probabilities"):
+        publish.Explanation.of(signature.Signature(inputs, outputs), 10)
+
+
+def _dry_run(*flags: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "deploy.publish",
+            "deploy",
+            "--project=my-project",
+            "--display_name=m",
+            "--endpoint_name=e",
+            "--dry_run",
+            *flags,
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+    )
+
+
+def test_command_line_refuses_a_bad_path_count_before_reading_the_model():
+    result = _dry_run(
+        "--model_dir=gs://no-such-bucket/model", "--explain", "--explain_path_count=60"
+    )
+    assert result.returncode == 2
+    assert "--explain_path_count (60) must be between 1 and 50" in result.stderr
+    assert result.stdout == ""
+    alone = _dry_run("--model_dir=gs://b/model", "--explain_path_count=5")
+    assert alone.returncode == 2 and "--explain_path_count needs --explain" in alone.stderr
+
+
+def test_command_line_dry_run_shows_the_spec_of_the_models_inputs(gcs, tmp_path):
+    model = signature_test.save_tiny_model(tmp_path / "model")
+    blob = gcs.bucket("test-bucket").blob("runs/1/model/saved_model.pb")
+    blob.upload_from_filename(str(model / "saved_model.pb"))
+
+    result = _dry_run("--model_dir=gs://test-bucket/runs/1/model", "--explain")
+    assert result.returncode == 0, result.stderr
+    upload = json.loads(result.stdout)[0]
+    assert upload["url"].endswith("/models:upload")
+    spec = upload["body"]["model"]["explanationSpec"]
+    assert spec["parameters"] == {
+        "sampledShapleyAttribution": {"pathCount": publish.DEFAULT_PATH_COUNT}
+    }
+    assert spec["metadata"]["inputs"] == {
+        "age": {"inputTensorName": "age"},
+        "workclass": {"inputTensorName": "workclass"},
+    }
+    assert spec["metadata"]["outputs"] == {"probabilities": {"outputTensorName": "probabilities"}}
+
+    missing = _dry_run("--model_dir=gs://test-bucket/runs/2/model", "--explain")
+    assert missing.returncode == 2
+    assert "--model_dir gs://test-bucket/runs/2/model: cannot read" in missing.stderr
