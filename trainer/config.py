@@ -145,4 +145,5 @@ class RunConfig:
             "eval_data": self.data.eval_data,
             "holdout_fraction": None if self.data.eval_data else self.data.holdout_fraction,
             "bad_rows": self.data.input.bad_rows.value,
+            "weight_column": self.data.columns.weight,
         }

@@ -9,6 +9,7 @@ from typing import Any
 
 import tensorflow as tf
 
+from trainer.features import WEIGHT
 from trainer.frozen import FrozenEnsemble, compile_encoded
 from trainer.heads import Head, Metrics
 from trainer.iteration import Iteration
@@ -17,13 +18,15 @@ from trainer.iteration import Iteration
 def evaluate(
     dataset: tf.data.Dataset, predict: Callable[[Any], tf.Tensor], head: Head, count: int
 ) -> list[Metrics]:
-    """Metrics of `count` models over one pass of `dataset` (`(features, labels)` batches);
-    `predict(features)` returns their logits stacked, [count, batch, logits]."""
+    """Metrics of `count` models over one pass of `dataset` (`(features, labels)` batches,
+    weighted by the features' example weights if they have them); `predict(features)`
+    returns their logits stacked, [count, batch, logits]."""
     metrics = [Metrics(head) for _ in range(count)]
     for features, labels in dataset:
         labels = labels.numpy()
+        weights = features[WEIGHT].numpy() if WEIGHT in features else None
         for accumulated, logits in zip(metrics, predict(features).numpy()):
-            accumulated.update(labels, logits)
+            accumulated.update(labels, logits, weights)
     return metrics
 
 
@@ -49,7 +52,7 @@ def evaluate_iteration(iteration: Iteration, dataset: tf.data.Dataset) -> Iterat
     return IterationMetrics(
         [m.result() for m in metrics[:count]],
         [m.result() for m in metrics[count:]],
-        [m.loss_sum / max(m.count, 1) if m.finite else float("nan") for m in metrics[:count]],
+        [m.mean_loss for m in metrics[:count]],
         metrics[0].count,
     )
 

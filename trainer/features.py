@@ -18,6 +18,10 @@ from trainer.schema import CategoricalColumn, Encoding, Kind, NumericColumn
 # last id for values outside it). A dict without "ids" rather than a None or a zero-width
 # tensor: tf.data and distributed iterators handle neither.
 Encoded = Mapping[str, tf.Tensor]
+# The input pipeline's encoded batches of a schema with a weight column also hold each row's
+# weight, [batch] float32, under this key: the loss and the metrics read it, the model never
+# does (the exported model's preprocessor makes no weight).
+WEIGHT = "weight"
 
 
 def encoded(dense: tf.Tensor, ids: tf.Tensor | None = None) -> dict[str, tf.Tensor]:

@@ -17,16 +17,21 @@ class Head:
         self.logits_dimension = label.logits_dimension
 
     # -- training (TF) --------------------------------------------------------------------
-    def loss(self, labels: tf.Tensor, logits: tf.Tensor) -> tf.Tensor:
-        """Per-example loss; regression is trained on standardised targets."""
+    def loss(
+        self, labels: tf.Tensor, logits: tf.Tensor, weights: tf.Tensor | None = None
+    ) -> tf.Tensor:
+        """Per-example loss, times each example's weight if given; regression is trained on
+        standardised targets."""
         if self.type is HeadType.BINARY:
-            return tf.nn.sigmoid_cross_entropy_with_logits(
+            loss = tf.nn.sigmoid_cross_entropy_with_logits(
                 labels=tf.cast(labels, tf.float32), logits=logits[:, 0]
             )
-        if self.type is HeadType.MULTICLASS:
-            return tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits)
-        target = (labels - self.label.mean) / self.label.std
-        return tf.square(logits[:, 0] - target)
+        elif self.type is HeadType.MULTICLASS:
+            loss = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits)
+        else:
+            target = (labels - self.label.mean) / self.label.std
+            loss = tf.square(logits[:, 0] - target)
+        return loss if weights is None else loss * weights
 
     # -- serving (TF) ---------------------------------------------------------------------
     def predictions(self, logits: tf.Tensor) -> dict[str, tf.Tensor]:
@@ -59,10 +64,12 @@ class Head:
         target = (labels - self.label.mean) / self.label.std
         return np.square(logits[:, 0] - target)
 
-    def metrics(self, labels: np.ndarray, logits: np.ndarray) -> dict[str, float]:
+    def metrics(
+        self, labels: np.ndarray, logits: np.ndarray, weights: np.ndarray | None = None
+    ) -> dict[str, float]:
         """Eval metrics of one model's logits on labelled data (in one piece)."""
         metrics = Metrics(self)
-        metrics.update(labels, logits)
+        metrics.update(labels, logits, weights)
         return metrics.result()
 
     @property
@@ -83,7 +90,11 @@ class Head:
 class Metrics:
     """Eval metrics accumulated over batches, in memory that does not grow with the data:
     mean loss, accuracy and AUC (binary), accuracy (multi-class), loss, mse and mae
-    (regression).
+    (regression). With example weights every metric is weighted: means are weighted means
+    (sum of weight x value over the sum of the weights), and AUC counts each pair of a
+    positive and a negative example with the product of their weights (as scikit-learn's
+    `roc_auc_score(sample_weight=...)` does). `count` is the rows, `weight` their total
+    weight (the rows without weights).
 
     AUC is the Mann-Whitney statistic over a histogram of `AUC_BINS` equal bins of the
     predicted probability: pairs in the same bin count one half, as tied scores do. It
@@ -97,40 +108,56 @@ class Metrics:
     def __init__(self, head: Head):
         self.head = head
         self.count = 0
+        self.weight = 0.0
         self.loss_sum = 0.0
-        self.correct = 0
+        self.correct = 0.0
         self.squared_error = 0.0
         self.absolute_error = 0.0
         self.finite = True
-        self.positives = np.zeros(self.AUC_BINS, np.int64)
-        self.negatives = np.zeros(self.AUC_BINS, np.int64)
+        # Weights of the positive and negative examples per bin (counts without weights).
+        self.positives = np.zeros(self.AUC_BINS, np.float64)
+        self.negatives = np.zeros(self.AUC_BINS, np.float64)
 
-    def update(self, labels: np.ndarray, logits: np.ndarray) -> None:
+    def update(
+        self, labels: np.ndarray, logits: np.ndarray, weights: np.ndarray | None = None
+    ) -> None:
         if not self.finite or not len(labels):
             return
         if not np.isfinite(logits).all():
             self.finite = False
             return
         head = self.head
+        w = np.ones(len(labels)) if weights is None else np.asarray(weights, np.float64)
         self.count += len(labels)
-        self.loss_sum += float(head.losses(labels, logits).sum())
+        self.weight += float(w.sum())
+        self.loss_sum += float(w @ head.losses(labels, logits))
         if head.type is HeadType.REGRESSION:
             error = logits[:, 0].astype(np.float64) * head.label.std + head.label.mean - labels
-            self.squared_error += float(np.square(error).sum())
-            self.absolute_error += float(np.abs(error).sum())
+            self.squared_error += float(w @ np.square(error))
+            self.absolute_error += float(w @ np.abs(error))
         elif head.type is HeadType.BINARY:
-            self.correct += int(np.sum((logits[:, 0] > 0) == (labels == 1)))
+            self.correct += float(w @ ((logits[:, 0] > 0) == (labels == 1)))
             probability = 1.0 / (1.0 + np.exp(-logits[:, 0].astype(np.float64)))
             bins = np.minimum((probability * self.AUC_BINS).astype(np.int64), self.AUC_BINS - 1)
-            self.positives += np.bincount(bins[labels == 1], minlength=self.AUC_BINS)
-            self.negatives += np.bincount(bins[labels != 1], minlength=self.AUC_BINS)
+            positive = labels == 1
+            self.positives += np.bincount(
+                bins[positive], weights=w[positive], minlength=self.AUC_BINS
+            )
+            self.negatives += np.bincount(
+                bins[~positive], weights=w[~positive], minlength=self.AUC_BINS
+            )
         else:
-            self.correct += int(np.sum(np.argmax(logits, axis=1) == labels))
+            self.correct += float(w @ (np.argmax(logits, axis=1) == labels))
+
+    @property
+    def mean_loss(self) -> float:
+        """The (weighted) mean loss; NaN once a model's logits were not finite."""
+        return self.loss_sum / (self.weight or 1.0) if self.finite else float("nan")
 
     def result(self) -> dict[str, float]:
         if not self.finite:
             return {"loss": float("nan")}
-        n = max(self.count, 1)
+        n = self.weight or 1.0
         out = {"loss": self.loss_sum / n}
         if self.head.type is HeadType.REGRESSION:
             out.update(mse=self.squared_error / n, mae=self.absolute_error / n)

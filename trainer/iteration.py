@@ -26,7 +26,7 @@ from trainer.ensemble.objective import (
     moving_average_update,
     training_objective,
 )
-from trainer.features import Encoded
+from trainer.features import WEIGHT, Encoded
 from trainer.frozen import PREVIOUS, FrozenEnsemble, FrozenMember, compile_encoded, member_key
 from trainer.heads import Head
 from trainer.model import Builder, Inputs, Subnetwork
@@ -273,18 +273,21 @@ class Iteration:
     def _losses(self, features, labels, trained, candidates):
         """This replica's (total, subnetwork losses, candidate objectives): the total is what
         one backward pass differentiates (previous ensemble's objective measured, not
-        trained)."""
+        trained). With example weights each example's loss is weighted (the weights are
+        scaled to a mean of 1 over the training data, so the sum over the global batch size
+        estimates the weighted mean)."""
         new, logits = self._forward(features, trained=trained, candidates=candidates)
         global_batch = self.options.batch_size
+        weights = features.get(WEIGHT)
         sub_losses = [
             tf.nn.compute_average_loss(
-                self.head.loss(labels, new[i][1]), global_batch_size=global_batch
+                self.head.loss(labels, new[i][1], weights), global_batch_size=global_batch
             )
             for i in trained
         ]
         objectives = [
             training_objective(
-                self.head.loss(labels, logits[c]),
+                self.head.loss(labels, logits[c], weights),
                 self.candidates[c].weights.penalty(),
                 global_batch_size=global_batch,
                 replicas=self.strategy.num_replicas_in_sync,

@@ -162,13 +162,30 @@ class Label:
 
 
 @dataclasses.dataclass(frozen=True)
+class Weight:
+    """The example weight column (`--weight_column`): not a feature, a finite number >= 0 in
+    every row. `mean` is its mean over the training rows: training scales each weight by
+    1 / mean, so the loss keeps the scale of an unweighted one (a weight of 10 everywhere
+    trains as no weight does) and the learning rate means the same."""
+
+    name: str
+    mean: float = 1.0
+
+    def __post_init__(self):
+        if not self.mean > 0:
+            raise ValueError(f"weight column '{self.name}': mean ({self.mean}) must be > 0.")
+
+
+@dataclasses.dataclass(frozen=True)
 class Schema:
-    """Feature columns in input order, the label, and (`summary`) what the scan read: rows per
-    file, bad rows, the hold-out, and how the statistics were computed."""
+    """Feature columns in input order, the label, the example weight if any, and (`summary`)
+    what the scan read: rows per file, bad rows, the hold-out, and how the statistics were
+    computed."""
 
     columns: tuple[Column, ...]
     label: Label
     summary: Mapping = dataclasses.field(default_factory=dict, compare=False, hash=False)
+    weight: Weight | None = None
 
     def __post_init__(self):
         if not self.columns:
@@ -203,8 +220,9 @@ class Schema:
         return tuple(c.name for c in self.columns if c.kind is Kind.CATEGORICAL)
 
     def bytes_per_example(self) -> int:
-        """Memory of one encoded example: dense floats, embedding ids and the label."""
-        return 4 * self.dense_width + 8 * len(self.embedded) + 8
+        """Memory of one encoded example: dense floats, embedding ids, the label and the
+        weight."""
+        return 4 * self.dense_width + 8 * len(self.embedded) + 8 + (4 if self.weight else 0)
 
     def to_json(self) -> str:
         def column(c):
@@ -215,15 +233,15 @@ class Schema:
 
         label = dataclasses.asdict(self.label)
         label["head"] = self.label.head.value
-        return json.dumps(
-            {
-                "version": SCHEMA_VERSION,
-                "columns": [column(c) for c in self.columns],
-                "label": label,
-                "input": dict(self.summary),
-            },
-            indent=1,
-        )
+        data = {
+            "version": SCHEMA_VERSION,
+            "columns": [column(c) for c in self.columns],
+            "label": label,
+            "input": dict(self.summary),
+        }
+        if self.weight:  # absent without one: schemas written before weights read the same
+            data["weight"] = dataclasses.asdict(self.weight)
+        return json.dumps(data, indent=1)
 
     @classmethod
     def from_json(cls, text: str, *, path: str = "schema.json") -> Schema:
@@ -250,12 +268,14 @@ class Schema:
         label = dict(data["label"])
         label["head"] = HeadType(label["head"])
         label["classes"] = tuple(label["classes"])
-        return cls(tuple(columns), Label(**label), data.get("input", {}))
+        weight = Weight(**data["weight"]) if data.get("weight") else None
+        return cls(tuple(columns), Label(**label), data.get("input", {}), weight)
 
 
 @dataclasses.dataclass(frozen=True)
 class ColumnChoices:
-    """What the user said about columns and their encoding; empty means infer."""
+    """What the user said about columns and their encoding; empty means infer. `weight`:
+    the example weight column, if any."""
 
     label: str
     numeric: tuple[str, ...] = ()
@@ -266,6 +286,7 @@ class ColumnChoices:
     max_vocabulary_size: int = 100_000
     one_hot_max_size: int = 64
     embedding_dim: int = 16
+    weight: str | None = None
 
     def __post_init__(self):
         for name in ("num_bins",):
@@ -308,6 +329,35 @@ def check_choices(header: Sequence[str], choices: ColumnChoices, *, source: str)
             f"column(s) {sorted(both)} are in both --numeric_columns and "
             "--categorical_columns; name each column once."
         )
+    check_weight(header, choices, source=source)
+
+
+def check_weight(header: Sequence[str], choices: ColumnChoices, *, source: str) -> None:
+    """Fails when --weight_column is not a column of the data, or is the label or a column
+    named as a feature or ignored (a weight is neither)."""
+    weight = choices.weight
+    if weight is None:
+        return
+    if weight not in header:
+        raise InputError(
+            f"--weight_column='{weight}' is not a column of {source}; its columns are: "
+            f"{', '.join(header)}."
+        )
+    if weight == choices.label:
+        raise InputError(
+            f"--weight_column='{weight}' is the label column; the weight must be a column "
+            "of its own."
+        )
+    for flag, names in (
+        ("--numeric_columns", choices.numeric),
+        ("--categorical_columns", choices.categorical),
+        ("--ignore_columns", choices.ignore),
+    ):
+        if weight in names:
+            raise InputError(
+                f"{flag} names the weight column '{weight}'; a weight is not a feature "
+                "(nor ignored). Remove it from that flag."
+            )
 
 
 # -- inference from what the scan counted ---------------------------------------------------

@@ -59,6 +59,13 @@ flags.DEFINE_string("label_column", None, "The column to predict (required with 
 flags.DEFINE_list("numeric_columns", [], "Columns to treat as numeric (default: inferred).")
 flags.DEFINE_list("categorical_columns", [], "Columns to treat as categorical (default: inferred).")
 flags.DEFINE_list("ignore_columns", [], "Columns not to use as features.")
+flags.DEFINE_string(
+    "weight_column",
+    None,
+    "A numeric column of example weights (>= 0, not a feature): they weight the training "
+    "loss and every eval metric, e.g. up-weighting a rare class. A row whose weight is "
+    "missing, negative or not a number is a bad row (see --bad_rows).",
+)
 flags.DEFINE_enum(
     "head",
     "auto",
@@ -341,6 +348,7 @@ def build_config(f=FLAGS, environment: Environment | None = None) -> config_lib.
         max_vocabulary_size=f.max_vocabulary_size,
         one_hot_max_size=f.one_hot_max_size,
         embedding_dim=f.embedding_dim,
+        weight=f.weight_column or None,
     )
     if f.layer_size < 1 or f.initial_num_layers < 0 or not 0 <= f.dropout < 1:
         raise InputError(

@@ -86,11 +86,15 @@ def evaluate_export(job: job_dir_lib.JobDir, data: input_lib.JobInput, head: Hea
     """Metrics of the exported model itself (loaded back) on the eval data, streamed."""
     serve = export_lib.load_serving_fn(job.model)
     metrics = Metrics(head)
-    for features, labels in data.eval_raw():
-        metrics.update(labels.numpy(), serve(**features)["logits"].numpy())
+    for batch in data.eval_raw(with_weight=True):
+        features, labels = batch[:2]
+        weights = batch[2].numpy() if len(batch) > 2 else None
+        metrics.update(labels.numpy(), serve(**features)["logits"].numpy(), weights)
+    weight = data.schema.weight
     return {
         "eval_data": data.describe_eval(),
         "examples": metrics.count,
+        **({"weight_column": weight.name, "weight": metrics.weight} if weight else {}),
         "metrics": metrics.result(),
     }
 

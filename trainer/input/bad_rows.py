@@ -30,7 +30,13 @@ class BadRow:
     column: str | None  # the first numeric column that is not a number
 
 
-def describe(bad: BadRow, source: Source, label: str | None, classes: tuple[str, ...] = ()) -> str:
+def describe(
+    bad: BadRow,
+    source: Source,
+    label: str | None,
+    classes: tuple[str, ...] = (),
+    weight: str | None = None,
+) -> str:
     """What is wrong with a bad row, where, and how to fix it."""
     unit = "record" if source.format == files_lib.TFRECORD else "line"
     where = f"{bad.path} {unit} {bad.line}"
@@ -65,6 +71,12 @@ def describe(bad: BadRow, source: Source, label: str | None, classes: tuple[str,
             f"{source.flag}: label column '{label}' holds {value(label)!r} at {where}: "
             "regression labels must be finite numbers. Remove or fix that row, or choose "
             f"--head=binary or --head=multiclass{skip}."
+        )
+    if bad.reasons & rows_lib.WEIGHT_INVALID:
+        return (
+            f"{source.flag}: weight column '{weight}' holds {value(weight)!r} at {where}: "
+            "weights must be finite numbers >= 0 (0 leaves a row out of the loss and the "
+            f"metrics). Fix that row{skip}."
         )
     return (
         f"{source.flag}: label {value(label)!r} at {where} is not one of the training "
@@ -135,11 +147,17 @@ class BadRowLog:
         if self.first is None or key(row) < key(self.first):
             self.first = row
 
-    def check(self, policy: BadRows, label: str | None, classes: tuple[str, ...] = ()) -> None:
+    def check(
+        self,
+        policy: BadRows,
+        label: str | None,
+        classes: tuple[str, ...] = (),
+        weight: str | None = None,
+    ) -> None:
         """Stops on a bad row (ERROR), or warns how many were skipped (SKIP)."""
         if self.first is None:
             return
-        message = describe(self.first, self.source, label, classes)
+        message = describe(self.first, self.source, label, classes, weight)
         if policy is BadRows.ERROR:
             raise InputError(message)
         logging.warning(

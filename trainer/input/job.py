@@ -50,9 +50,10 @@ class JobInput:
         """One pass over the eval rows, encoded."""
         return self._pipeline(self.eval).encoded(self.eval_selection)
 
-    def eval_raw(self) -> tf.data.Dataset:
-        """One pass over the eval rows as the exported model takes them."""
-        return self._pipeline(self.eval).raw(self.eval_selection)
+    def eval_raw(self, *, with_weight: bool = False) -> tf.data.Dataset:
+        """One pass over the eval rows as the exported model takes them: `(features,
+        labels)`, or with `with_weight` and a weight column `(features, labels, weights)`."""
+        return self._pipeline(self.eval).raw(self.eval_selection, with_weight=with_weight)
 
     def describe_eval(self) -> str:
         return self.holdout.describe() if self.holdout else self.eval.pattern

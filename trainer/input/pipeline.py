@@ -5,10 +5,12 @@
     -> prefetch
 
 Rows are parsed and encoded in blocks by the same preprocessing layer the exported model
-carries; memory is bounded by the read, shuffle and prefetch buffers, never by the number of
-rows. When a reader's share of the encoded training data fits `cache_bytes`, it is read once
-and kept in memory, and every epoch draws a new permutation of it (small tables train as
-fast as from an array).
+carries; with a weight column, the encoded features also hold each row's weight under
+`features.WEIGHT` (scaled by 1 / the training mean, see `schema.Weight`), which the loss and
+the metrics read and the model never sees. Memory is bounded by the read, shuffle and
+prefetch buffers, never by the number of rows. When a reader's share of the encoded training
+data fits `cache_bytes`, it is read once and kept in memory, and every epoch draws a new
+permutation of it (small tables train as fast as from an array).
 
 Which rows a dataset takes (`Selection`): the hold-out (a keyed hash of each row's text, see
 `scan.Holdout`) and a shard. A shard is whole files when there are at least as many files as
@@ -26,7 +28,7 @@ from collections.abc import Callable
 import tensorflow as tf
 
 from trainer import schema as schema_lib
-from trainer.features import Preprocessor
+from trainer.features import WEIGHT, Preprocessor
 from trainer.input import blocks as blocks_lib
 from trainer.input import rows as rows_lib
 from trainer.input.files import Source
@@ -133,13 +135,21 @@ class Pipeline:
             in_process=self.in_process,
         )
 
-    def _parse_fn(self, selection: Selection, *, with_label: bool = True) -> Callable:
+    def _parse_fn(
+        self, selection: Selection, *, with_label: bool = True, with_weight: bool = False
+    ) -> Callable:
         """fn(file, line, text) -> (raw features, labels): the selected rows that can be used
         (bad rows are skipped, or with `BadRows.ERROR` fail the pipeline naming the first).
-        Labels are class ids (int64) or regression targets (float32)."""
+        Labels are class ids (int64) or regression targets (float32). With a weight column,
+        labelled rows whose weight is not a number >= 0 are bad rows too, and `with_weight`
+        gives (raw features, labels, weights), the weights as the data has them."""
         schema, label = self.schema, self.schema.label
+        weight = schema.weight.name if with_label and schema.weight else None
         columns = Columns(
-            schema.numeric_names, schema.categorical_names, label.name if with_label else None
+            schema.numeric_names,
+            schema.categorical_names,
+            label.name if with_label else None,
+            weight,
         )
         parser = rows_lib.RowParser(self.source, columns)
         classes = None
@@ -167,6 +177,8 @@ class Pipeline:
                     )
                 else:
                     labels = tf.cast(parsed.label_value, tf.float32)
+            if weight:
+                reasons |= rows_lib.weight_reasons(parsed)
             keep = ~parsed.blank
             bad = keep & tf.not_equal(reasons, 0)
             if self.bad_rows is BadRows.ERROR:
@@ -188,17 +200,23 @@ class Pipeline:
             parsed = parsed.take(keep)
             if not with_label:
                 return parsed.features()
+            if weight and with_weight:
+                return parsed.features(), tf.boolean_mask(labels, keep), parsed.weight
             return parsed.features(), tf.boolean_mask(labels, keep)
 
         return tf.autograph.experimental.do_not_convert(parse)
 
     def _encode_fn(self, selection: Selection) -> Callable:
-        parse = self._parse_fn(selection)
+        weight = self.schema.weight
+        parse = self._parse_fn(selection, with_weight=weight is not None)
         preprocessor = Preprocessor(self.schema)
 
         def encode(file, line, text):
-            features, labels = parse(file, line, text)
-            return preprocessor(features), labels
+            if weight is None:
+                features, labels = parse(file, line, text)
+                return preprocessor(features), labels
+            features, labels, weights = parse(file, line, text)
+            return {**preprocessor(features), WEIGHT: weights / weight.mean}, labels
 
         return tf.autograph.experimental.do_not_convert(encode)
 
@@ -225,12 +243,14 @@ class Pipeline:
         *,
         batch_size: int = EVAL_BATCH_SIZE,
         with_label: bool = True,
+        with_weight: bool = False,
     ) -> tf.data.Dataset:
         """One pass of raw features as the serving signature takes them: `(features, labels)`,
-        or `features` alone without `with_label`."""
+        or `features` alone without `with_label`; `(features, labels, weights)` with
+        `with_weight` when the schema has a weight column."""
         return self._pass(
             selection,
-            self._parse_fn(selection, with_label=with_label),
+            self._parse_fn(selection, with_label=with_label, with_weight=with_weight),
             batch_size=batch_size,
             deterministic=False,
         )

@@ -24,6 +24,7 @@ LABEL_MISSING = 4
 LABEL_NOT_FINITE = 8  # nan or inf
 LABEL_NOT_A_NUMBER = 16  # a regression label holds text
 LABEL_UNKNOWN = 32  # a class the training data does not have
+WEIGHT_INVALID = 64  # the example weight is missing, not a number, negative or not finite
 
 # What `float()` reads, but no digit-group underscores; "nan", "inf" and "infinity" included
 # (a numeric feature treats them as missing; a label with them is an error).
@@ -39,15 +40,22 @@ _MISSING = "|".join(re.escape(token) for token in sorted(schema_lib.MISSING_TOKE
 # -- parsing --------------------------------------------------------------------------------
 @dataclasses.dataclass(frozen=True)
 class Columns:
-    """What to parse from each row: numeric and categorical features, and the label."""
+    """What to parse from each row: numeric and categorical features, the label and the
+    example weight."""
 
     numeric: tuple[str, ...] = ()
     categorical: tuple[str, ...] = ()
     label: str | None = None
+    weight: str | None = None
 
     @property
     def names(self) -> tuple[str, ...]:
-        return self.numeric + self.categorical + ((self.label,) if self.label else ())
+        return (
+            self.numeric
+            + self.categorical
+            + ((self.label,) if self.label else ())
+            + ((self.weight,) if self.weight else ())
+        )
 
 
 @dataclasses.dataclass
@@ -55,7 +63,7 @@ class Parsed:
     """A parsed block. `numeric` values are NaN where missing or unparsable; `categorical`
     values are stripped text ("" where missing). The label comes as canonical text (numbers
     written without a fraction when integral, so that labels 1 and 1.0 are one class) and as
-    a number (NaN where it is not one)."""
+    a number (NaN where it is not one). The weight is a number, NaN where it is not one."""
 
     file: tf.Tensor
     line: tf.Tensor
@@ -69,6 +77,7 @@ class Parsed:
     label_value: tf.Tensor | None = None
     label_missing: tf.Tensor | None = None
     label_is_number: tf.Tensor | None = None
+    weight: tf.Tensor | None = None
 
     def features(self) -> dict[str, tf.Tensor]:
         """The raw feature columns as the model's serving signature takes them."""
@@ -151,7 +160,7 @@ class RowParser:
             not_a_number[name] = tf.scatter_nd(where, ~is_number & ~is_missing & well_formed, size)
         texts = {
             name: put_back(tf.strings.strip(fast_fields[name]), tf.strings.strip(slow_fields[name]))
-            for name in columns.categorical + ((columns.label,) if columns.label else ())
+            for name in columns.categorical + tuple(n for n in (columns.label, columns.weight) if n)
         }
         malformed = tf.scatter_nd(where, ~well_formed, size)
         return self._typed(file, line, text, blank, malformed, texts, numbers, not_a_number)
@@ -228,6 +237,12 @@ class RowParser:
             parsed.label_missing = (
                 tf.equal(label_text, "") | tf.equal(label_text, "?")
             ) & ~malformed
+        if columns.weight:
+            # A TFRecord number comes as one; CSV text (and numbers written as text) is parsed.
+            weight = numbers.get(columns.weight)
+            if weight is None:
+                weight = _parse_numbers(texts[columns.weight], "")[0]
+            parsed.weight = tf.cast(weight, tf.float32)
         return parsed
 
 
@@ -279,6 +294,14 @@ def label_reasons(parsed: Parsed, *, regression: bool) -> tf.Tensor:
     if regression:
         reasons |= tf.where(~parsed.label_is_number & ~parsed.label_missing, LABEL_NOT_A_NUMBER, 0)
     return tf.where(parsed.malformed, 0, reasons)
+
+
+def weight_reasons(parsed: Parsed) -> tf.Tensor:
+    """`WEIGHT_INVALID` where the weight is not a finite number >= 0 (a missing weight
+    included: a row without one cannot be weighted)."""
+    assert parsed.weight is not None, "no weight"
+    valid = tf.math.is_finite(parsed.weight) & (parsed.weight >= 0)
+    return tf.where(valid | parsed.malformed, 0, WEIGHT_INVALID)
 
 
 def first_where(mask: tf.Tensor, *values: tf.Tensor) -> list[tf.Tensor]:

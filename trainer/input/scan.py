@@ -6,8 +6,9 @@ approximations that keeps).
 
 Column kinds are decided from the first `SAMPLE_ROWS` rows (flags override); the pass then
 parses each column as its kind. A row that cannot be used (wrong field count, a numeric feature
-that is not a number, a missing or unusable label) stops the job, naming its file and line,
-or with `--bad_rows=skip` is skipped and counted per file.
+that is not a number, a missing or unusable label, a weight that is not a number >= 0) stops
+the job, naming its file and line, or with `--bad_rows=skip` is skipped and counted per file.
+The weights of the rows used must not all be zero, in the training rows and in the eval rows.
 """
 
 from __future__ import annotations
@@ -89,7 +90,11 @@ def _blocks(
 def _sample_kinds(source: Source, choices: ColumnChoices) -> dict[str, Kind]:
     """Each feature column's kind, from the first `SAMPLE_ROWS` rows (flags override). A
     TFRecord feature stored as numbers is numeric unless named categorical."""
-    features = [c for c in source.columns if c != choices.label and c not in choices.ignore]
+    features = [
+        c
+        for c in source.columns
+        if c not in (choices.label, choices.weight) and c not in choices.ignore
+    ]
     kinds: dict[str, Kind] = {}
     text_columns = []
     for name in features:
@@ -141,7 +146,9 @@ def scan_training(
     kinds = _sample_kinds(source, choices)
     numeric = tuple(n for n, k in kinds.items() if k is Kind.NUMERIC)
     categorical = tuple(n for n, k in kinds.items() if k is Kind.CATEGORICAL)
-    parser = rows_lib.RowParser(source, Columns(numeric, categorical, choices.label))
+    parser = rows_lib.RowParser(
+        source, Columns(numeric, categorical, choices.label, choices.weight)
+    )
     forced_regression = choices.head is HeadType.REGRESSION
 
     def scan(file, line, text):
@@ -149,6 +156,8 @@ def scan_training(
         reasons = rows_lib.feature_reasons(parsed) | rows_lib.label_reasons(
             parsed, regression=forced_regression
         )
+        if choices.weight:
+            reasons |= rows_lib.weight_reasons(parsed)
         out = first_bad(parsed, reasons)
         usable = ~parsed.blank & tf.equal(reasons, 0)
         good = parsed.take(usable)
@@ -173,6 +182,8 @@ def scan_training(
         out["sizes"] = tf.stack(sizes)
         out["label_numbers"] = good.label_value
         out["label_is_number"] = good.label_is_number
+        if choices.weight:
+            out["weights"] = good.weight
         return out
 
     rows = np.zeros(len(source.files), np.int64)
@@ -183,9 +194,13 @@ def scan_training(
     capacity = max(2 * choices.max_vocabulary_size, 1000)
     counters = {n: stats.Counter(capacity) for n in categorical}
     label = stats.LabelValues(schema_lib.MAX_CLASSES)
+    weights = np.zeros(2)  # the weight sums of the rows trained on and of those held out
     log = BadRowLog(source, numeric)
     for block in _blocks(source, scan):
         log.update(block)
+        if choices.weight:
+            w = block["weights"].astype(np.float64)
+            weights += (w[~block["held_out"]].sum(), w[block["held_out"]].sum())
         rows += np.bincount(block["files"], minlength=len(rows))
         held += np.bincount(block["files"][block["held_out"]], minlength=len(rows))
         for i, name in enumerate(numeric):
@@ -202,9 +217,15 @@ def scan_training(
             block["label_numbers"],
             block["label_is_number"],
         )
-    log.check(bad_rows, choices.label)
+    log.check(bad_rows, choices.label, weight=choices.weight)
     if not rows.sum():
         raise InputError(f"{source.flag}: {', '.join(source.files[:5])} holds no data rows.")
+    weight = None
+    if choices.weight:
+        _check_weights(source, choices.weight, weights[0], "training rows")
+        if holdout:
+            _check_weights(source, choices.weight, weights[1], "held-out rows")
+        weight = schema_lib.Weight(choices.weight, float(weights.sum() / rows.sum()))
     label_schema = schema_lib.infer_label(
         choices.label,
         choices.head,
@@ -257,16 +278,28 @@ def scan_training(
             "kinds_from_first_rows": SAMPLE_ROWS,
         },
     }
-    return Schema(tuple(columns), label_schema, summary)
+    return Schema(tuple(columns), label_schema, summary, weight)
+
+
+def _check_weights(source: Source, name: str, total: float, rows: str) -> None:
+    if not total > 0:
+        raise InputError(
+            f"{source.flag}: weight column '{name}' is 0 in all the {rows} of "
+            f"{source.pattern}: nothing would be trained or measured. Check --weight_column."
+        )
 
 
 def scan_eval(source: Source, schema: Schema, *, bad_rows: BadRows) -> dict:
     """Checks the eval data against the schema in one pass; returns its summary (rows and bad
     rows per file)."""
     label = schema.label
-    source.require((*schema.feature_names, label.name), what="the training data has them")
+    weight = schema.weight.name if schema.weight else None
+    source.require(
+        (*schema.feature_names, label.name, *([weight] if weight else [])),
+        what="the training data has them",
+    )
     parser = rows_lib.RowParser(
-        source, Columns(schema.numeric_names, schema.categorical_names, label.name)
+        source, Columns(schema.numeric_names, schema.categorical_names, label.name, weight)
     )
     classes = tf.constant(label.classes or ("",))
 
@@ -275,22 +308,32 @@ def scan_eval(source: Source, schema: Schema, *, bad_rows: BadRows) -> dict:
         reasons = rows_lib.feature_reasons(parsed) | rows_lib.label_reasons(
             parsed, regression=label.is_regression
         )
+        if weight:
+            reasons |= rows_lib.weight_reasons(parsed)
         if not label.is_regression:
             assert parsed.label_text is not None, "the training rows have the label"
             known = tf.reduce_any(tf.equal(parsed.label_text[:, None], classes[None, :]), 1)
             reasons |= tf.where(known | (reasons != 0), 0, rows_lib.LABEL_UNKNOWN)
         out = first_bad(parsed, reasons)
-        out["files"] = tf.boolean_mask(parsed.file, ~parsed.blank & tf.equal(reasons, 0))
+        usable = ~parsed.blank & tf.equal(reasons, 0)
+        out["files"] = tf.boolean_mask(parsed.file, usable)
+        if weight:
+            out["weights"] = tf.boolean_mask(parsed.weight, usable)
         return out
 
     rows = np.zeros(len(source.files), np.int64)
+    total_weight = 0.0
     log = BadRowLog(source, schema.numeric_names)
     for block in _blocks(source, check):
         log.update(block)
         rows += np.bincount(block["files"], minlength=len(rows))
-    log.check(bad_rows, label.name, label.classes)
+        if weight:
+            total_weight += float(block["weights"].astype(np.float64).sum())
+    log.check(bad_rows, label.name, label.classes, weight)
     if not rows.sum():
         raise InputError(f"{source.flag}: {', '.join(source.files[:5])} holds no data rows.")
+    if weight:
+        _check_weights(source, weight, total_weight, "rows")
     return _source_summary(source, rows, log.per_file, None)
 
 
