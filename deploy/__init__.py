@@ -1,6 +1,8 @@
 """Making the trained model useful on Vertex AI, and locally.
 
-- `deploy.submit`: build the sdist, upload it, create a CustomJob from `config.yaml`.
+- `deploy.submit`: build the sdist, upload it, create a CustomJob from `config.yaml` and the
+  job options (TensorBoard, service account, Spot, GPUs, environment).
+- `deploy.tune`: the same trial job under a HyperparameterTuningJob of the study in `tune.yaml`.
 - `deploy.publish`: Model Registry upload, endpoint, deploy; undeploy and delete.
 - `deploy.predict`: online prediction from an endpoint or from the local server.
 - `deploy.serve`: a local server with Vertex's custom-container contract (aiohttp), which

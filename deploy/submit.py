@@ -606,7 +606,7 @@ def submit(
     )
     submission = staged.job
     spec_path = os.path.join(dist_dir, f"custom-job-{display_name}.yaml")
-    _write_yaml(spec_path, submission.body()["jobSpec"])
+    write_yaml(spec_path, submission.body()["jobSpec"])
     send_or_show(staged, cloud, dry_run=dry_run, out=out)
     print(
         f"# equivalent gcloud command (spec in {spec_path}):\n"
@@ -693,7 +693,7 @@ def _shape(config: str) -> ClusterShape:
         raise api.DeployError(str(e)) from None
 
 
-def _write_yaml(path: str, spec: dict) -> None:
+def write_yaml(path: str, spec: dict) -> None:
     import yaml
 
     storage.write_bytes(path, yaml.safe_dump(spec, sort_keys=False).encode())

@@ -1,0 +1,324 @@
+"""deploy.tune: the study in tune.yaml checked, the trials' job built by deploy.submit's code,
+and the HyperparameterTuningJob the client library sends (checked by the fake service against
+the published schema)."""
+
+from __future__ import annotations
+
+import copy
+import io
+import json
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from deploy import api, submit, tune
+from deploy.submit import JobOptions
+from tests.deploy import discovery
+from tests.support import REPO
+
+JOB = "GoogleCloudAiplatformV1HyperparameterTuningJob"
+PACKAGE = "gs://test-bucket/dist/trainer-0.1.0.tar.gz"
+
+
+def _study() -> dict:
+    with open(tune.STUDY) as f:
+        return yaml.safe_load(f)
+
+
+def _trial_spec(study: dict, extra_args=()) -> dict:
+    spec = submit.resolve(
+        submit.load_config(),
+        package_uri=PACKAGE,
+        output_dir="gs://test-bucket/tune/1",
+        extra_args=extra_args,
+    )
+    return tune.trial_spec(spec, study)
+
+
+def test_tune_yaml_is_a_valid_study_of_the_trainers_metric():
+    study = tune.load_study()
+    assert study["studySpec"]["metrics"] == [{"metricId": "accuracy", "goal": "MAXIMIZE"}]
+    params = {p["parameterId"]: p for p in study["studySpec"]["parameters"]}
+    assert set(params) == {"learning_rate", "layer_size", "max_iteration_steps", "dropout"}
+    assert params["learning_rate"]["scaleType"] == "UNIT_LOG_SCALE"
+    assert params["layer_size"]["integerValueSpec"] == {"minValue": "16", "maxValue": "256"}
+    job = tune.TuningJob("t", study, _trial_spec(study))
+    assert discovery.validate(job.body(), JOB) == []
+    assert (job.body()["maxTrialCount"], job.body()["parallelTrialCount"]) == (20, 4)
+
+
+def _change(path: str, value):
+    """A change of tune.yaml: `value` at a dotted path (numbers index lists); None deletes."""
+
+    def change(study):
+        *parents, last = path.split(".")
+        node = study
+        for key in parents:
+            node = node[int(key)] if key.isdigit() else node[key]
+        index: int | str = int(last) if last.isdigit() else last
+        if value is None:
+            del node[index]
+        else:
+            node[index] = value
+
+    return change
+
+
+P = "studySpec.parameters"
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        # the metric
+        (_change("studySpec.metrics", None), "studySpec.metrics is missing"),
+        (_change("studySpec.metrics.0.metricId", "f1"), "metricId ('f1') is not a metric"),
+        (_change("studySpec.metrics.0.goal", "MINIMIZE"), "accuracy must be MAXIMIZED"),
+        (
+            _change("studySpec.metrics", [{"metricId": "accuracy"}, {"metricId": "loss"}]),
+            "has 2 metrics; the trainer reports one",
+        ),
+        # parameters
+        (_change(f"{P}.0.parameterId", "learning_rat"), "('learning_rat') is not a trainer flag"),
+        (_change(f"{P}.0.parameterId", "train_data"), "('train_data') is not a trainer flag"),
+        (
+            _change(f"{P}.3", {"parameterId": "dropout", "floatValueSpec": {}}),
+            "parameter dropout has type 'floatValueSpec'",
+        ),
+        (
+            _change(f"{P}.3", {"parameterId": "dropout", "type": "DOUBLE"}),
+            "parameter dropout has type 'type'",
+        ),
+        (
+            _change(f"{P}.0.doubleValueSpec", {"minValue": 0.1, "maxValue": 0.01}),
+            "minValue (0.1) is above maxValue (0.01)",
+        ),
+        (
+            _change(f"{P}.1.integerValueSpec", {"minValue": 300, "maxValue": 30}),
+            "minValue (300) is above maxValue (30)",
+        ),
+        (
+            _change(f"{P}.1", {"parameterId": "layer_size", "discreteValueSpec": {"values": [32]}}),
+            "Vertex passes DISCRETE values as real numbers",
+        ),
+        (
+            _change(f"{P}.1", {"parameterId": "layer_size", "doubleValueSpec": {}}),
+            "--layer_size is an int flag; give it integerValueSpec or categoricalValueSpec",
+        ),
+        (
+            _change(f"{P}.3.discreteValueSpec.values", [0.0, 0.5, 1.0]),
+            "1.0 is outside what the trainer takes (in [0, 1))",
+        ),
+        (_change(f"{P}.3.discreteValueSpec.values", [0.2, 0.1]), "must increase, without repeats"),
+        (
+            _change(f"{P}.0.doubleValueSpec.minValue", 0.0),
+            "minValue (0.0): the trainer takes values > 0",
+        ),
+        (
+            _change(f"{P}.3.scaleType", "UNIT_LOG_SCALE"),  # dropout's values start at 0
+            "UNIT_LOG_SCALE needs values above 0 (the smallest is 0)",
+        ),
+        (
+            _change(
+                f"{P}.0",
+                {"parameterId": "optimizer", "categoricalValueSpec": {"values": ["adamw"]}},
+            ),
+            "'adamw' is not a value of the flag",
+        ),
+        (
+            _change(
+                f"{P}.3", {"parameterId": "learning_rate", "discreteValueSpec": {"values": [0.1]}}
+            ),
+            "parameter 'learning_rate' is listed twice",
+        ),
+        (_change(f"{P}.0.doubleValueSpec.defaultValue", 0.01), "do not take one"),
+        (_change(f"{P}.0.scaleType", "LOG"), "scaleType ('LOG') must be one of"),
+        (_change(P, []), "studySpec.parameters must list the trainer flags"),
+        # the study and the job
+        (_change("studySpec.algorithm", "GRID_SEARCH"), "learning_rate is a DOUBLE range"),
+        (_change("studySpec.algorithm", "HYPERBAND"), "algorithm ('HYPERBAND') must be one of"),
+        (
+            _change("studySpec.studyStoppingConfig", {}),
+            "key 'studySpec.studyStoppingConfig' is not supported",
+        ),
+        (_change("trialJobSpec", {}), "trialJobSpec comes from config.yaml"),
+        (_change("maxTrialCount", None), "maxTrialCount (None) must be a whole number >= 1"),
+        (_change("parallelTrialCount", 40), "parallelTrialCount (40) is above maxTrialCount (20)"),
+        (_change("maxFailedTrialCount", -1), "maxFailedTrialCount (-1) must be a whole number"),
+    ],
+)
+def test_bad_studies_fail_naming_the_value(change, message):
+    study = _study()
+    change(study)
+    with pytest.raises(api.DeployError) as raised:
+        tune.check_study(study, "tune.yaml")
+    assert str(raised.value).startswith("tune.yaml: ")
+    assert message in str(raised.value)
+
+
+def test_other_parameter_types_the_trainer_takes():
+    study = _study()
+    study["studySpec"]["parameters"] += [
+        {"parameterId": "optimizer", "categoricalValueSpec": {"values": ["adam", "sgd"]}},
+        {"parameterId": "use_bias", "categoricalValueSpec": {"values": [True, False]}},
+        {"parameterId": "batch_size", "categoricalValueSpec": {"values": ["64", "256"]}},
+    ]
+    study["studySpec"]["algorithm"] = "RANDOM_SEARCH"
+    checked = tune.check_study(study, max_trial_count=8, parallel_trial_count=2)
+    assert checked["studySpec"]["parameters"][-2]["categoricalValueSpec"] == {
+        "values": ["true", "false"]  # as absl's boolean flags read them
+    }
+    assert (checked["maxTrialCount"], checked["parallelTrialCount"]) == (8, 2)
+    job = tune.TuningJob("t", checked, _trial_spec(checked))
+    assert discovery.validate(job.body(), JOB) == []
+
+
+def test_trials_report_the_study_metric_and_drop_their_own_values_of_tuned_flags():
+    study = tune.load_study()
+    spec = _trial_spec(
+        study, extra_args=["--learning_rate", "0.1", "--dropout=0.5", "--seed=3", "--nouse_bias"]
+    )
+    for pool in spec["workerPoolSpecs"]:
+        assert pool["pythonPackageSpec"]["args"] == [
+            "--placement=replication",
+            "--max_iterations=3",  # config.yaml's --max_iteration_steps=750 is tuned: dropped
+            "--seed=3",
+            "--nouse_bias",
+            "--hypertune_metric=accuracy",
+        ]
+    study["studySpec"]["parameters"].append(
+        {"parameterId": "use_bias", "categoricalValueSpec": {"values": ["true", "false"]}}
+    )
+    spec = _trial_spec(tune.check_study(study), extra_args=["--nouse_bias", "--use_bias"])
+    assert spec["workerPoolSpecs"][0]["pythonPackageSpec"]["args"][-1] == (
+        "--hypertune_metric=accuracy"
+    )
+    assert "--nouse_bias" not in spec["workerPoolSpecs"][0]["pythonPackageSpec"]["args"]
+
+
+def test_another_hypertune_metric_in_the_args_is_refused():
+    with pytest.raises(api.DeployError, match="--hypertune_metric=auc but the study optimises"):
+        _trial_spec(tune.load_study(), extra_args=["--hypertune_metric=auc"])
+
+
+def test_a_trials_args_with_the_values_vertex_appends_are_trainer_flags():
+    """Each parameter at its bounds, as Vertex passes it (`--FLAG=VALUE`, DISCRETE values as
+    doubles), parses with the trainer's own flags and builds its run configuration."""
+    from absl import flags
+
+    from tests.support import parsed_flags
+    from trainer import task
+
+    study = tune.load_study()
+    args = _trial_spec(study)["workerPoolSpecs"][0]["pythonPackageSpec"]["args"]
+    for bound in ("minValue", "maxValue"):
+        appended = []
+        for p in study["studySpec"]["parameters"]:
+            spec = p.get("doubleValueSpec") or p.get("integerValueSpec")
+            value = spec[bound] if spec else p["discreteValueSpec"]["values"][-1]
+            appended.append(f"--{p['parameterId']}={value}")
+        with parsed_flags(args + appended) as parsed:
+            config = task.build_config(parsed)
+            assert parsed.hypertune_metric == "accuracy"
+        assert config.train.learning_rate == float(
+            study["studySpec"]["parameters"][0]["doubleValueSpec"][bound]
+        )
+    # Why DISCRETE is refused for an integer flag: the value Vertex sends does not parse.
+    with pytest.raises(flags.IllegalFlagValueError), parsed_flags(["--layer_size=64.0"]):
+        pass
+
+
+def test_the_tunable_flags_are_the_trainers():
+    from trainer import task
+
+    kinds = {"int": "int", "float": "float", "bool": "bool", "string enum": "enum"}
+    for name, flag in tune.TUNABLE_FLAGS.items():
+        trainers = task.FLAGS[name]
+        assert kinds[trainers.flag_type()] == flag.kind, name
+        if flag.kind == "enum":
+            assert tuple(trainers.parser.enum_values) == flag.choices, name  # type: ignore[attr-defined]
+        if flag.kind in ("int", "float") and trainers.default is not None:
+            assert flag.ok(trainers.default), f"--{name}'s default breaks its rule {flag.rule}"
+
+
+def test_tune_sends_the_dry_run_body_with_submits_job_options(cloud_sdk, gcs, tmp_path):
+    fake, cloud = cloud_sdk
+    options: dict = dict(
+        staging_uri="gs://test-bucket/dist",
+        display_name="census-tuning",
+        output_dir="gs://test-bucket/tune/1",
+        options=JobOptions(
+            strategy="SPOT",
+            machine_types=("n1-standard-8",),
+            accelerators=("chief:NVIDIA_TESLA_T4",),
+            service_account="trainer@my-project.iam.gserviceaccount.com",
+            tensorboard="42",
+        ),
+        max_trial_count=6,
+        dist_dir=str(tmp_path),
+    )
+    printed = io.StringIO()
+    assert tune.tune(cloud, dry_run=True, out=printed, **options) is None
+    assert fake.requests == [], "a dry run sent a request"
+    text = printed.getvalue()
+    upload, create = json.loads(text[: text.index("\n]\n") + 2])
+    assert upload["body"] == {"file": str(tmp_path / "trainer-0.1.0.tar.gz")}
+    assert create["url"] == cloud.url(
+        "projects/my-project/locations/us-central1/hyperparameterTuningJobs"
+    )
+    assert "gcloud ai hp-tuning-jobs create --project=my-project" in text
+    assert "--max-trial-count=6 --parallel-trial-count=4" in text
+
+    job = tune.tune(cloud, out=io.StringIO(), **options)
+    assert job.name.startswith(
+        "projects/my-project/locations/us-central1/hyperparameterTuningJobs/"
+    )
+    assert fake.bodies("hyperparameterTuningJobs.create") == [create["body"]]
+    body = create["body"]
+    assert body["maxTrialCount"] == 6 and body["maxFailedTrialCount"] == 3
+    trial = body["trialJobSpec"]
+    assert trial["scheduling"]["strategy"] == "SPOT"
+    assert trial["tensorboard"] == "projects/my-project/locations/us-central1/tensorboards/42"
+    assert trial["workerPoolSpecs"][0]["machineSpec"]["acceleratorType"] == "NVIDIA_TESLA_T4"
+    assert "tf-gpu.2-17" in trial["workerPoolSpecs"][0]["pythonPackageSpec"]["executorImageUri"]
+    assert all(p["pythonPackageSpec"]["packageUris"] == [PACKAGE] for p in trial["workerPoolSpecs"])
+    got = cloud.job_client().get_hyperparameter_tuning_job(name=job.name)
+    assert got.state.name == "JOB_STATE_PENDING" and got.max_trial_count == 6
+    written = yaml.safe_load((tmp_path / "hp-tuning-job-census-tuning.yaml").read_text())
+    assert written == {"studySpec": body["studySpec"], "trialJobSpec": trial}
+
+
+def test_command_line_bad_study_fails_before_the_build(tmp_path):
+    study = copy.deepcopy(_study())
+    study["studySpec"]["parameters"][0]["doubleValueSpec"] = {"minValue": 1, "maxValue": 0.1}
+    path = tmp_path / "tune.yaml"
+    path.write_text(yaml.safe_dump(study))
+    dist = tmp_path / "dist"
+    bad = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "deploy.tune",
+            "--project=my-project",
+            "--staging_uri=gs://b/dist",
+            "--output_dir=gs://b/tune/1",
+            f"--study={path}",
+            f"--dist_dir={dist}",
+            "--dry_run",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+    )
+    assert bad.returncode == 2, bad.stderr
+    assert bad.stderr == (
+        f"error: {path}: parameter learning_rate.doubleValueSpec: minValue (1.0) is above "
+        "maxValue (0.1).\n"
+    )
+    assert not dist.exists(), "an sdist was built"
+    help_text = subprocess.run(
+        [sys.executable, "-m", "deploy.tune", "--help"], cwd=REPO, capture_output=True, text=True
+    )
+    assert help_text.returncode == 0 and "--max_trial_count" in help_text.stdout
