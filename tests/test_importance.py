@@ -118,6 +118,41 @@ def test_plot_is_a_png():
     assert importance.plot(result).startswith(PNG_MAGIC)
 
 
+def test_a_serving_signature_is_measured_on_its_own_inputs_only(tmp_path):
+    import tensorflow as tf
+
+    class Model(tf.Module):  # reads `signal`; `color` is an input it ignores
+        @tf.function(
+            input_signature=[
+                {
+                    "signal": tf.TensorSpec([None], tf.float32, name="signal"),
+                    "color": tf.TensorSpec([None], tf.string, name="color"),
+                }
+            ]
+        )
+        def serve(self, features):
+            unused = tf.cast(tf.strings.length(features["color"]), tf.float32)
+            return {"logits": (4.0 * features["signal"] + 0.0 * unused)[:, None]}
+
+    model = Model()
+    tf.saved_model.save(model, str(tmp_path), signatures={"serving_default": model.serve})
+    serve = tf.saved_model.load(str(tmp_path)).signatures["serving_default"]  # as exported
+
+    rows = _rows(3000)  # `noise` too, which the signature does not take
+    labels = (rows["signal"] > 0).astype(np.int64)
+    batches = [
+        ({k: v[i : i + 1024] for k, v in rows.items()}, labels[i : i + 1024])
+        for i in range(0, 3000, 1024)
+    ]
+    options = importance.ImportanceOptions(rows=2500, repeats=2)
+    head = Head(_label(HeadType.BINARY))
+    result = importance.of_model(serve, batches, head, options, seed=3)
+    assert result is not None and result["rows"] == 2500
+    assert [c["column"] for c in result["columns"]] == ["signal", "color"]
+    assert result["columns"][0]["mean_drop"] > 0.4 and result["columns"][1]["mean_drop"] == 0.0
+    assert importance.of_model(serve, [], head, options, seed=3) is None
+
+
 def _signal_and_noise(tmp_path, n: int, seed: int):
     """CSV rows where `signal` decides the label and `noise` and `color` are random."""
     rng = np.random.default_rng(seed)
@@ -142,6 +177,7 @@ TRAIN_FLAGS = [
 ]
 
 
+@pytest.mark.slow
 def test_training_reports_the_importance_of_the_exported_model(tmp_path):
     job = tmp_path / "job"
     train, eval_ = _signal_and_noise(tmp_path, 3000, 1), _signal_and_noise(tmp_path, 1500, 2)
