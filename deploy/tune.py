@@ -297,7 +297,8 @@ def _parameter(parameter: object, index: int, fail: Fail) -> dict:
         fail(f"{where}: key '{sorted(extra)[0]}' is not supported by deploy.tune.")
     kind = kinds[0]
     if kind == "discreteValueSpec" and flag.kind == "int":
-        # Vertex passes a DISCRETE value as a double ("64.0"), which an integer flag rejects.
+        # Vertex is reported to pass a DISCRETE value as a double ("64.0"; python-aiplatform
+        # issue 866 and users' code), which absl's integer flag rejects.
         fail(
             f"{where}: Vertex passes DISCRETE values as real numbers (64.0), which the "
             f"trainer's integer flag --{name} does not take; use integerValueSpec, or "
@@ -534,8 +535,13 @@ def tune(
     job = staged.job
     spec_path = os.path.join(dist_dir, f"hp-tuning-job-{display_name}.yaml")
     body = job.body()
-    submit.write_yaml(
-        spec_path, {"studySpec": body["studySpec"], "trialJobSpec": body["trialJobSpec"]}
+    submit.write_yaml(  # the trial counts go on gcloud's command line
+        spec_path,
+        {
+            k: v
+            for k, v in body.items()
+            if k not in ("displayName", "maxTrialCount", "parallelTrialCount")
+        },
     )
     submit.send_or_show(staged, cloud, dry_run=dry_run, out=out)
     print(

@@ -287,7 +287,11 @@ def test_tune_sends_the_dry_run_body_with_submits_job_options(cloud_sdk, gcs, tm
     got = cloud.job_client().get_hyperparameter_tuning_job(name=job.name)
     assert got.state.name == "JOB_STATE_PENDING" and got.max_trial_count == 6
     written = yaml.safe_load((tmp_path / "hp-tuning-job-census-tuning.yaml").read_text())
-    assert written == {"studySpec": body["studySpec"], "trialJobSpec": trial}
+    assert written == {
+        "studySpec": body["studySpec"],
+        "maxFailedTrialCount": 3,
+        "trialJobSpec": trial,
+    }
 
 
 def test_command_line_bad_study_fails_before_the_build(tmp_path):
