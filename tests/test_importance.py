@@ -79,18 +79,52 @@ def test_each_head_measures_the_drop_in_its_own_metric(head, metric, labels_of):
 def test_rows_are_taken_up_to_the_limit_in_an_order_that_does_not_depend_on_reading():
     features = _rows(100)
     labels = np.arange(100) % 2
+    weights = np.linspace(0.5, 2.0, 100)
     batches = [
-        ({k: v[i : i + 30] for k, v in features.items()}, labels[i : i + 30])
+        ({k: v[i : i + 30] for k, v in features.items()}, labels[i : i + 30], weights[i : i + 30])
         for i in (0, 30, 60, 90)
     ]
-    first, first_labels = importance.first_rows(batches, 100)
-    reordered, reordered_labels = importance.first_rows(batches[::-1], 100)
-    assert len(first_labels) == 100
+    first = importance.first_rows(batches, 100)
+    reordered = importance.first_rows(batches[::-1], 100)
+    assert len(first) == 100 and first.weights is not None and reordered.weights is not None
     for name in features:
-        np.testing.assert_array_equal(first[name], reordered[name])
-    np.testing.assert_array_equal(first_labels, reordered_labels)
-    limited, limited_labels = importance.first_rows(batches, 45)
-    assert len(limited_labels) == 45 and len(limited["signal"]) == 45
+        np.testing.assert_array_equal(first.features[name], reordered.features[name])
+    np.testing.assert_array_equal(first.labels, reordered.labels)
+    np.testing.assert_array_equal(first.weights, reordered.weights)
+    # each row keeps its own label and weight through the reordering
+    row = int(np.argmax(first.features["signal"] == features["signal"][17]))
+    assert first.labels[row] == labels[17] and first.weights[row] == weights[17]
+    limited = importance.first_rows([b[:2] for b in batches], 45)
+    assert len(limited) == 45 and len(limited.features["signal"]) == 45
+    assert limited.weights is None
+
+
+def test_weights_weight_the_metric():
+    """`signal` decides the label in half the rows and not at all in the other half: with those
+    other rows weighted 0, the model's use of `signal` counts fully; weighted the other way
+    round, shuffling `signal` costs nothing."""
+    rng = np.random.default_rng(5)
+    features = _rows(4000)
+    decided = np.arange(4000) % 2 == 0
+    labels = np.where(decided, features["signal"] > 0, rng.random(4000) > 0.5).astype(np.int64)
+
+    def predict(columns):
+        return 4.0 * columns["signal"][:, None].astype(np.float64)
+
+    head = Head(_label(HeadType.BINARY))
+
+    def signal_drop(weights):
+        result = importance.permutation_importance(
+            predict, features, labels, head, repeats=2, seed=2, weights=weights
+        )
+        assert result["weighted"] is (weights is not None)
+        return {c["column"]: c["mean_drop"] for c in result["columns"]}["signal"]
+
+    only_decided = signal_drop(decided.astype(np.float64))
+    unweighted = signal_drop(None)
+    only_random = signal_drop((~decided).astype(np.float64))
+    assert only_decided > 0.45 and abs(only_random) < 0.05
+    assert only_random < unweighted < only_decided
 
 
 @pytest.mark.parametrize(
@@ -154,15 +188,20 @@ def test_a_serving_signature_is_measured_on_its_own_inputs_only(tmp_path):
 
 
 def _signal_and_noise(tmp_path, n: int, seed: int):
-    """CSV rows where `signal` decides the label and `noise` and `color` are random."""
+    """CSV rows where `signal` decides the label and `noise` and `color` are random; `weight`
+    is an example weight (1 or 2), not a feature."""
     rng = np.random.default_rng(seed)
     signal, noise = rng.normal(size=n), rng.normal(size=n)
     color = rng.choice(["red", "green", "blue"], size=n)
     label = np.where(signal + 0.2 * rng.normal(size=n) > 0, "yes", "no")
+    weight = rng.choice([1, 2], size=n)
     return write_csv(
         tmp_path / f"rows-{seed}.csv",
-        ["signal", "noise", "color", "label"],
-        [[f"{a:.4f}", f"{b:.4f}", c, y] for a, b, c, y in zip(signal, noise, color, label)],
+        ["signal", "noise", "color", "weight", "label"],
+        [
+            [f"{a:.4f}", f"{b:.4f}", c, w, y]
+            for a, b, c, w, y in zip(signal, noise, color, weight, label)
+        ],
     )
 
 
@@ -188,6 +227,7 @@ def test_training_reports_the_importance_of_the_exported_model(tmp_path):
             f"--job_dir={job}",
             "--feature_importance_rows=1000",
             "--feature_importance_repeats=2",
+            "--weight_column=weight",
             *TRAIN_FLAGS,
         ]
     )
@@ -195,6 +235,7 @@ def test_training_reports_the_importance_of_the_exported_model(tmp_path):
     report = json.loads((job / "report.json").read_text())
     found = report["feature_importance"]
     assert found["metric"] == "auc" and found["rows"] == 1000 and found["repeats"] == 2
+    assert found["weighted"]  # the weight column weights the metric, and is no feature
     by_name = {c["column"]: c for c in found["columns"]}
     assert set(by_name) == {"signal", "noise", "color"}
     assert found["columns"][0]["column"] == "signal"
@@ -217,6 +258,7 @@ def test_importance_can_be_turned_off(tmp_path):
             f"--eval_data={eval_}",
             f"--job_dir={job}",
             "--feature_importance_rows=0",
+            "--ignore_columns=weight",
             *TRAIN_FLAGS,
         ]
     )

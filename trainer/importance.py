@@ -6,7 +6,8 @@ the label while keeping its distribution (report.json `feature_importance`, and
 The metric is the head's main one, as `trainer.heads.Metrics` computes it: AUC for a binary
 label, accuracy for several classes, RMSE for regression (the root of Metrics' mse); a drop is
 the loss of quality, so a positive figure means the model uses the column. A column the model
-ignores scores about 0; a negative figure means shuffling helped, i.e. noise.
+ignores scores about 0; a negative figure means shuffling helped, i.e. noise. With a weight
+column (--weight_column) the metric is weighted, as every eval metric is.
 
 Cost: `rows` x (1 + columns x repeats) rows through the serving function (census, 14
 columns, 10,000 rows, 3 repeats: 430,000 rows), after reading the first `rows` eval rows
@@ -73,9 +74,11 @@ class Quality:
             HeadType.REGRESSION: cls("rmse", False),
         }[head.type]
 
-    def score(self, head: Head, labels: np.ndarray, logits: np.ndarray) -> float:
+    def score(
+        self, head: Head, labels: np.ndarray, logits: np.ndarray, weights: np.ndarray | None = None
+    ) -> float:
         metrics = Metrics(head)
-        metrics.update(labels, logits)
+        metrics.update(labels, logits, weights)
         result = metrics.result()
         if self.name == "rmse":
             return math.sqrt(result["mse"]) if "mse" in result else float("nan")
@@ -86,34 +89,58 @@ class Quality:
         return baseline - shuffled if self.higher_is_better else shuffled - baseline
 
 
-def first_rows(batches: Iterable[tuple], rows: int) -> tuple[Features, np.ndarray]:
-    """Up to `rows` rows of `(features, labels, ...)` batches (tensors or arrays; anything
-    after the labels, such as weights, is not used) as numpy columns, in a canonical order
-    (sorted by label, then by every column) so that the shuffles do not depend on the order
-    they were read in."""
+@dataclasses.dataclass(frozen=True)
+class Rows:
+    """Eval rows in memory: one array per column, the labels, the weights (or None)."""
+
+    features: Features
+    labels: np.ndarray
+    weights: np.ndarray | None = None
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+
+def first_rows(batches: Iterable[tuple], rows: int) -> Rows:
+    """Up to `rows` rows of `(features, labels)` or `(features, labels, weights)` batches
+    (tensors or arrays) as numpy columns, in a canonical order (sorted by label, then by every
+    column) so that the shuffles do not depend on the order they were read in."""
     parts: dict[str, list[np.ndarray]] = {}
     labels: list[np.ndarray] = []
+    weights: list[np.ndarray] = []
     count = 0
     for batch in batches:
-        features, batch_labels = batch[0], batch[1]
-        take = min(rows - count, len(_numpy(batch_labels)))
-        for name, value in features.items():
+        take = min(rows - count, len(_numpy(batch[1])))
+        for name, value in batch[0].items():
             parts.setdefault(name, []).append(_numpy(value)[:take])
-        labels.append(_numpy(batch_labels)[:take])
+        labels.append(_numpy(batch[1])[:take])
+        if len(batch) > 2:
+            weights.append(_numpy(batch[2])[:take])
         count += take
         if count >= rows:
             break
     if not count:
-        return {}, np.zeros(0)
+        return Rows({}, np.zeros(0))
     columns = {name: np.concatenate(p) for name, p in parts.items()}
     label = np.concatenate(labels)
     keys = [_sortable(columns[name]) for name in sorted(columns, reverse=True)]
     order = np.lexsort([*keys, _sortable(label)])  # the last key sorts first
-    return {name: v[order] for name, v in columns.items()}, label[order]
+    return Rows(
+        {name: v[order] for name, v in columns.items()},
+        label[order],
+        np.concatenate(weights)[order] if weights else None,
+    )
 
 
 def permutation_importance(
-    predict: Predict, features: Features, labels: np.ndarray, head: Head, *, repeats: int, seed: int
+    predict: Predict,
+    features: Features,
+    labels: np.ndarray,
+    head: Head,
+    *,
+    repeats: int,
+    seed: int,
+    weights: np.ndarray | None = None,
 ) -> dict:
     """Each column's drop in the head's metric when its values are shuffled `repeats` times.
 
@@ -124,6 +151,8 @@ def permutation_importance(
         head: the label's head (which metric, how to score it).
         repeats: shuffles per column; each uses a new permutation.
         seed: seeds the permutations.
+        weights: the rows' example weights (--weight_column), which weight the metric as
+            they weight the eval metrics; None: all 1.
 
     Returns:
         {"metric", "baseline", "rows", "repeats", "seed", "columns"}: `columns` one entry per
@@ -132,17 +161,17 @@ def permutation_importance(
     """
     quality = Quality.of(head)
     logits = _predict(predict, features)
-    baseline = quality.score(head, labels, logits)
+    baseline = quality.score(head, labels, logits, weights)
     if not math.isfinite(baseline):  # e.g. AUC of rows with one class only
         quality = Quality("loss", False)
-        baseline = quality.score(head, labels, logits)
+        baseline = quality.score(head, labels, logits, weights)
     rng = np.random.default_rng(seed)
     columns: list[dict[str, Any]] = []
     for name in sorted(features):
         drops = []
         for _ in range(repeats):
             shuffled = {**features, name: features[name][rng.permutation(len(labels))]}
-            score = quality.score(head, labels, _predict(predict, shuffled))
+            score = quality.score(head, labels, _predict(predict, shuffled), weights)
             drops.append(quality.drop(baseline, score))
         columns.append(
             {
@@ -157,6 +186,7 @@ def permutation_importance(
         "metric": quality.name,
         "baseline": baseline,
         "rows": len(labels),
+        "weighted": weights is not None,
         "repeats": repeats,
         "seed": seed,
         "columns": columns,
@@ -170,19 +200,25 @@ def of_model(
     on the first `options.rows` rows of `batches`, its inputs alone shuffled; None without
     rows. Adds `seconds` (reading the rows included)."""
     started = time.monotonic()
-    features, labels = first_rows(batches, options.rows)
-    if not len(labels):
+    rows = first_rows(batches, options.rows)
+    if not len(rows):
         return None
     import tensorflow as tf
 
     inputs = serve.structured_input_signature[1]
-    features = {name: features[name] for name in inputs}  # the serving inputs, nothing else
+    features = {name: rows.features[name] for name in inputs}  # the serving inputs alone
 
     def predict(columns: Features) -> np.ndarray:
         return serve(**{k: tf.constant(v) for k, v in columns.items()})["logits"].numpy()
 
     result = permutation_importance(
-        predict, features, labels, head, repeats=options.repeats, seed=seed
+        predict,
+        features,
+        rows.labels,
+        head,
+        repeats=options.repeats,
+        seed=seed,
+        weights=rows.weights,
     )
     return {**result, "seconds": time.monotonic() - started}
 

@@ -108,7 +108,7 @@ def feature_importance(
         return None
     value = importance_lib.of_model(
         export_lib.load_serving_fn(job.model),
-        data.eval_raw(),
+        data.eval_raw(with_weight=True),
         head,
         config.importance,
         seed=config.seed,
