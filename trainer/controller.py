@@ -6,6 +6,9 @@ last checkpoint, trains it through a `TrainLoop` a chunk at a time (checkpoints,
 and summaries between chunks), scores the candidates (one streaming eval pass), lets the search
 choose, freezes the choice and publishes the iteration's record. A restarted job rebuilds the
 last frozen ensemble from the records and goes on; finished iterations are never redone.
+
+A SIGTERM while an iteration trains (`trainer/preemption.py`) is answered between two loop
+calls: a checkpoint at the step reached, then `Preempted`; the restart resumes at that step.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ import tensorflow as tf
 from absl import logging
 
 from trainer import ensemble as ens
-from trainer import evaluation
+from trainer import evaluation, preemption
 from trainer.budget import TimeBudget
 from trainer.config import RunConfig
 from trainer.ensemble.objective import selection_objective
@@ -28,6 +31,7 @@ from trainer.input.job import JobInput
 from trainer.iteration import Iteration
 from trainer.job_dir import ReplicaWrites
 from trainer.loops import LoopMaker, TrainLoop
+from trainer.preemption import NOTICE_SECS, Notice, Preempted
 from trainer.progress import Progress, SummaryWriters, TrainingTime
 from trainer.record import (
     Architecture,
@@ -56,6 +60,7 @@ class Controller:
         loops: LoopMaker,
         started: float | None = None,
         budget: TimeBudget | None = None,
+        notice: Notice | None = None,
     ):
         """
         Args:
@@ -66,6 +71,8 @@ class Controller:
             loops: makes each iteration's train loop.
             started: when the job began (time.monotonic()), for `first_step_seconds`.
             budget: the job's time budget, if any: it may skip iterations and cut one short.
+            notice: SIGTERM (preemption): training stops at the next safe point with a
+                checkpoint (default: the one `preemption.watch` installed, if any).
         """
         self.config = config
         self.models = models
@@ -79,6 +86,7 @@ class Controller:
         self.chosen: FrozenEnsemble | None = None  # the last finished iteration's choice
         self._previous_end: float | None = None  # the previous iteration's training end
         self.budget = budget
+        self.notice = notice or preemption.current()
 
     def iterations(self) -> Iterator[IterationRecord]:
         """Trains (or resumes) every iteration not finished yet, yielding each one's record
@@ -88,6 +96,7 @@ class Controller:
         Raises:
             TrainingError: every candidate of an iteration diverged.
             InputError: the job dir's records do not fit these flags.
+            Preempted: SIGTERM; the running iteration was checkpointed where it stopped.
         """
         self.records = self.writes.job.records()
         self.chosen = self.restore(self.records) if self.records else None
@@ -200,45 +209,94 @@ class Controller:
         )
         step = progress.first_step
         stopped = False
-        while not loop.done:
-            # At least one chunk: an iteration the budget cuts still trains its candidates.
-            over = (
-                not stopped
-                and step > progress.first_step
-                and self.budget
-                and self.budget.training_over(self.records)
-            )
-            if over:
-                loop.stop()
-                stopped = True
-                continue
-            chunk = loop.train()
-            for name in chunk.diverged:
+        slow_warned = False
+        with self.notice.deferred():  # SIGTERM sets a flag, looked at between loop calls
+            while not loop.done:
+                if self.notice.requested:
+                    raise self._checkpoint_preempted(iteration, progress)
+                called = time.monotonic()
+                step, stopped = self._chunk(iteration, loop, progress, step, stopped)
+                seconds = time.monotonic() - called
+                if not slow_warned and step > progress.first_step + 1 and seconds > NOTICE_SECS / 2:
+                    logging.warning(
+                        "Iteration %d: one loop call took %.0f s, so a preemption notice (about "
+                        "%.0f s) may end before the next checkpoint can be saved: lower "
+                        "--steps_per_loop (now %d).",
+                        iteration.number,
+                        seconds,
+                        NOTICE_SECS,
+                        self.config.steps_per_loop,
+                    )
+                    slow_warned = True
+            if iteration.is_exhausted and step < budget:
                 logging.warning(
-                    "Iteration %d: %s diverged (non-finite loss) by step %d; it "
-                    "stops training and will not be selected.",
-                    iteration.number,
-                    name,
-                    chunk.step,
+                    "Iteration %d: every new candidate diverged at step %d.", iteration.number, step
                 )
-            step = chunk.step
-            progress.update(step)
-        if iteration.is_exhausted and step < budget:
-            logging.warning(
-                "Iteration %d: every new candidate diverged at step %d.", iteration.number, step
+            if stopped and self.budget and step < budget:
+                self.budget.cut_steps(iteration.number, step, budget)
+                logging.info(
+                    "Iteration %d: the time budget stops its training at step %d of %d.",
+                    iteration.number,
+                    step,
+                    budget,
+                )
+            timing = progress.finish(int(iteration.step.numpy()))  # (a checkpoint)
+        if self.notice.requested:  # during the last loop call or that checkpoint
+            raise self.notice.stop(
+                f"iteration {iteration.number} trained to step {int(iteration.step.numpy())} "
+                "and checkpointed; the restart resumes there"
             )
-        if stopped and self.budget and step < budget:
-            self.budget.cut_steps(iteration.number, step, budget)
-            logging.info(
-                "Iteration %d: the time budget stops its training at step %d of %d.",
-                iteration.number,
-                step,
-                budget,
-            )
-        timing = progress.finish(int(iteration.step.numpy()))
         if self.first_step_seconds is None and timing.first_step_at is not None:
             self.first_step_seconds = timing.first_step_at - self.started
         return timing
+
+    def _chunk(
+        self, iteration: Iteration, loop: TrainLoop, progress: Progress, step: int, stopped: bool
+    ) -> tuple[int, bool]:
+        """One loop call (or, once the time budget is over, the loop told to stop): the step
+        count after it, and whether the loop was stopped."""
+        # At least one chunk: an iteration the budget cuts still trains its candidates.
+        over = (
+            not stopped
+            and step > progress.first_step
+            and self.budget
+            and self.budget.training_over(self.records)
+        )
+        if over:
+            loop.stop()
+            return step, True
+        chunk = loop.train()
+        for name in chunk.diverged:
+            logging.warning(
+                "Iteration %d: %s diverged (non-finite loss) by step %d; it "
+                "stops training and will not be selected.",
+                iteration.number,
+                name,
+                chunk.step,
+            )
+        progress.update(chunk.step)
+        return chunk.step, stopped
+
+    def _checkpoint_preempted(self, iteration: Iteration, progress: Progress) -> Preempted:
+        """After SIGTERM, at a safe point: a checkpoint at the step reached (how long it took,
+        against the notice, is logged); returns the `Preempted` to raise."""
+        if progress.bar is not None:
+            progress.bar.close()
+        step = int(iteration.step.numpy())
+        started = time.monotonic()
+        path = progress.manager.save(checkpoint_number=step, options=progress.options)
+        saved = time.monotonic() - started
+        logging.warning(
+            "Iteration %d: SIGTERM (preemption): saved %s at step %d in %.2f s, %.1f s after "
+            "the signal (the notice is about %.0f s). Stopping; the restart resumes there.",
+            iteration.number,
+            path,
+            step,
+            saved,
+            self.notice.seconds_since(),
+            NOTICE_SECS,
+        )
+        return self.notice.stop(f"iteration {iteration.number} checkpointed at step {step}")
 
     def _select(
         self, iteration: Iteration, timing: TrainingTime, placement: tuple[UnitRecord, ...]

@@ -19,7 +19,7 @@ from trainer import console
 # Run as `python -m trainer.task`: the libraries' noise is off before TensorFlow loads (below).
 VERBOSE = console.quiet_libraries() if __name__ == "__main__" else True
 
-from trainer import adapt, distributed, evaluator, model, training
+from trainer import adapt, distributed, evaluator, model, preemption, training
 from trainer import cluster as cluster_lib
 from trainer import config as config_lib
 from trainer import ensemble as ens
@@ -426,9 +426,18 @@ def main(argv):
         if cluster.task_type == cluster_lib.EVALUATOR:
             evaluator.run(config)
             return 0
-        report = training.run(config, cluster, started=STARTED)
+        # SIGTERM (a Spot VM's preemption): a checkpoint, then exit 143 so Vertex AI restarts
+        # this replica. A synchronous cluster's replica cannot checkpoint alone: it just stops.
+        synchronous = cluster.is_distributed and not cluster.has_ps
+        with preemption.watch(can_defer=not synchronous):
+            report = training.run(config, cluster, started=STARTED)
         if not cluster.is_chief:
             return 0
+    except preemption.Preempted as e:
+        print(
+            f"preempted: {e}; exit code {preemption.EXIT_CODE} (restart to resume)", file=sys.stderr
+        )
+        return preemption.EXIT_CODE
     except InputError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

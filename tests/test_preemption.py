@@ -1,0 +1,269 @@
+"""SIGTERM (a Spot VM's preemption): the trainer saves a checkpoint at the step it reached,
+exits with 143, and the same command resumes at exactly that step; before training it stops at
+once and writes nothing. The signal handler itself is tested in this process."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.support import (
+    HEADER,
+    REPO,
+    load_report,
+    make_data,
+    run_task,
+    synthetic_rows,
+    task_env,
+    write_csv,
+)
+from trainer import preemption
+
+
+# -- the handler, in this process --------------------------------------------------------------
+def _sigterm_self(notice: preemption.Notice, count: int) -> None:
+    """Sends SIGTERM to this process and waits until the handler has seen `count` of them."""
+    os.kill(os.getpid(), signal.SIGTERM)
+    deadline = time.monotonic() + 5
+    while notice.count < count:
+        assert time.monotonic() < deadline, "the handler did not run"
+        time.sleep(0.01)
+
+
+@pytest.fixture
+def sigterm_restored():
+    original = signal.getsignal(signal.SIGTERM)
+    yield
+    signal.signal(signal.SIGTERM, original)
+
+
+def test_sigterm_while_training_only_sets_the_flag_and_later_ones_are_ignored(sigterm_restored):
+    with (
+        pytest.raises(preemption.Preempted, match="checkpointed at step 7"),
+        preemption.watch() as notice,
+    ):
+        assert preemption.current() is notice
+        with notice.deferred():
+            assert not notice.requested
+            _sigterm_self(notice, 1)
+            assert notice.requested  # and no exception: the loop stops at a safe point
+            _sigterm_self(notice, 2)  # a second one changes nothing
+            assert notice.seconds_since() >= 0
+        raise notice.stop("checkpointed at step 7")
+    # On the way out after a preemption, SIGTERM no longer kills the process half way.
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_IGN
+    assert not preemption.current().requested  # outside `watch`: an inert notice
+
+
+def _watching(body: str, *, can_defer: bool) -> subprocess.Popen:
+    """A Python process that prints 'ready', then runs `body` (indented code) under
+    `preemption.watch(can_defer=...) as notice`."""
+    code = (
+        "import time\n"
+        "from trainer import preemption\n"
+        f"with preemption.watch(can_defer={can_defer}) as notice:\n"
+        "    print('ready', flush=True)\n"
+    )
+    return subprocess.Popen(
+        [sys.executable, "-c", code + body],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+@pytest.mark.parametrize(
+    "can_defer, body, why",
+    [
+        (True, "    time.sleep(30)\n", "outside training: nothing to save"),
+        (
+            False,
+            "    with notice.deferred():\n        time.sleep(30)\n",
+            "a replica of a synchronous cluster cannot checkpoint alone",
+        ),
+    ],
+    ids=["outside_training", "synchronous_replica"],
+)
+def test_sigterm_with_nothing_to_save_ends_the_process_at_once(can_defer, body, why):
+    process = _watching(body, can_defer=can_defer)
+    assert process.stdout and process.stderr
+    assert process.stdout.readline() == "ready\n"
+    code, seconds = _terminate(process)
+    assert code == preemption.EXIT_CODE
+    assert seconds < 3  # not the 30 s of the sleep
+    assert f"preempted: SIGTERM {why}; exit code 143" in process.stderr.read()
+
+
+def test_the_previous_handler_comes_back_after_a_normal_end(sigterm_restored):
+    def mine(signum, frame):
+        pass
+
+    signal.signal(signal.SIGTERM, mine)
+    with preemption.watch():
+        assert signal.getsignal(signal.SIGTERM) is not mine
+    assert signal.getsignal(signal.SIGTERM) is mine
+
+
+# -- the trainer, a real process ---------------------------------------------------------------
+def _args(data, job: Path, steps: int) -> list[str]:
+    return [
+        f"--train_data={data.train}",
+        f"--eval_data={data.eval}",
+        "--label_column=target",
+        f"--job_dir={job}",
+        "--max_iterations=1",
+        f"--max_iteration_steps={steps}",
+        "--batch_size=32",
+        "--steps_per_loop=50",
+        # No periodic checkpoint: only the SIGTERM's can explain one in the middle.
+        "--checkpoint_every_secs=100000",
+    ]
+
+
+def _start(args: list[str], log: Path) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "trainer.task", *args],
+        cwd=REPO,
+        env=task_env(),
+        stdout=open(log, "w"),
+        stderr=subprocess.STDOUT,
+    )
+
+
+def _wait_for(predicate, process: subprocess.Popen, what: str, timeout: float = 240):
+    deadline = time.monotonic() + timeout
+    while not (found := predicate()):
+        assert process.poll() is None, f"the trainer ended before {what}"
+        assert time.monotonic() < deadline, f"{what}: not reached in {timeout} s"
+        time.sleep(0.01)
+    return found
+
+
+def _terminate(process: subprocess.Popen) -> tuple[int, float]:
+    """SIGTERM; the exit code and the seconds until the process was gone."""
+    sent = time.monotonic()
+    os.kill(process.pid, signal.SIGTERM)
+    try:
+        code = process.wait(timeout=30)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    return code, time.monotonic() - sent
+
+
+def _checkpoint_steps(folder: Path) -> list[int]:
+    return sorted(int(p.name.split("-")[1].split(".")[0]) for p in folder.glob("ckpt-*.index"))
+
+
+@pytest.mark.slow
+def test_sigterm_mid_iteration_saves_the_step_reached_and_the_restart_resumes_there(
+    binary_data, tmp_path
+):
+    job, steps = tmp_path / "job", 12_000
+    args = _args(binary_data, job, steps)
+    log = tmp_path / "first.log"
+    process = _start(args, log)
+    try:
+        # A progress line: steps are being trained (the first comes 5 s into training).
+        progress = _wait_for(
+            lambda: re.search(r"iteration 0 step (\d+)/", log.read_text()),
+            process,
+            "the first progress line",
+        )
+    finally:
+        code, seconds = _terminate(process)
+    output = log.read_text()
+    assert code == preemption.EXIT_CODE, output[-3000:]
+    assert seconds < 10, output[-3000:]  # the notice is ~30 s; here it takes well under 1 s
+    assert f"exit code {preemption.EXIT_CODE}" in output
+    saved = re.search(r"SIGTERM \(preemption\): saved \S+ at step (\d+) in ([\d.]+) s", output)
+    assert saved, output[-3000:]
+    step = int(saved.group(1))
+    # Training went on after the progress line, the save holds all of it (nothing else
+    # checkpointed: checkpoints every 100,000 s), and the iteration was not finished.
+    assert int(progress.group(1)) <= step < steps
+    assert (step - 1) % 50 == 0  # between loop calls: 1 step, then 50 per call
+    folder = job / "checkpoints" / "iteration-0"
+    assert _checkpoint_steps(folder) == [step]
+    assert f"ckpt-{step}" in (folder / "checkpoint").read_text()
+    assert not (job / "checkpoints" / "iteration-0.json").exists()
+    assert not (job / "model").exists()
+
+    result = run_task(args)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert re.search(rf"Iteration 0: resumed from \S+ckpt-{step} at step {step}\.", result.stderr)
+    report = load_report(job)
+    assert report["status"] == "complete"
+    assert report["iterations"][0]["steps"] == steps
+    assert report["final"]["metrics"]["accuracy"] > 0.9
+    assert (job / "model" / "saved_model.pb").exists()
+    assert not list(job.rglob("*.tmp-*"))
+
+
+@pytest.mark.slow
+def test_sigterm_during_the_data_scan_stops_at_once_and_writes_nothing(tmp_path):
+    # Enough rows that the statistics pass takes a few seconds.
+    data = make_data(tmp_path, "binary", n_train=10, n_eval=200)
+    big = write_csv(tmp_path / "big_train.csv", HEADER, synthetic_rows("binary", 400_000, 3))
+    job = tmp_path / "job"
+    args = [*_args(data, job, 500)[1:], f"--train_data={big}"]
+    process = _start(args, tmp_path / "scan.log")
+    try:
+        # The chief has the training file open: the scan before training is under way.
+        _wait_for(lambda: _has_open(process.pid, big), process, "the training file opened")
+    finally:
+        code, seconds = _terminate(process)
+    output = (tmp_path / "scan.log").read_text()
+    assert code == preemption.EXIT_CODE, output[-3000:]
+    assert seconds < 5, output[-3000:]
+    assert "nothing to save" in output
+    assert "Iteration 0" not in output
+    # No schema, no run.json, no checkpoint, no temporary file: nothing at all.
+    assert not job.exists() or not list(job.rglob("*")), list(job.rglob("*"))
+
+
+def _has_open(pid: int, path: Path) -> bool:
+    fds = Path(f"/proc/{pid}/fd")
+    try:
+        return any(os.readlink(fd) == str(path) for fd in fds.iterdir())
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+
+
+@pytest.mark.slow
+def test_sigterm_after_training_during_the_export_resumes_to_a_complete_model(tmp_path):
+    data = make_data(tmp_path, "binary")
+    job = tmp_path / "job"
+    args = _args(data, job, 300)
+    log = tmp_path / "export.log"
+    process = _start(args, log)
+    try:
+        # The last iteration's record is published: selection is over, the export starts.
+        _wait_for(
+            lambda: (job / "checkpoints" / "iteration-0.json").exists(),
+            process,
+            "the record of the last iteration",
+        )
+    finally:
+        code, _ = _terminate(process)
+    output = log.read_text()
+    assert code == preemption.EXIT_CODE, output[-3000:]
+    assert "preempted: SIGTERM outside training: nothing to save" in output
+    # Stopped before the export was published (it takes seconds), its leftovers unseen.
+    assert not (job / "model" / "saved_model.pb").exists()
+    assert not (job / "report.json").exists() or load_report(job)["status"] != "complete"
+
+    result = run_task(args)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "Iteration 0: training" not in result.stderr  # the finished iteration is kept
+    assert load_report(job)["status"] == "complete"
+    assert (job / "model" / "saved_model.pb").exists()
+    assert not list(job.rglob("*.tmp-*"))

@@ -1,0 +1,150 @@
+"""Preemption: SIGTERM with a short notice (a Spot or preempted VM on Vertex AI gets about 30 s)
+ends the job so that it is restarted, and resumes, with no finished training step lost.
+
+While an iteration trains (`Notice.deferred`), the signal handler only sets a flag; the
+controller looks at it between two compiled loop calls (every `--steps_per_loop` steps), saves a
+checkpoint at the step reached and raises `Preempted`, which `trainer.task` turns into the exit
+code. Anywhere else (the data scan, building an iteration, selection, the export) there is no
+training to save and no safe point to wait for: the handler ends the process at once
+(`os._exit`), as SIGKILL would but with the same exit code. That is safe because every artifact
+is published atomically (see `job_dir.py`), the property that lets a SIGKILLed job resume
+(tests/test_resume.py). (Raising an exception from the handler instead, as SIGINT's raises
+KeyboardInterrupt, is not reliable: the handler may run inside one of TensorFlow's `__del__`
+methods, where Python prints an exception and drops it; the job then ran on to the end.)
+
+The exit code is `EXIT_CODE`, 143 (128 + SIGTERM): what a shell or container runtime reports
+for a process killed by SIGTERM, so the chief's exit reads the same whether it saved or not. It
+must be non-zero: a chief that exits 0 ends a Vertex AI job as succeeded, without a model.
+Vertex AI restarts a replica that exits non-zero, on the same host name and with the same job
+dir (up to 5 times, then it retries the whole job up to 3 times); 143 is neither the 1 of a
+`TrainingError` nor the 2 of bad input, so the logs say which it was.
+
+A second SIGTERM changes nothing: the save it would interrupt is the point of the first one,
+and the platform's SIGKILL at the end of the notice is the hard stop.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Iterator
+
+EXIT_CODE = 128 + signal.SIGTERM  # 143
+NOTICE_SECS = 30.0  # Vertex AI's notice to a preempted VM (Compute Engine's Spot VMs: 30 s)
+
+
+class Preempted(BaseException):
+    """SIGTERM in training, after the checkpoint: the process stops with `EXIT_CODE` so that it
+    is restarted and resumes. A BaseException (like KeyboardInterrupt): no `except Exception`
+    on the way out may keep it."""
+
+
+class Notice:
+    """SIGTERM as seen by this process: whether it came, when, and how often. Installed by
+    `watch` (`current()` is the installed one); inert (never set) when not installed.
+
+    Example::
+
+        with preemption.watch() as notice:
+            ...
+            with notice.deferred():
+                while training:
+                    train_a_chunk()
+                    if notice.requested:
+                        save_checkpoint()
+                        raise notice.stop("saved at step 123")
+    """
+
+    def __init__(self, *, can_defer: bool = True):
+        """
+        Args:
+            can_defer: whether this process can save on its own when told to stop (False for a
+                replica of a synchronous cluster: its checkpoints need every replica).
+        """
+        self.can_defer = can_defer
+        self.received_at: float | None = None  # time.monotonic() of the first SIGTERM
+        self.count = 0
+        self._training = False  # in a `deferred` span
+
+    @property
+    def requested(self) -> bool:
+        """A SIGTERM has come: stop at the next safe point."""
+        return self.received_at is not None
+
+    def seconds_since(self) -> float:
+        """Seconds since the first SIGTERM (0 if none came)."""
+        return 0.0 if self.received_at is None else time.monotonic() - self.received_at
+
+    @contextlib.contextmanager
+    def deferred(self) -> Iterator[Notice]:
+        """A span (training) in which SIGTERM only sets `requested`; the code inside looks at
+        it at its safe points and stops there itself."""
+        self._training = True
+        try:
+            yield self
+        finally:
+            self._training = False
+
+    def stop(self, what: str) -> Preempted:
+        """The exception to raise at a safe point, saying what was kept."""
+        return Preempted(f"SIGTERM {self.seconds_since():.1f} s ago: {what}")
+
+    def handle(self, signum: int, frame) -> None:
+        """The SIGTERM handler: notes the signal. Outside a deferred span the process has
+        nothing to save and ends now, with `EXIT_CODE` (see the module doc)."""
+        del signum, frame
+        self.count += 1
+        if self.received_at is None:
+            self.received_at = time.monotonic()
+        if not self._training:
+            _exit_now("outside training: nothing to save")
+        elif not self.can_defer:
+            _exit_now("a replica of a synchronous cluster cannot checkpoint alone")
+
+
+def _exit_now(why: str) -> None:
+    print(
+        f"preempted: SIGTERM {why}; exit code {EXIT_CODE} (restart to resume)",
+        file=sys.stderr,
+        flush=True,
+    )
+    sys.stdout.flush()
+    os._exit(EXIT_CODE)
+
+
+_current: Notice | None = None  # the one `watch` installed: a signal handler is per process
+
+
+def current() -> Notice:
+    """The notice `watch` installed in this process, or an inert one outside `watch`."""
+    return _current or Notice()
+
+
+@contextlib.contextmanager
+def watch(*, can_defer: bool = True) -> Iterator[Notice]:
+    """Handles SIGTERM with a `Notice` for the duration of the block (in the main thread only:
+    elsewhere Python cannot install handlers and the notice stays inert). The previous handler
+    comes back afterwards, unless the block ends in `Preempted`: then later SIGTERMs are
+    ignored, so that the process exits with `EXIT_CODE` and is not killed half way out."""
+    global _current
+    notice = Notice(can_defer=can_defer)
+    if threading.current_thread() is not threading.main_thread():
+        yield notice
+        return
+    previous = signal.signal(signal.SIGTERM, notice.handle)
+    outer, _current = _current, notice
+    preempted = False
+    try:
+        yield notice
+    except Preempted:
+        preempted = True
+        raise
+    finally:
+        _current = outer
+        # (None: a handler installed outside Python, which cannot be put back; the default.)
+        restored = signal.SIG_DFL if previous is None else previous
+        signal.signal(signal.SIGTERM, signal.SIG_IGN if preempted else restored)
