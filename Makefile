@@ -13,6 +13,17 @@ $(VENV)/.installed-%: setup.py
 	$(VENV)/bin/pip install --quiet "$(TF_PIN)" -e ".[$*]"
 	touch $@
 
+# The BigQuery emulator of the bq:// tests (tests/bigquery_emulator.py), in an environment of
+# its own: it needs cryptography>=46.0.7, mitmproxy (the gs:// tests) <44.1, and protobuf 6,
+# TensorFlow 2.17 <5. DuckDB is pinned to the version whose spatial extension PyPI ships.
+BQEMULATOR := $(VENV)/bqemulator
+$(BQEMULATOR)/.installed: Makefile
+	$(PYTHON) -m venv $(BQEMULATOR)
+	$(BQEMULATOR)/bin/pip install --quiet --upgrade pip
+	$(BQEMULATOR)/bin/pip install --quiet "bqemulator==1.4.0" "duckdb==1.5.5" \
+		"duckdb-extension-spatial==1.5.5" numpy
+	touch $@
+
 demo: $(VENV)/.installed-bench
 	rm -rf $(JOB_DIR)
 	$(VENV)/bin/python -m trainer.task --job_dir=$(JOB_DIR)
@@ -21,13 +32,13 @@ demo: $(VENV)/.installed-bench
 PYTEST_MARKS := $(if $(CI),,-m "not slow")
 
 # Style (ruff) and types (mypy, settings in pyproject.toml) first: a regression fails fast.
-test: $(VENV)/.installed-test
+test: $(VENV)/.installed-test $(BQEMULATOR)/.installed
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
 	$(VENV)/bin/python -m pytest $(PYTEST_MARKS) tests
 
-test-all: $(VENV)/.installed-test
+test-all: $(VENV)/.installed-test $(BQEMULATOR)/.installed
 	$(VENV)/bin/python -m pytest tests
 
 clean:

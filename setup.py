@@ -32,6 +32,13 @@ setuptools.setup(
         "pyyaml>=5.1",  # trainer.job_spec reads config.yaml
         "rich>=13",  # the progress bar on a terminal (Keras depends on it too)
         "matplotlib>=3.7",  # report.png, the plot of the search
+        # --experiment: Vertex AI Experiments (trainer/experiments.py); Vertex AI installs no
+        # extras of a python package, so it is here (deploy/ needs it too)
+        "google-cloud-aiplatform>=1.60",
+        # bq:// input: the BigQuery Storage Read API in Arrow format (pyarrow 26 fails to
+        # import with the NumPy 1.26 of TensorFlow 2.17; 20 is the newest tried with it)
+        "google-cloud-bigquery-storage>=2.24",
+        "pyarrow>=14,<21",
     ],
     extras_require={
         "cpu": ["tensorflow-cpu>=2.17,<2.22"],
@@ -55,6 +62,9 @@ setuptools.setup(
             # (tests/gcs.py); google-cloud-storage checks what landed in a bucket
             "gcp-storage-emulator>=2024.8.3",
             "mitmproxy>=10.1",
+            # bq:// tests load tables into the BigQuery emulator (tests/bigquery_emulator.py;
+            # the emulator itself has its own environment, see the Makefile)
+            "google-cloud-bigquery>=3.0",
             # the example notebook, executed by the tests
             "nbclient>=0.10",
             "nbformat>=5.9",

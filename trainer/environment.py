@@ -28,6 +28,15 @@ class Environment:
     job_id: str | None = None
     experiment: str | None = None
     experiment_run: str | None = None
+    # A Vertex AI managed dataset (a training pipeline run on one): its format (`bigquery`,
+    # `csv`, `jsonl`) and its splits' URIs (bq://PROJECT.DATASET.TABLE, or gs:// wildcards).
+    data_format: str | None = None
+    training_data_uri: str | None = None
+    validation_data_uri: str | None = None
+    test_data_uri: str | None = None
+    # `HOST:PORT` of a BigQuery Storage Read API emulator (plain gRPC, no credentials): tests
+    # and local runs; on Vertex AI unset, and tables are read from Google's endpoint.
+    bigquery_emulator_host: str | None = None
 
     @property
     def is_tuning(self) -> bool:
@@ -48,5 +57,10 @@ class Environment:
             job_id=environ.get("CLOUD_ML_JOB_ID") or None,
             experiment=environ.get("AIP_EXPERIMENT_NAME") or None,
             experiment_run=environ.get("AIP_EXPERIMENT_RUN_NAME") or None,
+            data_format=environ.get("AIP_DATA_FORMAT") or None,
+            training_data_uri=environ.get("AIP_TRAINING_DATA_URI") or None,
+            validation_data_uri=environ.get("AIP_VALIDATION_DATA_URI") or None,
+            test_data_uri=environ.get("AIP_TEST_DATA_URI") or None,
+            bigquery_emulator_host=environ.get("BIGQUERY_STORAGE_EMULATOR_HOST") or None,
             cluster=cluster_lib.parse(environ.get("TF_CONFIG"), environ.get("CLUSTER_SPEC")),
         )

@@ -30,7 +30,7 @@ from trainer.environment import Environment
 from trainer.errors import InputError, TrainingError
 from trainer.importance import ImportanceOptions
 from trainer.input import files as files_lib
-from trainer.input.options import BadRows, InputOptions
+from trainer.input.options import BadRows, BigQueryConnection, InputOptions
 from trainer.placement import Placement
 from trainer.schema import ColumnChoices, HeadType
 
@@ -41,8 +41,9 @@ flags.DEFINE_string(
     "train_data",
     None,
     "CSV (with header, optionally .gz) or TFRecord "
-    "(tf.Example) files: a path, a glob or a comma-separated list. Default: the "
-    "census training data shipped in the package.",
+    "(tf.Example) files: a path, a glob or a comma-separated list; or a BigQuery table, "
+    "bq://PROJECT.DATASET.TABLE. Default: a Vertex AI managed dataset's "
+    "AIP_TRAINING_DATA_URI if set, else the census training data shipped in the package.",
 )
 flags.DEFINE_string(
     "eval_data",
@@ -266,13 +267,31 @@ def build_config(f=FLAGS, environment: Environment | None = None) -> config_lib.
     """Turns flags into the frozen run configuration, checking combinations."""
     environment = environment or Environment()
     train_data, eval_data, label = f.train_data, f.eval_data, f.label_column
-    if train_data is None:
+    if train_data is None and environment.training_data_uri:  # a Vertex managed dataset
+        train_data, validation = files_lib.managed_dataset(
+            environment.data_format,
+            training=environment.training_data_uri,
+            validation=environment.validation_data_uri,
+        )
+        eval_data = eval_data or validation
+        if not label:
+            raise InputError(
+                f"--label_column is required with a managed dataset ({train_data}): name "
+                "the column to predict."
+            )
+    elif train_data is None:
         train_data = files_lib.CENSUS_TRAIN
         eval_data = eval_data or files_lib.CENSUS_TEST
         label = label or files_lib.CENSUS_LABEL
     elif not label:
         raise InputError(
             "--label_column is required with --train_data: name the column to predict."
+        )
+    tables = [d for d in (train_data, eval_data) if d and d.startswith("bq://")]
+    if tables and environment.cluster.has_ps:
+        raise InputError(
+            f"{tables[0]}: a BigQuery table is read in Python, which parameter-server "
+            "workers cannot run. Train without a ps pool (chief and workers only)."
         )
     generators: list[model.Generator] = []
     for name in _choice("generator", f.generator, _GENERATORS):
@@ -363,7 +382,12 @@ def build_config(f=FLAGS, environment: Environment | None = None) -> config_lib.
             columns=columns,
             holdout_fraction=f.holdout_fraction,
             input=InputOptions(
-                bad_rows=BadRows(f.bad_rows), cache_mb=f.cache_mb, shuffle_buffer=f.shuffle_buffer
+                bad_rows=BadRows(f.bad_rows),
+                cache_mb=f.cache_mb,
+                shuffle_buffer=f.shuffle_buffer,
+                bigquery=BigQueryConnection(
+                    project=environment.project, emulator_host=environment.bigquery_emulator_host
+                ),
             ),
         ),
         search=config_lib.SearchConfig(

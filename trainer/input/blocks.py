@@ -13,6 +13,7 @@ from collections.abc import Sequence
 
 import tensorflow as tf
 
+from trainer.errors import InputError
 from trainer.input import files as files_lib
 from trainer.input.files import Source
 
@@ -42,6 +43,15 @@ def blocks(
     """
     if source.format == files_lib.TFRECORD:
         one_file = _record_blocks
+    elif source.format == files_lib.BIGQUERY:
+        if not in_process:
+            raise InputError(
+                f"{source.flag}={source.pattern}: a BigQuery table is read in Python, which a "
+                "parameter-server worker's dataset cannot call. Train without ps replicas."
+            )
+        from trainer.input import bigquery  # the Google client libraries, only when used
+
+        one_file = bigquery.stream_blocks(source)
     elif in_process:
         one_file = _chunk_blocks
         parallel = 1  # the chunks are cut under the GIL: one file at a time reads fastest

@@ -14,10 +14,14 @@ import dataclasses
 import gzip
 import io
 import os
+from typing import TYPE_CHECKING
 
 import tensorflow as tf
 
 from trainer.errors import InputError
+
+if TYPE_CHECKING:
+    from trainer.input.bigquery import Session
 
 # The census income data shipped in the package: the default input.
 _PACKAGE_DATA = os.path.join(os.path.dirname(os.path.dirname(__file__)), "data")
@@ -27,6 +31,7 @@ CENSUS_LABEL = "income_bracket"
 
 CSV = "csv"
 TFRECORD = "tfrecord"
+BIGQUERY = "bigquery"  # a table's read streams, read as CSV lines (trainer/input/bigquery.py)
 TFRECORD_SUFFIXES = (".tfrecord", ".tfrecords", ".tfrecord.gz", ".tfrecords.gz", ".tfr")
 
 # TFRecord feature types, as tf.train.Feature names its value lists.
@@ -43,6 +48,8 @@ class Source:
 
     `columns` is the CSV header (in file order) or the TFRecord feature names (sorted), and
     `feature_types` the TFRecord type of each (`BYTES`, `INT64`, `FLOAT`); empty for CSV.
+    A BigQuery table's "files" are the read streams of its `session`, its columns the table's
+    (its types are in the session).
     """
 
     flag: str
@@ -51,6 +58,7 @@ class Source:
     format: str
     columns: tuple[str, ...]
     feature_types: tuple[str, ...] = ()
+    session: Session | None = dataclasses.field(default=None, compare=False)
 
     def __post_init__(self):
         if not self.files:
@@ -61,8 +69,8 @@ class Source:
         return "GZIP" if path.endswith(".gz") else ""
 
     def feature_type(self, column: str) -> str | None:
-        """The TFRecord type of `column`; None for CSV."""
-        if not self.feature_types:
+        """The TFRecord type of `column`; None for CSV and BigQuery."""
+        if not self.feature_types or self.format != TFRECORD:
             return None
         return self.feature_types[self.columns.index(column)]
 
@@ -178,3 +186,35 @@ def _sniff_tfrecord(files: list[str], *, flag: str) -> tuple[tuple[str, ...], tu
         raise InputError(f"{flag}: {', '.join(files[:3])} hold no tf.Example with features.")
     names = tuple(sorted(types))
     return names, tuple(types[n] for n in names)
+
+
+# Vertex AI managed datasets: AIP_DATA_FORMAT, and the scheme its URIs have.
+MANAGED_FORMATS = {"bigquery": "bq://", "csv": "gs://", "jsonl": "gs://"}
+
+
+def managed_dataset(
+    data_format: str | None, *, training: str, validation: str | None
+) -> tuple[str, str | None]:
+    """(train data, eval data) of a Vertex AI managed dataset, from the URIs Vertex passes
+    (`AIP_TRAINING_DATA_URI`, `AIP_VALIDATION_DATA_URI`): a table, or gs:// wildcards of CSV
+    files. Fails naming an unknown `AIP_DATA_FORMAT`, JSON Lines (not read yet), or a URI of
+    another kind than the format."""
+    fmt = (data_format or "").strip().lower()
+    if fmt not in MANAGED_FORMATS:
+        raise InputError(
+            f"AIP_DATA_FORMAT={data_format!r} is not a managed dataset format this trainer "
+            f"knows ({', '.join(MANAGED_FORMATS)}); AIP_TRAINING_DATA_URI={training}."
+        )
+    if fmt == "jsonl":
+        raise InputError(
+            f"AIP_DATA_FORMAT=jsonl (AIP_TRAINING_DATA_URI={training}): JSON Lines input is "
+            "not supported. Export the managed dataset as CSV or to BigQuery, or pass "
+            "--train_data."
+        )
+    for name, uri in (("AIP_TRAINING_DATA_URI", training), ("AIP_VALIDATION_DATA_URI", validation)):
+        if uri and not uri.strip().startswith(MANAGED_FORMATS[fmt]):
+            raise InputError(
+                f"{name}={uri} does not start with {MANAGED_FORMATS[fmt]}, as "
+                f"AIP_DATA_FORMAT={fmt} data must."
+            )
+    return training, validation

@@ -13,8 +13,8 @@ from absl import logging
 
 from trainer import job_dir as job_dir_lib
 from trainer.errors import InputError
+from trainer.input import bigquery, scan
 from trainer.input import files as files_lib
-from trainer.input import scan
 from trainer.input.files import Source
 from trainer.input.options import InputOptions
 from trainer.input.pipeline import Pipeline, Selection, Shard, Side, shard_plan
@@ -136,15 +136,27 @@ def prepare(
 ) -> JobInput:
     """Opens the sources and gets the schema: from the job dir when it exists; else scanned
     here (`scan_if_new`, the chief: InputError on bad input, before anything is written);
-    else waited for, up to `wait_secs` (a replica whose chief is scanning)."""
-    eval_source = files_lib.open_source(eval_data, flag="--eval_data") if eval_data else None
-    holdout = None if eval_data else Holdout(holdout_fraction, seed)
-    train = (
-        files_lib.open_source(train_data, flag="--train_data") if open_train or holdout else None
-    )
+    else waited for, up to `wait_secs` (a replica whose chief is scanning). A BigQuery
+    table is read through the read session its scan opened: a replica that waits for the
+    chief opens it from the schema's summary."""
+    schema = None
     if job.exists():
         schema = Schema.from_json(job_dir_lib.read_text(job.schema), path=job.schema)
-    elif scan_if_new:
+    elif not scan_if_new and any(bigquery.is_table(d) for d in (train_data, eval_data)):
+        schema = _wait_for_schema(job, wait_secs)
+    summary = schema.summary if schema else {}
+    eval_source = (
+        _open(eval_data, "--eval_data", options, summary.get("eval")) if eval_data else None
+    )
+    holdout = None if eval_data else Holdout(holdout_fraction, seed)
+    train = (
+        _open(train_data, "--train_data", options, summary.get("train"))
+        if open_train or holdout
+        else None
+    )
+    if train is not None and train.session is not None:
+        columns = bigquery.table_choices(train, columns)
+    if schema is None and scan_if_new:
         assert train is not None, "a replica that scans opens the training data"
         schema = scan.scan_training(
             train, columns, bad_rows=options.bad_rows, holdout=holdout, seed=seed
@@ -154,13 +166,33 @@ def prepare(
                 schema.summary, eval=scan.scan_eval(eval_source, schema, bad_rows=options.bad_rows)
             )
             schema = dataclasses.replace(schema, summary=summary)
-    else:
+        schema = _with_sessions(schema, train=train, eval=eval_source)
+    elif schema is None:
         schema = _wait_for_schema(job, wait_secs)
     for source, key in ((train, "train"), (eval_source, "eval")):
         _check_same_files(source, schema.summary.get(key))
     evaluated = eval_source or train
     assert evaluated is not None, "without --eval_data the hold-out opens the training data"
     return JobInput(schema, train, evaluated, holdout, options)
+
+
+def _open(data: str, flag: str, options: InputOptions, summary: dict | None) -> Source:
+    """The files of `data`, or a BigQuery table's streams (those of the job's read session
+    when `summary`, the job dir's summary of this input, records one)."""
+    if bigquery.is_table(data):
+        recorded = (summary or {}).get("bigquery")
+        return bigquery.open_table(data, flag=flag, connection=options.bigquery, recorded=recorded)
+    return files_lib.open_source(data, flag=flag)
+
+
+def _with_sessions(schema: Schema, **sources: Source | None) -> Schema:
+    """The schema with each BigQuery input's read session in its summary, for the replicas
+    that read it later."""
+    summary = dict(schema.summary)
+    for key, source in sources.items():
+        if source is not None and source.session is not None:
+            summary[key] = dict(summary[key], bigquery=bigquery.recorded_session(source))
+    return dataclasses.replace(schema, summary=summary)
 
 
 def _check_same_files(source: Source | None, summary: dict | None) -> None:

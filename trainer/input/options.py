@@ -9,6 +9,18 @@ import enum
 from trainer.errors import InputError
 
 
+@dataclasses.dataclass(frozen=True)
+class BigQueryConnection:
+    """How `bq://` tables are reached (trainer/input/bigquery.py). `project`: the project read
+    sessions are created in (the job's, `CLOUD_ML_PROJECT_ID`), and the table's project when
+    a URI names none. `emulator_host`: `HOST:PORT` of a Storage Read API emulator, spoken to
+    over plain gRPC without credentials (`BIGQUERY_STORAGE_EMULATOR_HOST`); None: Google's
+    endpoint with the application default credentials."""
+
+    project: str | None = None
+    emulator_host: str | None = None
+
+
 class BadRows(str, enum.Enum):
     """What a row that cannot be used does: stop the job before training, or get skipped."""
 
@@ -25,6 +37,7 @@ class InputOptions:
     bad_rows: BadRows = BadRows.ERROR
     cache_mb: float = 256.0
     shuffle_buffer: int = 65_536
+    bigquery: BigQueryConnection = BigQueryConnection()
 
     def __post_init__(self):
         if self.cache_mb < 0:

@@ -1,0 +1,343 @@
+"""BigQuery tables as input: `bq://PROJECT.DATASET.TABLE` (or `bq://DATASET.TABLE` in the
+job's project), read with the BigQuery Storage Read API in Arrow format.
+
+A table opens as a `Source` whose "files" are the read streams of one read session. The chief
+creates the session when it scans the table, and the job dir records it (`Session`); every
+other replica, and a chief that resumes, reads the recorded streams. So the streams shard
+across workers the way files do (whole streams, or every n-th row of each when there are
+fewer streams than readers), and the hold-out and the row counts stay those of the scan.
+BigQuery keeps a read session for at most 6 hours: a job resumed after that must start anew.
+
+Column kinds come from the table schema: INT64, FLOAT64, NUMERIC and BIGNUMERIC columns are
+numeric, STRING and BOOL categorical (flags override); any other type must be ignored
+(`--ignore_columns`). Each stream's Arrow record batches become CSV lines (pyarrow's C++
+writer, no Python per row) that the CSV row parser reads: row numbers count from 1 in each
+stream, line ends inside strings become spaces, NULL is a missing value.
+
+Cost: one CreateReadSession call when the chief opens the table; each pass over the data
+reads each of the reader's streams once (ReadRows; the client resumes a broken stream at its
+offset).
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import functools
+import io
+import re
+import time
+
+import tensorflow as tf
+
+from trainer.errors import InputError
+from trainer.input import files as files_lib
+from trainer.input.files import Source
+from trainer.input.options import BigQueryConnection
+from trainer.schema import ColumnChoices
+
+PREFIX = "bq://"
+NUMERIC = frozenset({"INT64", "FLOAT64", "NUMERIC", "BIGNUMERIC"})
+CATEGORICAL = frozenset({"STRING", "BOOL"})
+# Streams asked for: the server may return fewer (one for a small table).
+MAX_STREAMS = 64
+_NAME = re.compile(r"^(?:([a-z][a-z0-9.:-]*[a-z0-9])\.)?([A-Za-z0-9_]+)\.([^.\s/]+)$")
+
+
+def is_table(data: str | None) -> bool:
+    return bool(data) and data.strip().startswith(PREFIX)  # type: ignore[union-attr]
+
+
+@dataclasses.dataclass(frozen=True)
+class Table:
+    project: str
+    dataset: str
+    table: str
+
+    @classmethod
+    def parse(cls, uri: str, *, flag: str, default_project: str | None) -> Table:
+        match = _NAME.match(uri.strip()[len(PREFIX) :])
+        if not match:
+            raise InputError(
+                f"{flag}={uri} is not a BigQuery table: write bq://PROJECT.DATASET.TABLE "
+                "(or bq://DATASET.TABLE in the job's project)."
+            )
+        project, dataset, table = match.groups()
+        if not (project or default_project):
+            raise InputError(
+                f"{flag}={uri} names no project, and CLOUD_ML_PROJECT_ID is not set: "
+                "write bq://PROJECT.DATASET.TABLE."
+            )
+        return cls(project or default_project, dataset, table)  # type: ignore[arg-type]
+
+    @property
+    def path(self) -> str:
+        """The resource name the Storage Read API takes."""
+        return f"projects/{self.project}/datasets/{self.dataset}/tables/{self.table}"
+
+    def __str__(self) -> str:
+        return f"{PREFIX}{self.project}.{self.dataset}.{self.table}"
+
+
+@dataclasses.dataclass(frozen=True)
+class Session:
+    """A read session as the job dir records it: the table, the session, its Arrow schema
+    (to decode the streams' record batches), each column's BigQuery type and when BigQuery
+    drops the session (seconds since the epoch; None if the server did not say). The
+    connection it is read through is not recorded: each replica has its own."""
+
+    table: str
+    name: str
+    arrow_schema: bytes
+    types: tuple[str, ...]
+    expire_time: float | None = None
+    connection: BigQueryConnection = dataclasses.field(default=BigQueryConnection(), compare=False)
+
+    def to_json(self) -> dict:
+        return {
+            "table": self.table,
+            "name": self.name,
+            "arrow_schema": base64.b64encode(self.arrow_schema).decode("ascii"),
+            "types": list(self.types),
+            "expire_time": self.expire_time,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict, connection: BigQueryConnection) -> Session:
+        return cls(
+            data["table"],
+            data["name"],
+            base64.b64decode(data["arrow_schema"]),
+            tuple(data["types"]),
+            data.get("expire_time"),
+            connection,
+        )
+
+
+# -- opening ----------------------------------------------------------------------------------
+def open_table(
+    uri: str, *, flag: str, connection: BigQueryConnection, recorded: dict | None = None
+) -> Source:
+    """The table's `Source`: the streams of a new read session, or of the `recorded` one
+    (`recorded_session`) of the job this replica belongs to. Fails with InputError naming the
+    table when it does not exist, cannot be read, or holds no rows."""
+    table = Table.parse(uri, flag=flag, default_project=connection.project)
+    if recorded:
+        session = Session.from_json(recorded, connection)
+        if session.table != str(table):
+            raise InputError(
+                f"{flag}={uri}, but the job in this --job_dir reads {session.table}. Resume "
+                "with the same table, or train on this one in a new --job_dir."
+            )
+        if session.expire_time is not None and time.time() > session.expire_time:
+            raise InputError(
+                f"{flag}: the read session of {table} this job started with expired at "
+                f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime(session.expire_time))} "
+                "(BigQuery keeps one for at most 6 hours). Train in a new --job_dir."
+            )
+        streams = tuple(recorded["streams"])
+    else:
+        session, streams = _create_session(table, flag=flag, connection=connection)
+    schema = _arrow_schema(session.arrow_schema)
+    return Source(flag, uri, streams, files_lib.BIGQUERY, tuple(schema.names), session=session)
+
+
+def _create_session(
+    table: Table, *, flag: str, connection: BigQueryConnection
+) -> tuple[Session, tuple[str, ...]]:
+    from google.api_core import exceptions
+    from google.auth import exceptions as auth_exceptions
+    from google.cloud.bigquery_storage_v1 import types
+
+    parent = f"projects/{connection.project or table.project}"
+    request = types.ReadSession(table=table.path, data_format=types.DataFormat.ARROW)
+    try:
+        session = _client(connection).create_read_session(
+            parent=parent, read_session=request, max_stream_count=MAX_STREAMS
+        )
+    except exceptions.NotFound as e:
+        raise InputError(
+            f"{flag}: BigQuery table {table} was not found ({_first_line(e)}). Check the "
+            "project, dataset and table names."
+        ) from None
+    except (exceptions.Forbidden, exceptions.PermissionDenied, exceptions.Unauthorized) as e:
+        raise InputError(
+            f"{flag}: no permission to read BigQuery table {table} ({_first_line(e)}). The "
+            f"job's service account needs roles/bigquery.readSessionUser on {parent} and "
+            "roles/bigquery.dataViewer on the table."
+        ) from None
+    except exceptions.GoogleAPICallError as e:
+        raise InputError(
+            f"{flag}: cannot read BigQuery table {table}: {type(e).__name__}: {_first_line(e)}"
+        ) from None
+    except auth_exceptions.DefaultCredentialsError as e:
+        raise InputError(
+            f"{flag}: no Google credentials to read {table} ({e}). Run `gcloud auth "
+            "application-default login`, or run on Vertex AI."
+        ) from None
+    if not session.streams:
+        raise InputError(f"{flag}: BigQuery table {table} holds no rows.")
+    schema = _arrow_schema(session.arrow_schema.serialized_schema)
+    expire = session.expire_time
+    return (
+        Session(
+            str(table),
+            session.name,
+            bytes(session.arrow_schema.serialized_schema),
+            tuple(_bigquery_type(field) for field in schema),
+            expire.timestamp() if expire and expire.timestamp() > 0 else None,
+            connection,
+        ),
+        tuple(stream.name for stream in session.streams),
+    )
+
+
+def _first_line(error) -> str:
+    return str(getattr(error, "message", error)).strip().splitlines()[0][:300]
+
+
+@functools.cache
+def _client(connection: BigQueryConnection):
+    """One Storage Read client per process and connection (its gRPC channel is shared by
+    every thread that reads)."""
+    from google.cloud import bigquery_storage_v1
+
+    if connection.emulator_host:
+        import grpc
+        from google.cloud.bigquery_storage_v1.services.big_query_read.transports import (
+            BigQueryReadGrpcTransport,
+        )
+
+        channel = grpc.insecure_channel(connection.emulator_host)
+        return bigquery_storage_v1.BigQueryReadClient(
+            transport=BigQueryReadGrpcTransport(channel=channel)
+        )
+    return bigquery_storage_v1.BigQueryReadClient()
+
+
+def _arrow_schema(serialized: bytes):
+    import pyarrow as pa
+
+    return pa.ipc.read_schema(pa.py_buffer(serialized))
+
+
+def _bigquery_type(field) -> str:
+    """The BigQuery type a column of the Storage Read API's Arrow schema has."""
+    import pyarrow as pa
+
+    kind = field.type
+    extension = (field.metadata or {}).get(b"ARROW:extension:name", b"").decode()
+    if extension.startswith("google:sqlType:"):  # JSON, GEOGRAPHY: strings with a tag
+        return extension.removeprefix("google:sqlType:").upper()
+    for test, name in (
+        (pa.types.is_integer, "INT64"),
+        (pa.types.is_floating, "FLOAT64"),
+        (pa.types.is_decimal128, "NUMERIC"),
+        (pa.types.is_decimal256, "BIGNUMERIC"),
+        (pa.types.is_string, "STRING"),
+        (pa.types.is_large_string, "STRING"),
+        (pa.types.is_boolean, "BOOL"),
+        (pa.types.is_binary, "BYTES"),
+        (pa.types.is_date, "DATE"),
+        (pa.types.is_time, "TIME"),
+        (pa.types.is_list, "ARRAY"),
+        (pa.types.is_struct, "STRUCT"),
+    ):
+        if test(kind):
+            return name
+    if pa.types.is_timestamp(kind):
+        return "TIMESTAMP" if kind.tz else "DATETIME"
+    return str(kind).upper()
+
+
+def recorded_session(source: Source) -> dict:
+    """What the job dir keeps of a BigQuery source to read the same streams again."""
+    assert source.session is not None, "a BigQuery source"
+    return dict(source.session.to_json(), streams=list(source.files))
+
+
+# -- columns ----------------------------------------------------------------------------------
+def table_choices(source: Source, choices: ColumnChoices) -> ColumnChoices:
+    """`choices` with the table's STRING and BOOL columns categorical (unless named numeric);
+    fails naming each used column whose type the trainer cannot read."""
+    assert source.session is not None, "a BigQuery source"
+    types = dict(zip(source.columns, source.session.types))
+    unusable = {
+        name: kind
+        for name, kind in types.items()
+        if kind not in NUMERIC | CATEGORICAL and name not in choices.ignore
+    }
+    if unusable:
+        listed = ", ".join(f"{n} ({k})" for n, k in unusable.items())
+        raise InputError(
+            f"{source.flag}: column(s) {listed} of {source.pattern} have types the trainer "
+            "cannot read (INT64, FLOAT64, NUMERIC, BIGNUMERIC, STRING, BOOL). Pass "
+            f"--ignore_columns={','.join(unusable)}, or cast them in a view."
+        )
+    named = {
+        choices.label,
+        getattr(choices, "weight", None),  # the weight column, where the trainer has one
+        *choices.numeric,
+        *choices.categorical,
+        *choices.ignore,
+    }
+    text = tuple(n for n, k in types.items() if k in CATEGORICAL and n not in named)
+    return dataclasses.replace(choices, categorical=choices.categorical + text)
+
+
+# -- reading ----------------------------------------------------------------------------------
+def stream_blocks(source: Source):
+    """fn(index, stream name) -> dataset of blocks `(file, row, CSV line)` of one stream, for
+    `blocks.blocks`."""
+    assert source.session is not None, "a BigQuery source"
+    session = source.session
+
+    def chunks(stream: bytes):
+        yield from csv_chunks(stream.decode(), session)
+
+    def one_stream(index: tf.Tensor, stream: tf.Tensor) -> tf.data.Dataset:
+        data = tf.data.Dataset.from_generator(
+            chunks,
+            args=(stream,),
+            output_signature=(tf.TensorSpec([], tf.string), tf.TensorSpec([], tf.int64)),
+        )
+
+        def split(chunk, first_row):
+            lines = tf.strings.split(chunk, "\n")
+            rows = first_row + tf.range(tf.size(lines, out_type=tf.int64))
+            return tf.fill(tf.shape(rows), tf.cast(index, tf.int64)), rows, lines
+
+        return data.map(split)
+
+    return one_stream
+
+
+def csv_chunks(stream: str, session: Session):
+    """(CSV lines of a ReadRows response, the number of its first row) for one stream: the
+    columns of the schema in order, unreadable types (ignored columns) left empty."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.csv as pa_csv
+
+    schema = _arrow_schema(session.arrow_schema)
+    options = pa_csv.WriteOptions(include_header=False)
+    row = 1
+    for response in _client(session.connection).read_rows(stream):
+        batch = pa.ipc.read_record_batch(
+            pa.py_buffer(response.arrow_record_batch.serialized_record_batch), schema
+        )
+        if not batch.num_rows:
+            continue
+        columns = []
+        for array, kind in zip(batch.columns, session.types):
+            if kind in ("NUMERIC", "BIGNUMERIC"):
+                array = pc.cast(array, pa.float64())
+            elif kind == "STRING":  # one row per line
+                array = pc.replace_substring_regex(array, r"[\r\n]", " ")
+            elif kind not in NUMERIC | CATEGORICAL:
+                array = pa.nulls(len(array), pa.string())
+            columns.append(array)
+        sink = io.BytesIO()
+        pa_csv.write_csv(pa.RecordBatch.from_arrays(columns, names=schema.names), sink, options)
+        yield sink.getvalue().removesuffix(b"\n"), row
+        row += batch.num_rows
