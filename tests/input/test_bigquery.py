@@ -13,11 +13,13 @@ import pytest
 
 from tests import bigquery_emulator
 from tests.support import FAST_FLAGS, load_report, parsed_flags, run_in_process, run_task, task_env
+from trainer import job_dir as job_dir_lib
 from trainer import task
 from trainer.environment import Environment
 from trainer.errors import InputError
 from trainer.input import bigquery, scan
-from trainer.input.options import BadRows, BigQueryConnection
+from trainer.input import job as input_lib
+from trainer.input.options import BadRows, BigQueryConnection, InputOptions
 from trainer.input.pipeline import Pipeline, Selection, Shard
 from trainer.schema import CategoricalColumn, ColumnChoices
 
@@ -151,6 +153,34 @@ def test_a_replica_reads_the_streams_the_job_recorded(emulator):
         bigquery.open_table(
             emulator.uri("ds.small"), flag="--train_data", connection=connection, recorded=recorded
         )
+
+
+def test_workers_read_the_chief_s_read_session(emulator, tmp_path):
+    """The chief opens a read session and scans; a replica waiting for it (a worker, the
+    evaluator, a resumed chief) opens no session of its own but the streams schema.json
+    records."""
+    job = job_dir_lib.JobDir(str(tmp_path / "job"))
+    common = dict(
+        train_data=emulator.uri("ds.small"),
+        eval_data=emulator.uri("ds.small_eval"),
+        columns=ColumnChoices(label="target", ignore=("day",)),
+        holdout_fraction=0.1,
+        options=InputOptions(bigquery=_connection(emulator)),
+        seed=0,
+        job=job,
+    )
+    with pytest.raises(InputError, match="did not write"):  # waits; opens nothing before
+        input_lib.prepare(**common, scan_if_new=False, wait_secs=0)
+    chief = input_lib.prepare(**common, scan_if_new=True)
+    assert chief.train_rows == SMALL_ROWS and chief.eval_rows == EVAL_ROWS
+    job.create()
+    (tmp_path / "job" / "schema.json").write_text(chief.schema.to_json())
+    (tmp_path / "job" / "run.json").write_text("{}")
+    worker = input_lib.prepare(**common, scan_if_new=False, wait_secs=5)
+    for theirs, ours in ((worker.train_source, chief.train_source), (worker.eval, chief.eval)):
+        assert theirs.session is not None and ours.session is not None
+        assert theirs.files == ours.files and theirs.session.name == ours.session.name
+    assert worker.schema.feature_names == chief.schema.feature_names
 
 
 # -- bad tables: exit 2, named, before any work ------------------------------------------------
