@@ -340,3 +340,57 @@ def test_a_cluster_trains_on_the_weights(tmp_path, shape, placement):
     if shape.get("evaluator"):
         [evaluation] = json.loads((job.dir / "eval" / "iteration-0.json").read_text())[-1:]
         assert all(0 < m["accuracy"] <= 1 for m in evaluation["candidates"].values())
+
+
+# -- the weight through the input pipeline --------------------------------------------------
+@pytest.mark.parametrize("kind", ["float", "int", "text"])
+def test_tfrecord_weights_of_any_feature_type(tmp_path, kind):
+    from tests.input.support import write_tfrecord
+    from trainer.errors import InputError
+    from trainer.features import WEIGHT
+    from trainer.input.pipeline import Pipeline
+
+    def weight(i, sign=1):
+        value = sign * (i % 3)
+        return {"float": float(value), "int": int(value), "text": str(value).encode()}[kind]
+
+    records = [{"x": float(i), "w": weight(i), "y": b"ab"[i % 2 : i % 2 + 1]} for i in range(9)]
+    path = write_tfrecord(tmp_path / "a.tfrecord", records)
+    source = files_lib.open_source(path, flag="--train_data")
+    choices = ColumnChoices("y", weight="w")
+    schema = scan.scan_training(source, choices, bad_rows=BadRows.ERROR, holdout=None)
+    assert schema.feature_names == ("x",) and schema.weight is not None
+    assert schema.weight.mean == pytest.approx(1.0)  # 0, 1, 2, 0, 1, 2, ...
+    [(features, labels)] = list(Pipeline(source, schema).encoded())
+    np.testing.assert_allclose(features[WEIGHT].numpy(), [i % 3 for i in range(9)])
+    assert set(features) == {"dense", WEIGHT}
+    [(raw, _, weights)] = list(Pipeline(source, schema).raw(with_weight=True))
+    assert set(raw) == {"x"}
+    np.testing.assert_allclose(weights.numpy(), [i % 3 for i in range(9)])
+
+    records[4]["w"] = weight(2, sign=-1)
+    bad = files_lib.open_source(
+        write_tfrecord(tmp_path / "b.tfrecord", records), flag="--train_data"
+    )
+    with pytest.raises(InputError, match=r"weight column 'w' holds .*-2.* record 5"):
+        scan.scan_training(bad, choices, bad_rows=BadRows.ERROR, holdout=None)
+
+
+def test_the_encoded_weights_are_scaled_to_a_mean_of_one_and_bad_ones_skipped(tmp_path):
+    from trainer.features import WEIGHT
+    from trainer.input.pipeline import Pipeline
+
+    rows = imbalanced_rows(200, 1, 9.0)
+    rows[3][3] = "-1"
+    path = write_csv(tmp_path / "t.csv", HEADER, rows)
+    source = files_lib.open_source(str(path), flag="--train_data")
+    schema = scan.scan_training(
+        source, ColumnChoices("target", weight="w"), bad_rows=BadRows.SKIP, holdout=None
+    )
+    raw_weights = np.array([float(r[3]) for i, r in enumerate(rows) if i != 3])
+    weights = np.concatenate(
+        [f[WEIGHT].numpy() for f, _ in Pipeline(source, schema, BadRows.SKIP).encoded()]
+    )
+    np.testing.assert_allclose(weights, raw_weights / raw_weights.mean(), rtol=1e-6)
+    assert weights.mean() == pytest.approx(1.0)
+    assert schema.bytes_per_example() == schema.dense_width * 4 + 8 + 4
