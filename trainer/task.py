@@ -19,7 +19,7 @@ from trainer import console
 # Run as `python -m trainer.task`: the libraries' noise is off before TensorFlow loads (below).
 VERBOSE = console.quiet_libraries() if __name__ == "__main__" else True
 
-from trainer import adapt, distributed, evaluator, model, preemption, training
+from trainer import adapt, distributed, evaluator, experiments, model, preemption, training
 from trainer import cluster as cluster_lib
 from trainer import config as config_lib
 from trainer import ensemble as ens
@@ -247,6 +247,31 @@ flags.DEFINE_float(
     "How long workers and parameter servers wait "
     "for a vanished chief to come back before they exit.",
 )
+# -- Vertex AI Experiments (trainer/experiments.py) -------------------------------------------
+flags.DEFINE_string(
+    "experiment",
+    None,
+    "Log the run's flags, per-iteration and final metrics to this Vertex AI experiment "
+    "(created if new; 4-128 lowercase letters, digits and hyphens). Default: "
+    "AIP_EXPERIMENT_NAME, set by Vertex AI for a CustomJob that names an experiment.",
+)
+flags.DEFINE_string(
+    "experiment_run",
+    None,
+    "The run's name in --experiment (an existing run is resumed). Default: "
+    "AIP_EXPERIMENT_RUN_NAME, else job-<CLOUD_ML_JOB_ID> on Vertex AI, else run-<UTC time>.",
+)
+flags.DEFINE_string(
+    "experiment_project", None, "Project of --experiment. Default: CLOUD_ML_PROJECT_ID."
+)
+flags.DEFINE_string(
+    "experiment_region", None, "Region of --experiment. Default: CLOUD_ML_REGION, else us-central1."
+)
+flags.DEFINE_string(
+    "experiment_api_endpoint",
+    None,
+    "Another Vertex AI API endpoint for --experiment (a private endpoint; tests: a local fake).",
+)
 
 _GENERATORS = {"dnn", "cross", "linear"}
 
@@ -438,6 +463,34 @@ def _output_dirs(f, environment: Environment) -> dict:
     return dataclasses.asdict(outputs)
 
 
+def _tracker(
+    f, environment: Environment, cluster: cluster_lib.Cluster
+) -> experiments.VertexExperiment | None:
+    """The chief's Vertex AI Experiments run (--experiment, or Vertex AI's variables); every
+    replica checks the names, so a bad one stops the job before any work."""
+    target = experiments.resolve(
+        experiment=f.experiment,
+        run=f.experiment_run,
+        project=f.experiment_project,
+        region=f.experiment_region,
+        api_endpoint=f.experiment_api_endpoint,
+        environ_experiment=environment.experiment,
+        environ_run=environment.experiment_run,
+        environ_project=environment.project,
+        environ_region=environment.region,
+        job_id=environment.job_id,
+        trial_id=environment.trial_id,
+    )
+    if target is None or not cluster.is_chief:
+        return None
+    values = {
+        flag.name: flag.value
+        for flag in f.get_flags_for_module(sys.modules[__name__])
+        if not flag.name.startswith("experiment")
+    }
+    return experiments.VertexExperiment(target, params=experiments.params_of(values))
+
+
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments {argv[1:]}; all options are --flags.")
@@ -445,6 +498,7 @@ def main(argv):
         environment = Environment.from_environ()
         config = build_config(FLAGS, environment)
         cluster = environment.cluster
+        tracker = _tracker(FLAGS, environment, cluster)
         if cluster.task_type in (cluster_lib.WORKER, cluster_lib.PS) and cluster.has_ps:
             return distributed.serve(cluster, grace_secs=config.distribution.server_grace_secs)
         if cluster.task_type == cluster_lib.EVALUATOR:
@@ -454,7 +508,7 @@ def main(argv):
         # this replica. A synchronous cluster's replica cannot checkpoint alone: it just stops.
         synchronous = cluster.is_distributed and not cluster.has_ps
         with preemption.watch(can_defer=not synchronous):
-            report = training.run(config, cluster, started=STARTED)
+            report = training.run(config, cluster, started=STARTED, tracker=tracker)
         if not cluster.is_chief:
             return 0
     except preemption.Preempted as e:

@@ -25,6 +25,7 @@ from trainer.cluster import Cluster
 from trainer.config import RunConfig
 from trainer.controller import Controller
 from trainer.errors import InputError, TrainingError
+from trainer.experiments import Tracker
 from trainer.factory import Models
 from trainer.features import Preprocessor
 from trainer.heads import Head, Metrics
@@ -143,6 +144,7 @@ def _train(
     input_seconds: float,
     adapted: dict,
     budget: TimeBudget | None,
+    tracker: Tracker | None = None,
 ) -> dict:
     """Runs the iterations (the chief: then exports, evaluates and reports); returns the
     report (the chief's; {} on other replicas)."""
@@ -198,9 +200,11 @@ def _train(
         job_dir_lib.write_json(job.report, value)
         return value
 
-    for _ in controller.iterations():
+    for record in controller.iterations():
         if runtime.is_chief:
             report(final=None)
+            if tracker:
+                tracker.on_iteration(record)
     writes.close()
     if not runtime.is_chief:
         return {}
@@ -226,6 +230,8 @@ def _train(
             final["metrics"],
             sum(r.steps for r in controller.records),
         )
+    if tracker:
+        tracker.on_end(value)
     return value
 
 
@@ -246,7 +252,13 @@ def _start_job_dir(config: RunConfig, job: job_dir_lib.JobDir, data: input_lib.J
         job_dir_lib.write_json(job.run, {"fingerprint": config.fingerprint()})
 
 
-def run(config: RunConfig, cluster: Cluster | None = None, *, started: float | None = None) -> dict:
+def run(
+    config: RunConfig,
+    cluster: Cluster | None = None,
+    *,
+    started: float | None = None,
+    tracker: Tracker | None = None,
+) -> dict:
     """Trains (or resumes) the job described by `config` as this replica of `cluster`.
 
     Args:
@@ -255,6 +267,8 @@ def run(config: RunConfig, cluster: Cluster | None = None, *, started: float | N
             machine, no cluster.
         started: when the process began (time.monotonic()): where --time_budget_secs
             counts from (default: now).
+        tracker: the chief's experiment tracker (`trainer.experiments`): told when training
+            starts (the input checked), each iteration's record and the final report.
 
     Returns:
         The report (`JOB_DIR/report.json`) on the chief; {} on other replicas.
@@ -314,6 +328,8 @@ def run(config: RunConfig, cluster: Cluster | None = None, *, started: float | N
     runtime = runtime or _runtime(config, cluster)
     if cluster.is_chief:  # from here on the job dir is written, by the chief alone
         _start_job_dir(flags_config, job, data)  # a resume compares the flags, not the choices
+        if tracker:
+            tracker.on_start()
     try:
         return _train(
             config,
@@ -324,6 +340,7 @@ def run(config: RunConfig, cluster: Cluster | None = None, *, started: float | N
             input_seconds=input_seconds,
             adapted=adapted,
             budget=budget,
+            tracker=tracker if cluster.is_chief else None,
         )
     except tf.errors.InvalidArgumentError as e:
         if "a row that cannot be used" not in str(e):

@@ -10,16 +10,13 @@ Executions and artifacts are stored too (the SDK links them to runs through
 context holds. The request bodies are validated by `FakeVertex.handle` against the discovery
 document like every other method; ids follow the API's rule (4-128 of a-z, 0-9 and -).
 
-Also here: `FakeTokenServer`, an OAuth token endpoint on loopback, so a separate process (the
-trainer) authenticates through google-auth's ordinary Application Default Credentials file.
+Also here: `service_account_key`, credentials for a separate process (the trainer).
 """
 
 from __future__ import annotations
 
-import http.server
 import json
 import re
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import NoReturn
@@ -248,54 +245,31 @@ def _matches(resource: dict, filter_: str) -> bool:
     return True
 
 
-class FakeTokenServer:
-    """An OAuth 2.0 token endpoint on loopback: `credentials_file()` writes an Application
-    Default Credentials file (an authorized user) whose token_uri points here, so a trainer
-    process started with GOOGLE_APPLICATION_CREDENTIALS=that file gets its bearer token through
-    google-auth's ordinary refresh, with no network."""
+def service_account_key(path: Path) -> Path:
+    """Writes a service account key file (a fresh RSA key) for GOOGLE_APPLICATION_CREDENTIALS:
+    a trainer process then authenticates through google-auth's ordinary Application Default
+    Credentials, as on Vertex AI, with no network: the SDK's clients sign their own JWT bearer
+    tokens with the key (self-signed JWT), so no token endpoint is called. (google-auth's
+    background Regional Access Boundary lookup at iamcredentials.googleapis.com fails here and
+    is retried later; it does not hold up requests.)"""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import rsa
 
-    TOKEN = "fake-access-token"
-
-    def __init__(self):
-        self.grants = 0
-        server = self
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_POST(self):
-                self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                server.grants += 1
-                data = json.dumps(
-                    {"access_token": server.TOKEN, "expires_in": 3600, "token_type": "Bearer"}
-                ).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def log_message(self, *args):
-                pass
-
-        self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-
-    def __enter__(self) -> FakeTokenServer:
-        threading.Thread(target=self._server.serve_forever, daemon=True).start()
-        return self
-
-    def __exit__(self, *exc):
-        self._server.shutdown()
-        self._server.server_close()
-
-    def credentials_file(self, path: Path) -> Path:
-        path.write_text(
-            json.dumps(
-                {
-                    "type": "authorized_user",
-                    "client_id": "fake-client.apps.googleusercontent.com",
-                    "client_secret": "fake-secret",
-                    "refresh_token": "fake-refresh-token",
-                    "token_uri": f"http://127.0.0.1:{self._server.server_port}/token",
-                }
-            )
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    pem = key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    ).decode()
+    path.write_text(
+        json.dumps(
+            {
+                "type": "service_account",
+                "project_id": "my-project",
+                "private_key_id": "fake-key",
+                "private_key": pem,
+                "client_email": "trainer@my-project.iam.gserviceaccount.com",
+                "client_id": "1",
+                "token_uri": "http://127.0.0.1:9/token",  # never called (self-signed JWT)
+            }
         )
-        return path
+    )
+    return path
