@@ -394,3 +394,14 @@ def test_the_encoded_weights_are_scaled_to_a_mean_of_one_and_bad_ones_skipped(tm
     np.testing.assert_allclose(weights, raw_weights / raw_weights.mean(), rtol=1e-6)
     assert weights.mean() == pytest.approx(1.0)
     assert schema.bytes_per_example() == schema.dense_width * 4 + 8 + 4
+    # Training batches carry them too, streamed from the files or from memory.
+    from trainer.input.pipeline import Selection
+
+    for cache_rows in (None, 199):
+        batches = Pipeline(source, schema, BadRows.SKIP).training(
+            Selection(), batch_size=16, seed=0, shuffle_buffer=64, cache_rows=cache_rows
+        )
+        features, labels = next(iter(batches))
+        assert features[WEIGHT].shape == labels.shape == (16,)
+        scaled = np.unique(raw_weights / raw_weights.mean())  # two values: 1 and 9 scaled
+        assert np.isclose(features[WEIGHT].numpy()[:, None], scaled[None]).any(axis=1).all()
