@@ -4,9 +4,11 @@ once and writes nothing. The signal handler itself is tested in this process."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -129,13 +131,19 @@ def _args(data, job: Path, steps: int) -> list[str]:
 
 
 def _start(args: list[str], log: Path) -> subprocess.Popen:
-    return subprocess.Popen(
-        [sys.executable, "-m", "trainer.task", *args],
-        cwd=REPO,
-        env=task_env(),
-        stdout=open(log, "w"),
-        stderr=subprocess.STDOUT,
-    )
+    """`python -m trainer.task ARGS`, its output in `log`."""
+    return _spawn(["-m", "trainer.task", *args], log)
+
+
+def _spawn(python_args: list[str], log: Path, env: dict | None = None) -> subprocess.Popen:
+    with open(log, "w") as out:
+        return subprocess.Popen(
+            [sys.executable, *python_args],
+            cwd=REPO,
+            env=env or task_env(),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
 
 
 def _wait_for(predicate, process: subprocess.Popen, what: str, timeout: float = 240):
@@ -267,3 +275,75 @@ def test_sigterm_after_training_during_the_export_resumes_to_a_complete_model(tm
     assert load_report(job)["status"] == "complete"
     assert (job / "model" / "saved_model.pb").exists()
     assert not list(job.rglob("*.tmp-*"))
+
+
+# -- workers and parameter servers under a coordinator -----------------------------------------
+_SERVE = """
+import os, sys
+from absl import logging
+from trainer import cluster, distributed
+logging.set_verbosity(logging.INFO)
+sys.exit(distributed.serve(cluster.parse(os.environ["TF_CONFIG"]), grace_secs=60, poll_secs=0.2))
+"""
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("chief_runs, code", [(True, preemption.EXIT_CODE), (False, 0)])
+def test_a_server_stopped_while_the_chief_runs_exits_to_be_restarted(chief_runs, code, tmp_path):
+    """A worker's SIGTERM while its chief runs is a preemption: non-zero, so that Vertex AI
+    restarts it; once the chief is gone it is the end of the job: 0."""
+    with socket.socket() as chief:
+        chief.bind(("127.0.0.1", 0))
+        if chief_runs:
+            chief.listen()
+        jobs = {
+            "chief": [f"127.0.0.1:{chief.getsockname()[1]}"],
+            "worker": [f"127.0.0.1:{_free_port()}"],
+            "ps": [f"127.0.0.1:{_free_port()}"],
+        }
+        tf_config = {"cluster": jobs, "task": {"type": "worker", "index": 0}}
+        log = tmp_path / "worker.log"
+        process = _spawn(["-c", _SERVE], log, env=task_env(TF_CONFIG=json.dumps(tf_config)))
+        try:
+            _wait_for(lambda: "serving at" in log.read_text(), process, "the server")
+            time.sleep(1.0)  # its SIGTERM handler comes right after that line
+        finally:
+            exit_code, seconds = _terminate(process)
+    assert exit_code == code, log.read_text()[-3000:]
+    assert seconds < 5
+    assert ("SIGTERM while the chief runs" in log.read_text()) == chief_runs
+
+
+@pytest.mark.slow
+def test_a_preempted_chief_of_a_parameter_server_cluster_saves_and_its_restart_resumes(tmp_path):
+    """Under parameter servers the chief checkpoints between two chunks it fetches; chunks
+    still in flight may add steps before the save reads the counters, never remove any."""
+    from tests.test_distributed import Job, assert_trained
+    from trainer.local_cluster import ClusterShape
+
+    steps = 30_000  # (about 15 s of training here: the first progress line comes after 5 s)
+    extra = ("--max_iterations=1", f"--max_iteration_steps={steps}", "--checkpoint_every_secs=1e5")
+    with Job(tmp_path, ClusterShape(workers=2, ps=1), *extra) as job:
+        job.wait_for_line("chief", "iteration 0 step")
+        chief = job.cluster.process("chief")
+        chief.send_signal(signal.SIGTERM)
+        assert chief.wait(timeout=30) == preemption.EXIT_CODE
+        said = "\n".join(job.cluster.output("chief"))
+        saved = re.search(r"SIGTERM \(preemption\): saved \S+ at step (\d+)", said)
+        assert saved, said[-3000:]
+        step = int(saved.group(1))
+        assert 0 < step < steps
+        job.cluster.restart("chief")
+        assert job.cluster.wait(timeout=400) == 0
+        said = "\n".join(job.cluster.output("chief"))
+        report = job.report()
+    resumed = re.search(rf"Iteration 0: resumed from \S+ckpt-{step} at step (\d+)\.", said)
+    assert resumed, said[-3000:]
+    assert int(resumed.group(1)) >= step
+    assert_trained(report, iterations=1)

@@ -24,6 +24,7 @@ import tensorflow as tf
 from absl import logging
 
 from trainer import cluster as cluster_lib
+from trainer import preemption
 from trainer.cluster import Cluster
 from trainer.errors import TrainingError
 from trainer.iteration import Layout
@@ -145,12 +146,16 @@ def make_runtime(cluster: Cluster, placement: PlacementStrategy, *, timeout_secs
 
 # -- workers and parameter servers under a coordinator -------------------------------------------
 def serve(cluster: Cluster, *, grace_secs: float, poll_secs: float = 2.0) -> int:
-    """Runs this worker's or ps's TensorFlow server until the chief is done; returns 0.
+    """Runs this worker's or ps's TensorFlow server until the chief is done; returns the exit
+    code: 0, or `preemption.EXIT_CODE` for a SIGTERM while the chief still runs.
 
     The chief's own server goes away when it exits. A chief that restarts (Vertex restarts a
     failed replica under the same name) comes back within `grace_secs`, and this server keeps
-    serving it; after that long without a chief, the job is over. SIGTERM (sent by Vertex or
-    the local launcher when the chief has succeeded) ends it at once, also with 0.
+    serving it; after that long without a chief, the job is over. SIGTERM ends it at once: with
+    0 when the chief is gone (Vertex and the local launcher stop the others once the chief has
+    exited); while the chief runs it is this replica that is stopped (a Spot VM preempted), and
+    a non-zero code has Vertex restart it (the chief reschedules a lost worker's chunks; a lost
+    ps stops the chief, whose restart finds it again).
     """
     server = tf.distribute.Server(
         cluster.cluster_spec(),
@@ -172,9 +177,18 @@ def serve(cluster: Cluster, *, grace_secs: float, poll_secs: float = 2.0) -> int
             if time.monotonic() - gone_since > grace_secs:
                 logging.info("The chief (%s) has been gone for %.0f s: done.", chief, grace_secs)
                 break
+    code = 0
+    if stop.is_set() and cluster_lib.is_listening(chief):
+        code = preemption.EXIT_CODE
+        logging.info(
+            "%s %d: SIGTERM while the chief runs (preemption?): exit code %d, to be restarted.",
+            cluster.task_type,
+            cluster.task_index,
+            code,
+        )
     logging.info("%s %d stops.", cluster.task_type, cluster.task_index)
     sys.stdout.flush()
-    return 0
+    return code
 
 
 # -- lost replicas ----------------------------------------------------------------------------
