@@ -104,6 +104,25 @@ def test_sigterm_with_nothing_to_save_ends_the_process_at_once(can_defer, body, 
     assert f"preempted: SIGTERM {why}; exit code 143" in process.stderr.read()
 
 
+def test_a_second_sigterm_on_the_way_out_does_not_cut_it_short():
+    body = (
+        "    with notice.deferred():\n"
+        "        while not notice.requested:\n"
+        "            time.sleep(0.01)\n"
+        "    print('saved', flush=True)\n"  # (the checkpoint), then out of the span
+        "    time.sleep(1)\n"
+        "    print('done', flush=True)\n"
+    )
+    process = _watching(body, can_defer=True)
+    assert process.stdout and process.stderr
+    assert process.stdout.readline() == "ready\n"
+    os.kill(process.pid, signal.SIGTERM)
+    assert process.stdout.readline() == "saved\n"
+    code, _ = _terminate(process)  # the second SIGTERM
+    assert process.stdout.readline() == "done\n"
+    assert code == 0, process.stderr.read()  # (the script itself ends normally)
+
+
 def test_the_previous_handler_comes_back_after_a_normal_end(sigterm_restored):
     def mine(signum, frame):
         pass

@@ -98,8 +98,9 @@ class Notice:
         nothing to save and ends now, with `EXIT_CODE` (see the module doc)."""
         del signum, frame
         self.count += 1
-        if self.received_at is None:
-            self.received_at = time.monotonic()
+        if self.received_at is not None:
+            return  # a second SIGTERM: this process is already stopping
+        self.received_at = time.monotonic()
         if not self._training:
             _exit_now("outside training: nothing to save")
         elif not self.can_defer:
