@@ -65,13 +65,12 @@ def test_sigterm_while_training_only_sets_the_flag_and_later_ones_are_ignored(si
 
 
 def _watching(body: str, *, can_defer: bool) -> subprocess.Popen:
-    """A Python process that prints 'ready', then runs `body` (indented code) under
-    `preemption.watch(can_defer=...) as notice`."""
+    """A Python process that runs `body` (indented code, which prints 'ready' when it is where
+    the test wants the signal) under `preemption.watch(can_defer=...) as notice`."""
     code = (
         "import time\n"
         "from trainer import preemption\n"
         f"with preemption.watch(can_defer={can_defer}) as notice:\n"
-        "    print('ready', flush=True)\n"
     )
     return subprocess.Popen(
         [sys.executable, "-c", code + body],
@@ -85,10 +84,16 @@ def _watching(body: str, *, can_defer: bool) -> subprocess.Popen:
 @pytest.mark.parametrize(
     "can_defer, body, why",
     [
-        (True, "    time.sleep(30)\n", "outside training: nothing to save"),
+        (
+            True,
+            "    print('ready', flush=True)\n    time.sleep(30)\n",
+            "outside training: nothing to save",
+        ),
         (
             False,
-            "    with notice.deferred():\n        time.sleep(30)\n",
+            "    with notice.deferred():\n"
+            "        print('ready', flush=True)\n"
+            "        time.sleep(30)\n",
             "a replica of a synchronous cluster cannot checkpoint alone",
         ),
     ],
@@ -107,6 +112,7 @@ def test_sigterm_with_nothing_to_save_ends_the_process_at_once(can_defer, body, 
 def test_a_second_sigterm_on_the_way_out_does_not_cut_it_short():
     body = (
         "    with notice.deferred():\n"
+        "        print('ready', flush=True)\n"
         "        while not notice.requested:\n"
         "            time.sleep(0.01)\n"
         "    print('saved', flush=True)\n"  # (the checkpoint), then out of the span
@@ -194,7 +200,7 @@ def _checkpoint_steps(folder: Path) -> list[int]:
 def test_sigterm_mid_iteration_saves_the_step_reached_and_the_restart_resumes_there(
     binary_data, tmp_path
 ):
-    job, steps = tmp_path / "job", 12_000
+    job, steps = tmp_path / "job", 30_000  # (the first progress line comes 5 s in)
     args = _args(binary_data, job, steps)
     log = tmp_path / "first.log"
     process = _start(args, log)
