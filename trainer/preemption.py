@@ -21,6 +21,11 @@ dir (up to 5 times, then it retries the whole job up to 3 times); 143 is neither
 
 A second SIGTERM changes nothing: the save it would interrupt is the point of the first one,
 and the platform's SIGKILL at the end of the notice is the hard stop.
+
+A replica of a synchronous cluster (`watch(can_defer=False)`) cannot checkpoint alone (each
+checkpoint needs every replica): it stops at once even in training, and the job resumes from
+its last periodic checkpoint. Workers and parameter servers under a coordinator only serve;
+`distributed.serve` has its own handler (143 while the chief runs, else 0).
 """
 
 from __future__ import annotations
