@@ -119,3 +119,16 @@ def test_a_terminal_shows_a_progress_bar_and_no_library_noise(binary_data, tmp_p
     assert not ABSL_PREFIX.search(shown), shown[-3000:]
     for noise in ("FutureWarning", "oneDNN", "cpu_feature_guard", "Sharding callback"):
         assert noise not in shown, noise
+
+
+def test_the_progress_line_never_shows_negative_time_left():
+    from trainer.iteration import Snapshot
+    from trainer.progress import progress_status
+
+    def status(step: int) -> str:
+        snapshot = Snapshot(step, (step,), (0.5,), (0.5,), (False,), (False,), (0,))
+        return progress_status(("a",), snapshot, 1000, 100.0, 256)
+
+    assert "0:00:05 left" in status(500)
+    # Parameter-server chunks in flight can overshoot the iteration's steps.
+    assert "0:00:00 left" in status(1200)

@@ -66,7 +66,8 @@ def progress_status(
     """'700 steps/s, 44,800 examples/s | 0:00:04 left | best <candidate> <objective>';
     without `names`, '44,800 examples/s | 0:00:04 left | best <objective>' (for the bar)."""
     steps_per_sec = steps_per_sec or 0.0
-    left = (total - snapshot.step) / steps_per_sec if steps_per_sec > 0 else float("inf")
+    # Parameter-server workers' chunks in flight may overshoot the total: nothing is left.
+    left = max(total - snapshot.step, 0) / steps_per_sec if steps_per_sec > 0 else float("inf")
     eta = str(datetime.timedelta(seconds=round(left))) if math.isfinite(left) else "?"
     alive = snapshot.active_candidates
     best = min(alive, key=lambda i: snapshot.objectives[i]) if alive else None
