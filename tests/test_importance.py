@@ -4,6 +4,7 @@ and a real training run writing report.json `feature_importance` and feature_imp
 from __future__ import annotations
 
 import json
+import time
 
 import numpy as np
 import pytest
@@ -185,6 +186,30 @@ def test_a_serving_signature_is_measured_on_its_own_inputs_only(tmp_path):
     assert [c["column"] for c in result["columns"]] == ["signal", "color"]
     assert result["columns"][0]["mean_drop"] > 0.4 and result["columns"][1]["mean_drop"] == 0.0
     assert importance.of_model(serve, [], head, options, seed=3) is None
+
+
+def test_a_time_budget_samples_the_rows_that_fit_or_skips(tmp_path):
+    import tensorflow as tf
+
+    class SlowServe:  # a serving function of 0.05 s per call, whatever the rows
+        structured_input_signature = ((), {"signal": None, "color": None})
+
+        def __call__(self, signal, color):
+            time.sleep(0.05)
+            return {"logits": tf.reshape(4.0 * signal, [-1, 1])}
+
+    rows = _rows(3000)
+    labels = (rows["signal"] > 0).astype(np.int64)
+    batches = [(rows, labels)]
+    options = importance.ImportanceOptions(rows=2500, repeats=2)  # 1 + 2 x 2 passes: 0.25 s
+    head = Head(_label(HeadType.BINARY))
+    full = importance.of_model(SlowServe(), batches, head, options, seed=3, seconds=60.0)
+    assert full is not None and full["rows"] == 2500 and "rows_before_budget" not in full
+    cut = importance.of_model(SlowServe(), batches, head, options, seed=3, seconds=0.2)
+    assert cut is not None and cut["rows_before_budget"] == 2500
+    assert importance.MIN_BUDGET_ROWS <= cut["rows"] < 2500
+    assert cut["columns"][0]["column"] == "signal" and cut["columns"][0]["mean_drop"] > 0.4
+    assert importance.of_model(SlowServe(), batches, head, options, seed=3, seconds=0.01) is None
 
 
 def _signal_and_noise(tmp_path, n: int, seed: int):

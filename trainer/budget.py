@@ -41,6 +41,8 @@ class TimeBudget:
     skipped: list[int] = dataclasses.field(default_factory=list)
     cut: dict[int, dict] = dataclasses.field(default_factory=dict)
 
+    EXIT_SECS = 1.0  # the report, the plots and the process's exit, after the last measured work
+
     @property
     def reserve(self) -> float:
         return max(MIN_RESERVE_SECS, RESERVE_FRACTION * self.seconds)

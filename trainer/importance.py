@@ -33,6 +33,7 @@ from trainer.schema import HeadType
 
 DEFAULT_ROWS = 10_000
 PREDICT_BATCH = 8192  # rows per call of the serving function
+MIN_BUDGET_ROWS = 200  # fewer rows than this fit a time budget: no importance
 PLOT_COLUMNS = 30  # the chart shows at most this many columns, the most important
 
 Features = dict[str, np.ndarray]
@@ -194,11 +195,22 @@ def permutation_importance(
 
 
 def of_model(
-    serve: Any, batches: Iterable[tuple], head: Head, options: ImportanceOptions, *, seed: int
+    serve: Any,
+    batches: Iterable[tuple],
+    head: Head,
+    options: ImportanceOptions,
+    *,
+    seed: int,
+    seconds: float | None = None,
 ) -> dict | None:
     """Permutation importance of `serve` (the export's `serving_default`, a ConcreteFunction)
     on the first `options.rows` rows of `batches`, its inputs alone shuffled; None without
-    rows. Adds `seconds` (reading the rows included)."""
+    rows. Adds `seconds` (reading the rows included).
+
+    With `seconds` (what a --time_budget_secs leaves), a timed pass over the rows estimates
+    the shuffles' time; if they would take longer, they use a sample of the rows that fits
+    (seeded; `rows_before_budget` says how many there were), or none (None) when under
+    MIN_BUDGET_ROWS fit."""
     started = time.monotonic()
     rows = first_rows(batches, options.rows)
     if not len(rows):
@@ -211,16 +223,27 @@ def of_model(
     def predict(columns: Features) -> np.ndarray:
         return serve(**{k: tf.constant(v) for k, v in columns.items()})["logits"].numpy()
 
+    labels, weights, fitted = rows.labels, rows.weights, {}
+    if seconds is not None:
+        timed = time.monotonic()
+        _predict(predict, features)
+        passes = 1 + len(features) * options.repeats
+        left = seconds - (time.monotonic() - started)
+        need = passes * (time.monotonic() - timed)
+        if need > left:
+            keep = int(len(labels) * max(left, 0.0) / need)
+            if keep < MIN_BUDGET_ROWS:
+                return None
+            fitted = {"rows_before_budget": len(labels)}
+            # (A sample, not the first rows: `first_rows` sorted them by their values.)
+            sample = np.sort(np.random.default_rng(seed).choice(len(labels), keep, replace=False))
+            features = {k: v[sample] for k, v in features.items()}
+            labels = labels[sample]
+            weights = None if weights is None else weights[sample]
     result = permutation_importance(
-        predict,
-        features,
-        rows.labels,
-        head,
-        repeats=options.repeats,
-        seed=seed,
-        weights=rows.weights,
+        predict, features, labels, head, repeats=options.repeats, seed=seed, weights=weights
     )
-    return {**result, "seconds": time.monotonic() - started}
+    return {**result, **fitted, "seconds": time.monotonic() - started}
 
 
 def summary(importance: dict, top: int = 5) -> str:

@@ -101,19 +101,28 @@ def evaluate_export(job: job_dir_lib.JobDir, data: input_lib.JobInput, head: Hea
 
 
 def feature_importance(
-    config: RunConfig, job: job_dir_lib.JobDir, data: input_lib.JobInput, head: Head
+    config: RunConfig,
+    job: job_dir_lib.JobDir,
+    data: input_lib.JobInput,
+    head: Head,
+    budget: TimeBudget | None,
 ) -> dict | None:
     """Permutation importance of the exported model on the first eval rows
-    (`trainer/importance.py`); None when --feature_importance_rows=0."""
+    (`trainer/importance.py`), on fewer rows if a time budget says so; None when
+    --feature_importance_rows=0 or the budget leaves no time for it."""
     if not config.importance.enabled:
         return None
+    seconds = None if budget is None else budget.left() - budget.EXIT_SECS
     value = importance_lib.of_model(
         export_lib.load_serving_fn(job.model),
         data.eval_raw(with_weight=True),
         head,
         config.importance,
         seed=config.seed,
+        seconds=seconds,
     )
+    if value is None and seconds is not None:
+        logging.info("Feature importance skipped: %.1f s of the time budget left.", seconds)
     if value:
         logging.info(
             "Feature importance of %d columns on %d eval rows in %.1f s.",
@@ -217,7 +226,7 @@ def _train(
         )
         logging.info("Exported the chosen ensemble to %s", job.model)
     final = evaluate_export(job, data, models.head)
-    importance = feature_importance(config, job, data, models.head)
+    importance = feature_importance(config, job, data, models.head, budget)
     value = report(final, importance)
     job_dir_lib.write_atomically(
         job.report_png, leaderboard.plot(value["iterations"], models.head.objective_metric)
