@@ -12,6 +12,9 @@ Run from the repo root::
     .venv/bin/python bench/defaults.py --batch_sizes=256 --learning_rates=0.003 \\
         --examples_per_iteration=192000 --flag_sets='--num_bins=16;--num_bins=32;--num_bins=48' \\
         --seeds=1,2,3,4,5 --out=bench/results/defaults_bins.json   # other flags, a row each
+    .venv/bin/python bench/defaults.py --batch_sizes=256 --learning_rates=0.003 --seeds=1,2,3,4,5 \\
+        --flag_sets='--learning_rate_schedule=constant;--learning_rate_schedule=cosine' \\
+        --out=bench/results/defaults_schedule.json
 
 Each (batch size, learning rate, seed) is a real `python -m trainer.task` run of the default
 search (its flags, with only these three changed) on the census data shipped with the package.

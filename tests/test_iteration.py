@@ -101,7 +101,7 @@ class ExplodingBuilder(Builder):
         return keras.layers.Lambda(lambda x: x * 1e30 + 1e38)
 
 
-def _iteration(builders, *, strategy=None, specs=None, inputs=None):
+def _iteration(builders, *, strategy=None, specs=None, inputs=None, decay_steps=None):
     head = Head(Label("y", HeadType.BINARY, classes=("a", "b")))
     names = [b.name for b in builders]
     return Iteration(
@@ -115,6 +115,7 @@ def _iteration(builders, *, strategy=None, specs=None, inputs=None):
         previous=None,
         options=TrainOptions(batch_size=8, learning_rate=0.01),
         strategy=strategy or tf.distribute.get_strategy(),
+        decay_steps=decay_steps,
     )
 
 
@@ -203,3 +204,44 @@ def test_divergence_survives_a_restart(tmp_path):
     }
     assert restored.stop_diverged() == []
     assert restored.active() == ([0], [0])
+
+
+@pytest.mark.parametrize("replicas", [1, 2], ids=["one_replica", "mirrored"])
+def test_the_cosine_schedule_ends_learning_at_its_last_step(replicas):
+    """With decay_steps=10 the rate is 0 from step 11 on: training on changes nothing
+    (subnetworks, mixture weights and embedding tables), on the tensor loop of one replica
+    and on the variables of synchronous replicas; without a schedule it does."""
+    cpus = tf.config.list_logical_devices("CPU")
+    if len(cpus) < replicas:
+        pytest.skip("needs two logical CPUs, configured before TensorFlow starts")
+    strategy = tf.distribute.MirroredStrategy([d.name for d in cpus[:2]]) if replicas == 2 else None
+
+    def trained(decay_steps):
+        iteration = _iteration(
+            [DNNBuilder(1, 8)],
+            strategy=strategy,
+            inputs=Inputs(4, (Embedded("id", 30, 3),)),
+            decay_steps=decay_steps,
+        )
+        rng = np.random.default_rng(0)
+        ids = rng.integers(0, 30, size=(256, 1))
+        data = tf.data.Dataset.from_tensor_slices(
+            (
+                encoded(rng.normal(size=(256, 4)).astype(np.float32), ids),
+                (ids[:, 0] % 2).astype(np.int64),
+            )
+        ).repeat()
+        batches = iter(
+            strategy.experimental_distribute_dataset(data.batch(8)) if strategy else data.batch(8)
+        )
+        variables = [
+            *iteration.subnetworks[0].checkpoint_variables().values(),
+            *(v for c in iteration.candidates for v in c.weights.trainable_variables),
+        ]
+        iteration.train(batches, 10)
+        at_ten = [v.numpy() for v in variables]
+        iteration.train(batches, 10)
+        return [bool((v.numpy() != a).any()) for v, a in zip(variables, at_ten)]
+
+    assert not any(trained(decay_steps=10))
+    assert all(trained(decay_steps=None))

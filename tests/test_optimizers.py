@@ -6,7 +6,7 @@ import pytest
 import tensorflow as tf
 
 from trainer.config import OPTIMIZER_NAMES
-from trainer.optimizers import Optimizer
+from trainer.optimizers import Optimizer, cosine_decay
 
 KERAS = {
     "adam": keras.optimizers.Adam,
@@ -55,3 +55,8 @@ def test_steps_on_tensors_then_written_back_equal_steps_on_variables(name):
 def test_an_unknown_optimizer_is_refused_by_name():
     with pytest.raises(ValueError, match="'adamw' is not one of"):
         Optimizer("adamw", learning_rate=0.1, variables=[])
+
+
+def test_cosine_decay_falls_from_1_to_0_over_its_steps_and_stays_there():
+    factors = [float(cosine_decay(tf.constant(p, tf.int64), 100)) for p in (0, 50, 100, 150)]
+    np.testing.assert_allclose(factors, [1.0, 0.5, 0.0, 0.0], atol=1e-6)

@@ -32,18 +32,20 @@ class DataConfig:
 
 
 OPTIMIZER_NAMES = ("adam", "sgd", "rmsprop", "adagrad")
+LEARNING_RATE_SCHEDULES = ("cosine", "constant")
 
 
 @dataclasses.dataclass(frozen=True)
 class TrainOptions:
     """How every candidate trains: the global batch size, the learning rate and optimizer
-    (one of OPTIMIZER_NAMES) of the subnetworks, and the mixture weights' learning rate (None:
-    the same)."""
+    (one of OPTIMIZER_NAMES) of the subnetworks, the mixture weights' learning rate (None:
+    the same), and the rates' schedule over each iteration (one of LEARNING_RATE_SCHEDULES)."""
 
     batch_size: int
     learning_rate: float
     optimizer: str = "adam"
     mixture_learning_rate: float | None = None
+    learning_rate_schedule: str = "cosine"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -141,6 +143,7 @@ class RunConfig:
             "batch_size": self.train.batch_size,
             "learning_rate": self.train.learning_rate,
             "optimizer": self.train.optimizer,
+            "learning_rate_schedule": self.train.learning_rate_schedule,
             "train_data": self.data.train_data,
             "eval_data": self.data.eval_data,
             "holdout_fraction": None if self.data.eval_data else self.data.holdout_fraction,

@@ -55,6 +55,11 @@ class Models:
             options=self.config.train,
             strategy=self.strategy,
             layout=self.layout(len(proposal.builders)),
+            decay_steps=(
+                self.config.search.max_iteration_steps
+                if self.config.train.learning_rate_schedule == "cosine"
+                else None
+            ),
         )
 
     def restore(

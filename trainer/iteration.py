@@ -31,7 +31,7 @@ from trainer.frozen import PREVIOUS, FrozenEnsemble, FrozenMember, compile_encod
 from trainer.heads import Head
 from trainer.model import Builder, Inputs, Subnetwork
 from trainer.model.embedding import LazyAdam
-from trainer.optimizers import Optimizer, tf_variable
+from trainer.optimizers import Optimizer, cosine_decay, tf_variable
 from trainer.placement import Unit, everything
 
 
@@ -94,8 +94,10 @@ class Iteration:
         options: TrainOptions,
         strategy: tf.distribute.Strategy,
         layout: Layout = Layout(),
+        decay_steps: int | None = None,
     ):
         self.number = number
+        self.decay_steps = decay_steps  # the learning rate's cosine schedule (None: constant)
         self.head = head
         self.inputs = inputs
         self.previous = previous
@@ -305,13 +307,25 @@ class Iteration:
             tf.stack(objectives) if candidates else tf.zeros([0]),
         )
 
-    def _apply_to_tables(self, trained, grads) -> None:
+    def _apply_to_tables(self, trained, grads, scale) -> None:
         """The embedding tables' sparse updates, in place (wherever the tables live)."""
         grads = iter(grads)
         for i in trained:
             if i in self.embedding_optimizers:
                 own = self.subnetworks[i].embedding_tables
-                self.embedding_optimizers[i].apply([next(grads) for _ in own], own)
+                self.embedding_optimizers[i].apply([next(grads) for _ in own], own, scale=scale)
+
+    def _progress(self, trained, candidates) -> tf.Tensor:
+        """The steps the jobs of a unit have taken in this iteration, all workers' together:
+        where its learning rate schedule stands (the jobs a unit trains step together)."""
+        if trained:
+            return tf.reduce_max(tf.gather(self.subnetwork_steps, trained))
+        return tf.identity(self.step) if candidates else tf.constant(0, tf.int64)
+
+    def _rate_scale(self, progress) -> tf.Tensor:
+        if self.decay_steps is None:
+            return tf.constant(1.0)
+        return cosine_decay(progress, self.decay_steps)
 
     def _tables(self, trained) -> list[tf.Variable]:
         return [
@@ -343,14 +357,18 @@ class Iteration:
             with tf.GradientTape() as tape:
                 total, sub_losses, objectives = self._losses(features, labels, trained, candidates)
             grads = tape.gradient(total, subnetwork_vars + mixture_vars + tables)
+            scale = self._rate_scale(self._progress(trained, candidates))
             if subnetwork_vars:
-                self.subnetwork_optimizer.apply(grads[: len(subnetwork_vars)], subnetwork_vars)
+                self.subnetwork_optimizer.apply(
+                    grads[: len(subnetwork_vars)], subnetwork_vars, scale=scale
+                )
             if mixture_vars:
                 self.mixture_optimizer.apply(
                     grads[len(subnetwork_vars) : len(subnetwork_vars) + len(mixture_vars)],
                     mixture_vars,
+                    scale=scale,
                 )
-            self._apply_to_tables(trained, grads[len(subnetwork_vars) + len(mixture_vars) :])
+            self._apply_to_tables(trained, grads[len(subnetwork_vars) + len(mixture_vars) :], scale)
             return sub_losses, objectives
 
         update_subnetworks = moving_average_update(trained, len(self.subnetworks))
@@ -399,7 +417,7 @@ class Iteration:
         sub_index = tf.constant(trained or [0], tf.int32)[:, None]
         cand_index = tf.constant(candidates or [0], tf.int32)[:, None]
 
-        def replica_step(features, labels, params, others, fixed):
+        def replica_step(features, labels, params, others, fixed, scale):
             mapping = list(zip(trainable + carried + read_only, [*params, *others, *fixed]))
             with tf.GradientTape() as tape:
                 tape.watch(params)
@@ -411,24 +429,26 @@ class Iteration:
             grads = tape.gradient(
                 total, [*params, *tables], unconnected_gradients=tf.UnconnectedGradients.ZERO
             )
-            self._apply_to_tables(trained, grads[len(params) :])
+            self._apply_to_tables(trained, grads[len(params) :], scale)
             return sub_losses, objectives, grads[: len(params)], others
 
         def run_steps(iterator, steps):
             params = [tf.identity(tf_variable(v)) for v in trainable]
             fixed = [tf.identity(tf_variable(v)) for v in read_only]
+            start = self._progress(trained, candidates)  # other workers' chunks may add later
 
             def body(i, iterator, params, others, sub_state, mix_state, stats):
                 features, labels = next(iterator)
+                scale = self._rate_scale(start + i)
                 sub_losses, objectives, grads, others = self.strategy.run(
-                    replica_step, args=(features, labels, params, others, fixed)
+                    replica_step, args=(features, labels, params, others, fixed, scale)
                 )
                 n = len(subnetwork_vars)
                 sub_params, sub_state = self.subnetwork_optimizer.update(
-                    params[:n], grads[:n], sub_state
+                    params[:n], grads[:n], sub_state, scale=scale
                 )
                 mix_params, mix_state = self.mixture_optimizer.update(
-                    params[n:], grads[n:], mix_state
+                    params[n:], grads[n:], mix_state, scale=scale
                 )
                 sub_ema, sub_div, cand_ema, cand_div = stats
                 if trained:

@@ -22,6 +22,7 @@ Example::
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
@@ -32,6 +33,7 @@ from trainer.config import OPTIMIZER_NAMES
 
 _EPSILON = 1e-7
 # A rule: (value, gradient, slots, step as float32, learning rate) -> (value, slots).
+# The rate may be a tensor: a schedule's (`cosine_decay`) times the learning rate.
 Rule = Callable[
     [tf.Tensor, tf.Tensor, tuple[tf.Tensor, ...], tf.Tensor, float],
     tuple[tf.Tensor, tuple[tf.Tensor, ...]],
@@ -79,6 +81,16 @@ _KINDS = dict(
         ),
     )
 )
+
+
+def cosine_decay(progress: tf.Tensor, steps: int) -> tf.Tensor:
+    """The learning rate's factor after `progress` of an iteration's `steps` steps: 1 at the
+    first step, falling along a half cosine to 0 at the last (SGDR's schedule without restarts,
+    Loshchilov & Hutter 2017). Each iteration's new subnetworks get the whole schedule: on
+    census it adds 0.0013 test accuracy over a constant rate at the same speed (5 seeds,
+    bench/results/defaults_schedule.json)."""
+    done = tf.minimum(tf.cast(progress, tf.float32) / float(steps), 1.0)
+    return 0.5 * (1.0 + tf.cos(math.pi * done))
 
 
 def tf_variable(variable) -> tf.Variable:
@@ -129,14 +141,20 @@ class Optimizer:
         )
 
     def update(
-        self, values: Sequence[tf.Tensor], grads: Sequence[tf.Tensor], state: State
+        self,
+        values: Sequence[tf.Tensor],
+        grads: Sequence[tf.Tensor],
+        state: State,
+        *,
+        scale: tf.Tensor | float = 1.0,
     ) -> tuple[list[tf.Tensor], State]:
-        """One step on tensors: the new values and state."""
+        """One step on tensors at `scale` times the learning rate: the new values and state."""
         steps = state.steps + 1
         step = tf.cast(steps, tf.float32)
+        rate = self.learning_rate * scale
         new_values, new_slots = [], []
         for value, grad, slots in zip(values, grads, state.slots):
-            value, slots = self._kind.rule(value, grad, slots, step, self.learning_rate)
+            value, slots = self._kind.rule(value, grad, slots, step, rate)
             new_values.append(value)
             new_slots.append(tuple(slots))
         return new_values, State(steps, tuple(new_slots))
@@ -150,8 +168,11 @@ class Optimizer:
                 slot.assign(value)
 
     # -- on variables ---------------------------------------------------------------------
-    def apply(self, grads: Sequence[tf.Tensor], variables: Sequence) -> None:
-        """One step on `variables` (in a replica context of any strategy)."""
+    def apply(
+        self, grads: Sequence[tf.Tensor], variables: Sequence, *, scale: tf.Tensor | float = 1.0
+    ) -> None:
+        """One step on `variables` at `scale` times the learning rate (in a replica context of
+        any strategy)."""
         strategy = tf.distribute.get_strategy()
         grads = list(grads)
         if strategy.num_replicas_in_sync > 1:
@@ -166,18 +187,14 @@ class Optimizer:
                 strategy.extended.update(
                     tf_variable(variable),
                     self._update_variable,
-                    args=(grad, self.slots[id(variable)], step),
+                    args=(grad, self.slots[id(variable)], step, self.learning_rate * scale),
                 )
 
         tf.__internal__.distribute.interim.maybe_merge_call(update, strategy, grads)
 
-    def _update_variable(self, variable, grad, slots, step):
+    def _update_variable(self, variable, grad, slots, step, rate):
         value, new_slots = self._kind.rule(
-            variable.read_value(),
-            grad,
-            tuple(s.read_value() for s in slots),
-            step,
-            self.learning_rate,
+            variable.read_value(), grad, tuple(s.read_value() for s in slots), step, rate
         )
         for slot, new in zip(slots, new_slots):
             slot.assign(new)

@@ -25,7 +25,7 @@ from trainer import config as config_lib
 from trainer import ensemble as ens
 from trainer import job_dir as job_dir_lib
 from trainer import report as report_lib
-from trainer.config import OPTIMIZER_NAMES, TrainOptions
+from trainer.config import LEARNING_RATE_SCHEDULES, OPTIMIZER_NAMES, TrainOptions
 from trainer.environment import Environment
 from trainer.errors import InputError, TrainingError
 from trainer.importance import ImportanceOptions
@@ -170,6 +170,13 @@ flags.DEFINE_float(
     "Learning rate of the mixture weights (default: --learning_rate).",
 )
 flags.DEFINE_enum("optimizer", "adam", list(OPTIMIZER_NAMES), "Optimizer.")
+flags.DEFINE_enum(
+    "learning_rate_schedule",
+    "cosine",
+    list(LEARNING_RATE_SCHEDULES),
+    "The learning rates over each iteration: cosine decays them from the full rate at the "
+    "iteration's first step to 0 at its last (--max_iteration_steps); constant keeps them.",
+)
 flags.DEFINE_integer("seed", 42, "Seed of initialisation, data order and hold-out split.")
 flags.DEFINE_string(
     "job_dir",
@@ -429,6 +436,7 @@ def build_config(f=FLAGS, environment: Environment | None = None) -> config_lib.
             learning_rate=f.learning_rate,
             optimizer=f.optimizer,
             mixture_learning_rate=f.mixture_learning_rate,
+            learning_rate_schedule=f.learning_rate_schedule,
         ),
         **_output_dirs(f, environment),
         seed=f.seed,

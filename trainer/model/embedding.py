@@ -66,8 +66,15 @@ class LazyAdam:
             **{f"v{i}": v for i, v in enumerate(self.v)},
         }
 
-    def apply(self, grads: Sequence[tf.IndexedSlices], tables: Sequence[tf.Variable]) -> None:
-        """Applies one step's gradients (in a replica context)."""
+    def apply(
+        self,
+        grads: Sequence[tf.IndexedSlices],
+        tables: Sequence[tf.Variable],
+        *,
+        scale: tf.Tensor | float = 1.0,
+    ) -> None:
+        """Applies one step's gradients at `scale` times the learning rate (in a replica
+        context)."""
         strategy = tf.distribute.get_strategy()
         if strategy.num_replicas_in_sync > 1:
             grads = tf.distribute.get_replica_context().all_reduce(
@@ -77,15 +84,22 @@ class LazyAdam:
         def update(strategy, grads):
             strategy.extended.update(self.steps, lambda s: s.assign_add(1), group=False)
             for grad, table, m, v in zip(grads, tables, self.m, self.v):
-                strategy.extended.update(table, self._update_rows, args=(grad, m, v), group=False)
+                strategy.extended.update(
+                    table, self._update_rows, args=(grad, m, v, scale), group=False
+                )
 
         tf.__internal__.distribute.interim.maybe_merge_call(update, strategy, list(grads))
 
-    def _update_rows(self, table, grad: tf.IndexedSlices, m, v):
+    def _update_rows(self, table, grad: tf.IndexedSlices, m, v, scale):
         rows, position = tf.unique(grad.indices)
         g = tf.math.unsorted_segment_sum(grad.values, position, tf.size(rows))
         step = tf.cast(self.steps, tf.float32)  # already counts this step
-        rate = self.learning_rate * tf.sqrt(1.0 - self.beta_2**step) / (1.0 - self.beta_1**step)
+        rate = (
+            scale
+            * self.learning_rate
+            * tf.sqrt(1.0 - self.beta_2**step)
+            / (1.0 - self.beta_1**step)
+        )
         m_rows = self.beta_1 * tf.gather(m, rows) + (1.0 - self.beta_1) * g
         v_rows = self.beta_2 * tf.gather(v, rows) + (1.0 - self.beta_2) * tf.square(g)
         m.scatter_update(tf.IndexedSlices(m_rows, rows))
