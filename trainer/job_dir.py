@@ -14,6 +14,8 @@ Layout::
       model/                    the exported SavedModel (only the chosen ensemble)
       report.json               everything above, summarised
       report.png                the search; feature_importance.png: trainer/importance.py
+      data/                     BigQuery tables staged as CSV shards (ps clusters only:
+                                trainer/input/staging.py)
 
 An iteration is finished exactly when `iteration-<t>.json` exists: it is published in one
 step (written in full under a temporary name, then renamed) after the frozen weights it names
@@ -143,6 +145,7 @@ class JobDir:
         self.report = join(self.root, "report.json")
         self.report_png = join(self.root, "report.png")
         self.importance_png = join(self.root, "feature_importance.png")
+        self.data = join(self.root, "data")
 
     @classmethod
     def of(cls, outputs: OutputDirs) -> JobDir:

@@ -319,12 +319,6 @@ def build_config(f=FLAGS, environment: Environment | None = None) -> config_lib.
         raise InputError(
             "--label_column is required with --train_data: name the column to predict."
         )
-    tables = [d for d in (train_data, eval_data) if d and d.startswith("bq://")]
-    if tables and environment.cluster.has_ps:
-        raise InputError(
-            f"{tables[0]}: a BigQuery table is read in Python, which parameter-server "
-            "workers cannot run. Train without a ps pool (chief and workers only)."
-        )
     generators: list[model.Generator] = []
     for name in _choice("generator", f.generator, _GENERATORS):
         if name == "dnn":

@@ -41,6 +41,7 @@ def prepare_input(
     scan_if_new: bool = True,
     wait_secs: float = 0.0,
     open_train: bool = True,
+    stage_tables: bool = False,
 ) -> input_lib.JobInput:
     """The job's input (see `trainer.input.job.prepare`)."""
     data = config.data
@@ -55,6 +56,7 @@ def prepare_input(
         scan_if_new=scan_if_new,
         wait_secs=wait_secs,
         open_train=open_train,
+        stage_tables=stage_tables,
     )
 
 
@@ -321,6 +323,7 @@ def run(
         job,
         scan_if_new=cluster.is_chief,
         wait_secs=config.distribution.cluster_timeout_secs,
+        stage_tables=cluster.has_ps,  # ps workers read files, never a table's streams
     )
     input_seconds = time.monotonic() - started
     metrics = Head(data.schema.label).metric_names

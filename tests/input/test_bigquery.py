@@ -5,7 +5,10 @@ and bad tables stopping the trainer before any work."""
 from __future__ import annotations
 
 import concurrent.futures
+import csv
+import gzip
 import json
+import os
 
 import grpc
 import numpy as np
@@ -17,11 +20,12 @@ from trainer import job_dir as job_dir_lib
 from trainer import task
 from trainer.environment import Environment
 from trainer.errors import InputError
-from trainer.input import bigquery, scan
+from trainer.input import bigquery, scan, staging
 from trainer.input import job as input_lib
 from trainer.input.options import BadRows, BigQueryConnection, InputOptions
 from trainer.input.pipeline import Pipeline, Selection, Shard
-from trainer.schema import CategoricalColumn, ColumnChoices
+from trainer.local_cluster import ClusterShape
+from trainer.schema import CategoricalColumn, ColumnChoices, NumericColumn
 
 SMALL_ROWS, EVAL_ROWS, BIG_ROWS = 1200, 300, 25_000
 
@@ -301,10 +305,226 @@ def test_a_bad_managed_dataset_is_named(environ, said):
         _config({"AIP_TRAINING_DATA_URI": "gs://b/training-*", **environ})
 
 
-def test_a_table_with_parameter_servers_is_refused():
+def test_a_table_with_parameter_servers_is_accepted():
+    """With a ps pool the chief stages the table (below); the flags are not refused."""
     tf_config = (
         '{"cluster": {"chief": ["a:1"], "worker": ["b:1"], "ps": ["c:1"]},'
         ' "task": {"type": "chief", "index": 0}}'
     )
-    with pytest.raises(InputError, match="parameter-server workers cannot run"):
-        _config({"TF_CONFIG": tf_config}, ["--label_column=y", "--train_data=bq://p.ds.t"])
+    data = _config({"TF_CONFIG": tf_config}, ["--label_column=y", "--train_data=bq://p.ds.t"])
+    assert data.train_data == "bq://p.ds.t"
+
+
+# -- staging for parameter-server clusters ----------------------------------------------------
+def _staged_rows(folder) -> tuple[list[str], list[dict]]:
+    """(header, rows) of every train shard in `folder`, in the manifest's order."""
+    manifest = json.loads((folder / "train.json").read_text())
+    header, rows = None, []
+    for entry in manifest["files"]:
+        with gzip.open(entry["path"], "rt", newline="") as f:
+            reader = csv.reader(f)
+            file_header = next(reader)
+            assert header in (None, file_header)
+            header = file_header
+            shard = [dict(zip(header, r)) for r in reader]
+        assert len(shard) == entry["rows"], entry["path"]
+        rows.extend(shard)
+    return header or [], rows
+
+
+@pytest.fixture(scope="module")
+def staged_table(emulator):
+    """ds.big with a STRING column of digits (categorical by the table's type, numeric by
+    its text) and a BOOL: several read streams."""
+    emulator.query(
+        "CREATE TABLE ds.staged AS SELECT id, value, name, CAST(MOD(id, 10) AS STRING) AS code,"
+        " MOD(id, 3) = 0 AS flag, target FROM ds.big"
+    )
+    return emulator.uri("ds.staged")
+
+
+def _staging_prepare(emulator, job, uri, **kwargs):
+    return input_lib.prepare(
+        train_data=uri,
+        eval_data=None,
+        columns=ColumnChoices(label="target"),
+        holdout_fraction=0.1,
+        options=InputOptions(bigquery=_connection(emulator)),
+        seed=0,
+        job=job,
+        scan_if_new=True,
+        stage_tables=True,
+        **kwargs,
+    )
+
+
+@pytest.mark.slow
+def test_staging_writes_every_row_once_and_a_second_prepare_reuses_it(
+    emulator, staged_table, tmp_path, monkeypatch
+):
+    monkeypatch.setattr(staging, "ROWS_PER_SHARD", 1000)  # several shards per stream
+    job = job_dir_lib.JobDir(str(tmp_path / "job"))
+    data = _staging_prepare(emulator, job, staged_table)
+    folder = tmp_path / "job" / "data"
+    shards = sorted(p.name for p in folder.iterdir())
+    assert "train.json" in shards and not [n for n in shards if "tmp" in n]
+    session = bigquery.open_table(
+        staged_table, flag="--train_data", connection=_connection(emulator)
+    )
+    manifest = json.loads((folder / "train.json").read_text())
+    streams = {f["path"].rsplit("-", 2)[-2] for f in manifest["files"]}
+    assert len(streams) == len(session.files) > 1, "one or more shards per read stream"
+    assert len(manifest["files"]) > len(streams), "streams of over 1,000 rows split"
+    header, rows = _staged_rows(folder)
+    assert header == ["id", "value", "name", "code", "flag", "target"]
+    ids = sorted(int(r["id"]) for r in rows)
+    assert ids == list(range(1, BIG_ROWS + 1)), "every row once: none lost, none twice"
+    assert {r["name"] for r in rows if r["id"] == "57"} == {'name, "quoted" 7'}
+    assert {r["flag"] for r in rows} == {"true", "false"}
+    # The job reads the shards, with the kinds the table's types give.
+    train = data.train_source
+    assert train.format == "csv" and train.files == tuple(f["path"] for f in manifest["files"])
+    kinds = {c.name: type(c) for c in data.schema.columns}
+    assert kinds == {
+        "id": NumericColumn,
+        "value": NumericColumn,
+        "name": CategoricalColumn,
+        "code": CategoricalColumn,  # digits, but a STRING column
+        "flag": CategoricalColumn,
+    }
+    summary = data.schema.summary["train"]
+    assert summary["rows"] == BIG_ROWS and summary["staged"]["table"] == staged_table
+    assert summary["staged"]["files"] == manifest["files"]
+    # A second start before the job dir exists reuses the shards: no read session, no read.
+    mtimes = {p.name: p.stat().st_mtime_ns for p in folder.iterdir()}
+
+    def no_bigquery(*args, **kwargs):
+        raise AssertionError("the table was read again")
+
+    monkeypatch.setattr(bigquery, "_create_session", no_bigquery)
+    monkeypatch.setattr(bigquery, "csv_chunks", no_bigquery)
+    again = _staging_prepare(emulator, job, staged_table)
+    assert again.train_source.files == train.files
+    assert again.schema.columns == data.schema.columns
+    assert {p.name: p.stat().st_mtime_ns for p in folder.iterdir()} == mtimes
+    # A resume (schema.json written) opens the shards the schema records.
+    job.create()
+    (tmp_path / "job" / "schema.json").write_text(data.schema.to_json())
+    (tmp_path / "job" / "run.json").write_text("{}")
+    resumed = _staging_prepare(emulator, job, staged_table)
+    assert resumed.train_source.files == train.files and resumed.train_rows == data.train_rows
+    evaluator = _staging_prepare(emulator, job, staged_table, open_train=False)
+    assert evaluator.eval.files == train.files  # the hold-out of the shards
+
+
+@pytest.mark.slow
+def test_an_interrupted_staging_is_done_again_from_the_start(
+    emulator, staged_table, tmp_path, monkeypatch
+):
+    job = job_dir_lib.JobDir(str(tmp_path / "job"))
+    folder = tmp_path / "job" / "data"
+    write = staging._write_stream
+    calls = []
+
+    def crash_on_the_third(stream, *args):
+        calls.append(stream)
+        if len(calls) == 3:
+            raise RuntimeError("the chief was preempted")
+        return write(stream, *args)
+
+    monkeypatch.setattr(staging, "_write_stream", crash_on_the_third)
+    with pytest.raises(RuntimeError, match="preempted"):
+        _staging_prepare(emulator, job, staged_table)
+    assert not (folder / "train.json").exists()  # not finished: no manifest
+    monkeypatch.setattr(staging, "_write_stream", write)
+    data = _staging_prepare(emulator, job, staged_table)
+    _, rows = _staged_rows(folder)
+    assert sorted(int(r["id"]) for r in rows) == list(range(1, BIG_ROWS + 1))
+    manifest = json.loads((folder / "train.json").read_text())
+    assert sorted(os.listdir(folder)) == sorted(
+        ["train.json"] + [os.path.basename(f["path"]) for f in manifest["files"]]
+    )
+    assert data.train_rows + data.eval_rows == BIG_ROWS
+
+
+def test_bad_input_found_after_staging_leaves_no_shards(emulator, tmp_path, monkeypatch):
+    job = job_dir_lib.JobDir(str(tmp_path / "job"))
+    stage, staged = staging.stage, []
+
+    def stage_and_look(source, **kwargs):
+        result = stage(source, **kwargs)
+        staged.extend(result.files)
+        return result
+
+    monkeypatch.setattr(staging, "stage", stage_and_look)
+    with pytest.raises(InputError, match="'nope' is not a column of bq://test-project.ds.small"):
+        input_lib.prepare(
+            train_data=emulator.uri("ds.small"),
+            eval_data=emulator.uri("ds.small_eval"),
+            columns=ColumnChoices(label="nope", ignore=("day",)),
+            holdout_fraction=0.1,
+            options=InputOptions(bigquery=_connection(emulator)),
+            seed=0,
+            job=job,
+            scan_if_new=True,
+            stage_tables=True,
+        )
+    assert len(staged) == 2  # both tables were staged (one stream each) before the scan
+    folder = tmp_path / "job" / "data"
+    assert not folder.exists() or not list(folder.iterdir())
+
+
+def test_a_job_that_reads_streams_is_not_resumed_with_parameter_servers(emulator, tmp_path):
+    job = job_dir_lib.JobDir(str(tmp_path / "job"))
+    common = dict(
+        train_data=emulator.uri("ds.small"),
+        eval_data=None,
+        columns=ColumnChoices(label="target", ignore=("day",)),
+        holdout_fraction=0.1,
+        options=InputOptions(bigquery=_connection(emulator)),
+        seed=0,
+        job=job,
+        scan_if_new=True,
+    )
+    chief = input_lib.prepare(**common)  # no ps: the streams
+    job.create()
+    (tmp_path / "job" / "schema.json").write_text(chief.schema.to_json())
+    (tmp_path / "job" / "run.json").write_text("{}")
+    with pytest.raises(InputError, match="started without parameter servers"):
+        input_lib.prepare(**common, stage_tables=True)
+
+
+@pytest.mark.slow
+def test_a_parameter_server_cluster_trains_on_a_table(emulator, tmp_path):
+    """The default Vertex shape (chief, workers, ps) on bq:// tables: the chief stages them,
+    the workers read the shards through the dataset function it traces."""
+    from tests.test_distributed import Job
+
+    env = task_env(**emulator.env())
+    args = (
+        f"--train_data={emulator.uri('ds.small')}",
+        f"--eval_data={emulator.uri('ds.small_eval')}",
+        "--label_column=target",
+        "--ignore_columns=day",
+        "--max_iterations=1",
+        "--max_iteration_steps=400",
+        "--learning_rate=0.01",
+    )
+    with Job(tmp_path, ClusterShape(workers=2, ps=1), *args, env=env) as job:
+        assert job.cluster.wait(timeout=400) == 0
+        report = job.report()
+    assert report["status"] == "complete"
+    assert report["final"]["examples"] == EVAL_ROWS
+    assert report["final"]["metrics"]["accuracy"] > 0.8
+    assert set(report["input"]["readers"]) == {"worker 0", "worker 1"}
+    schema = json.loads((job.dir / "schema.json").read_text())
+    for key, table, rows in (
+        ("train", "ds.small", SMALL_ROWS),
+        ("eval", "ds.small_eval", EVAL_ROWS),
+    ):
+        summary = schema["input"][key]
+        assert summary["format"] == "csv" and summary["rows"] == rows
+        assert summary["staged"]["table"] == emulator.uri(table)
+        for entry in summary["staged"]["files"]:
+            assert os.path.exists(entry["path"]) and f"/data/{key}-" in entry["path"]
+    assert {c["name"]: c["kind"] for c in schema["columns"]}["flag"] == "categorical"

@@ -47,7 +47,8 @@ def blocks(
         if not in_process:
             raise InputError(
                 f"{source.flag}={source.pattern}: a BigQuery table is read in Python, which a "
-                "parameter-server worker's dataset cannot call. Train without ps replicas."
+                "parameter-server worker's dataset cannot call (a ps cluster's chief stages the "
+                "table as files first: trainer/input/staging.py)."
             )
         from trainer.input import bigquery  # the Google client libraries, only when used
 

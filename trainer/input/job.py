@@ -13,7 +13,7 @@ from absl import logging
 
 from trainer import job_dir as job_dir_lib
 from trainer.errors import InputError
-from trainer.input import bigquery, scan
+from trainer.input import bigquery, scan, staging
 from trainer.input import files as files_lib
 from trainer.input.files import Source
 from trainer.input.options import InputOptions
@@ -133,42 +133,63 @@ def prepare(
     scan_if_new: bool,
     wait_secs: float = 0.0,
     open_train: bool = True,
+    stage_tables: bool = False,
 ) -> JobInput:
     """Opens the sources and gets the schema: from the job dir when it exists; else scanned
     here (`scan_if_new`, the chief: InputError on bad input, before anything is written);
     else waited for, up to `wait_secs` (a replica whose chief is scanning). A BigQuery
     table is read through the read session its scan opened: a replica that waits for the
-    chief opens it from the schema's summary."""
+    chief opens it from the schema's summary. With `stage_tables` (a cluster with parameter
+    servers, whose workers cannot run the table reader) the chief of a new job first stages
+    each table into `JOB_DIR/data` (`trainer/input/staging.py`), and the job reads those
+    files; bad input found after staging deletes them."""
     schema = None
     if job.exists():
         schema = Schema.from_json(job_dir_lib.read_text(job.schema), path=job.schema)
     elif not scan_if_new and any(bigquery.is_table(d) for d in (train_data, eval_data)):
         schema = _wait_for_schema(job, wait_secs)
     summary = schema.summary if schema else {}
-    eval_source = (
-        _open(eval_data, "--eval_data", options, summary.get("eval")) if eval_data else None
-    )
+    stage = stage_tables and scan_if_new and schema is None
+
+    def open_input(data: str, flag: str, key: str) -> Source:
+        if stage and bigquery.is_table(data):  # staged by a start that ended before its scan
+            done = staging.finished(
+                data, flag=flag, connection=options.bigquery, folder=job.data, name=key
+            )
+            if done:
+                return done
+        return _open(data, flag, options, summary.get(key))
+
+    eval_source = open_input(eval_data, "--eval_data", "eval") if eval_data else None
     holdout = None if eval_data else Holdout(holdout_fraction, seed)
-    train = (
-        _open(train_data, "--train_data", options, summary.get("train"))
-        if open_train or holdout
-        else None
-    )
+    train = open_input(train_data, "--train_data", "train") if open_train or holdout else None
     if train is not None and train.session is not None:
         columns = bigquery.table_choices(train, columns)
     if schema is None and scan_if_new:
         assert train is not None, "a replica that scans opens the training data"
-        schema = scan.scan_training(
-            train, columns, bad_rows=options.bad_rows, holdout=holdout, seed=seed
-        )
-        if eval_source:
-            summary = dict(
-                schema.summary, eval=scan.scan_eval(eval_source, schema, bad_rows=options.bad_rows)
-            )
-            schema = dataclasses.replace(schema, summary=summary)
-        schema = _with_sessions(schema, train=train, eval=eval_source)
+        try:
+            if stage:  # every check of the tables' columns is done: the one pass over them
+                train, eval_source = (
+                    _staged(source, key, job)
+                    for source, key in ((train, "train"), (eval_source, "eval"))
+                )
+            assert train is not None
+            schema = _scan(train, eval_source, columns, options, holdout, seed)
+            schema = _with_sessions(schema, job, train=train, eval=eval_source)
+        except InputError:
+            if stage:  # the job never starts: leave no shards behind (nor half of them)
+                for key in ("train", "eval"):
+                    staging.remove(job.data, key)
+            raise
     elif schema is None:
         schema = _wait_for_schema(job, wait_secs)
+    streamed = [s for s in (train, eval_source) if s and s.format == files_lib.BIGQUERY]
+    if stage_tables and streamed:
+        raise InputError(
+            f"{streamed[0].flag}={streamed[0].pattern}: the job in this --job_dir reads the "
+            "table's read streams (it started without parameter servers), which parameter-"
+            "server workers cannot run. Resume it without a ps pool, or start a new --job_dir."
+        )
     for source, key in ((train, "train"), (eval_source, "eval")):
         _check_same_files(source, schema.summary.get(key))
     evaluated = eval_source or train
@@ -176,21 +197,59 @@ def prepare(
     return JobInput(schema, train, evaluated, holdout, options)
 
 
+def _scan(
+    train: Source,
+    eval_source: Source | None,
+    columns: ColumnChoices,
+    options: InputOptions,
+    holdout: Holdout | None,
+    seed: int,
+) -> Schema:
+    schema = scan.scan_training(
+        train, columns, bad_rows=options.bad_rows, holdout=holdout, seed=seed
+    )
+    if eval_source:
+        summary = dict(
+            schema.summary, eval=scan.scan_eval(eval_source, schema, bad_rows=options.bad_rows)
+        )
+        schema = dataclasses.replace(schema, summary=summary)
+    return schema
+
+
 def _open(data: str, flag: str, options: InputOptions, summary: dict | None) -> Source:
     """The files of `data`, or a BigQuery table's streams (those of the job's read session
-    when `summary`, the job dir's summary of this input, records one)."""
+    when `summary`, the job dir's summary of this input, records one), or the shards the job
+    staged of it."""
     if bigquery.is_table(data):
-        recorded = (summary or {}).get("bigquery")
+        summary = summary or {}
+        if "staged" in summary:
+            return staging.open_recorded(
+                data, flag=flag, connection=options.bigquery, data=summary["staged"]
+            )
+        recorded = summary.get("bigquery")
         return bigquery.open_table(data, flag=flag, connection=options.bigquery, recorded=recorded)
     return files_lib.open_source(data, flag=flag)
 
 
-def _with_sessions(schema: Schema, **sources: Source | None) -> Schema:
-    """The schema with each BigQuery input's read session in its summary, for the replicas
-    that read it later."""
+def _staged(source: Source | None, key: str, job: job_dir_lib.JobDir) -> Source | None:
+    """A table's read streams staged into the job dir as shards; files (and shards a
+    previous start staged) stay as they are."""
+    if source is None or source.format != files_lib.BIGQUERY:
+        return source
+    return staging.stage(source, folder=job.data, name=key)
+
+
+def _with_sessions(schema: Schema, job: job_dir_lib.JobDir, **sources: Source | None) -> Schema:
+    """The schema with each BigQuery input's read session (or its staged shards) in its
+    summary, for the replicas that read it later."""
     summary = dict(schema.summary)
     for key, source in sources.items():
-        if source is not None and source.session is not None:
+        if source is None or source.session is None:
+            continue
+        if staging.is_staged(source):
+            manifest = job_dir_lib.read_json(staging.manifest_path(job.data, key))
+            summary[key] = dict(summary[key], staged=manifest)
+        else:
             summary[key] = dict(summary[key], bigquery=bigquery.recorded_session(source))
     return dataclasses.replace(schema, summary=summary)
 
