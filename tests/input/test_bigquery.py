@@ -358,7 +358,6 @@ def _staging_prepare(emulator, job, uri, **kwargs):
     )
 
 
-@pytest.mark.slow
 def test_staging_writes_every_row_once_and_a_second_prepare_reuses_it(
     emulator, staged_table, tmp_path, monkeypatch
 ):
@@ -417,7 +416,6 @@ def test_staging_writes_every_row_once_and_a_second_prepare_reuses_it(
     assert evaluator.eval.files == train.files  # the hold-out of the shards
 
 
-@pytest.mark.slow
 def test_an_interrupted_staging_is_done_again_from_the_start(
     emulator, staged_table, tmp_path, monkeypatch
 ):
