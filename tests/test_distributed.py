@@ -186,6 +186,7 @@ def test_multi_worker_mirrored_without_parameter_servers(tmp_path):
     # Only the chief wrote artifacts: nothing but its own files in the job dir.
     assert sorted(p.name for p in job.dir.iterdir()) == [
         "checkpoints",
+        "feature_importance.png",
         "logs",
         "model",
         "report.json",
