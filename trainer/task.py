@@ -40,8 +40,9 @@ FLAGS = flags.FLAGS
 flags.DEFINE_string(
     "train_data",
     None,
-    "CSV (with header, optionally .gz) or TFRecord "
-    "(tf.Example) files: a path, a glob or a comma-separated list; or a BigQuery table, "
+    "CSV (with header, optionally .gz), TFRecord (tf.Example) or JSON Lines (*.jsonl, "
+    "*.ndjson, optionally .gz: one object per line, its keys the columns) "
+    "files: a path, a glob or a comma-separated list; or a BigQuery table, "
     "bq://PROJECT.DATASET.TABLE. Default: a Vertex AI managed dataset's "
     "AIP_TRAINING_DATA_URI if set, else the census training data shipped in the package.",
 )
@@ -299,7 +300,9 @@ def build_config(f=FLAGS, environment: Environment | None = None) -> config_lib.
     """Turns flags into the frozen run configuration, checking combinations."""
     environment = environment or Environment()
     train_data, eval_data, label = f.train_data, f.eval_data, f.label_column
+    jsonl = False  # every file read as JSON Lines, whatever its name
     if train_data is None and environment.training_data_uri:  # a Vertex managed dataset
+        jsonl = (environment.data_format or "").strip().lower() == "jsonl"
         train_data, validation = files_lib.managed_dataset(
             environment.data_format,
             training=environment.training_data_uri,
@@ -414,6 +417,7 @@ def build_config(f=FLAGS, environment: Environment | None = None) -> config_lib.
                 bigquery=BigQueryConnection(
                     project=environment.project, emulator_host=environment.bigquery_emulator_host
                 ),
+                jsonl=jsonl,
             ),
         ),
         search=config_lib.SearchConfig(

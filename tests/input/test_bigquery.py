@@ -296,7 +296,7 @@ def test_managed_csv_dataset_and_flags_that_win():
     [
         ({"AIP_DATA_FORMAT": "parquet"}, "AIP_DATA_FORMAT='parquet' is not a managed dataset"),
         ({}, "AIP_DATA_FORMAT=None is not a managed dataset"),
-        ({"AIP_DATA_FORMAT": "jsonl"}, "JSON Lines input is not supported"),
+        ({"AIP_DATA_FORMAT": "jsonl", "AIP_TRAINING_DATA_URI": "bq://p.d.t"}, "start with gs://"),
         ({"AIP_DATA_FORMAT": "bigquery"}, "does not start with bq://"),
     ],
 )

@@ -14,6 +14,7 @@ from absl import logging
 
 from trainer.errors import InputError
 from trainer.input import files as files_lib
+from trainer.input import jsonl
 from trainer.input import rows as rows_lib
 from trainer.input.files import Source
 from trainer.input.options import BadRows
@@ -49,6 +50,9 @@ def describe(
                 f"trainer takes one value per feature{skip}."
             )
         fields = _csv_fields(bad.text)
+        if source.format == files_lib.JSONL:
+            why = jsonl.describe_malformed(bad.text, source.columns, fields)
+            return f"{source.flag}: {where} {why}{skip}."
         count = f"has {len(fields)} fields" if fields is not None else "is not valid CSV"
         return (
             f"{source.flag}: {where} {count}, the header has {len(source.columns)}. Fix "

@@ -1,9 +1,9 @@
 """Files read as blocks of rows, in TensorFlow (`trainer/input/rows.py` parses them).
 
 A block is `(file, line, text)`: the index of its file in the `Source`, the line (CSV, the
-header being line 1) or record (TFRecord) number of each row, and the row's text (a CSV line
-or a serialized tf.Example). Keeping where each row came from costs two integers per row and
-lets every error name a file and a line.
+header being line 1; JSON Lines) or record (TFRecord) number of each row, and the row's text
+(a CSV line, a JSON line converted to one, or a serialized tf.Example). Keeping where each
+row came from costs two integers per row and lets every error name a file and a line.
 """
 
 from __future__ import annotations
@@ -53,6 +53,14 @@ def blocks(
         from trainer.input import bigquery  # the Google client libraries, only when used
 
         one_file = bigquery.stream_blocks(source)
+    elif source.format == files_lib.JSONL:
+        if not in_process:
+            raise InputError(
+                f"{source.flag}={source.pattern}: JSON Lines files are converted in Python, "
+                "which a parameter-server worker's dataset cannot call."
+            )
+        one_file = _jsonl_blocks(source.columns)
+        parallel = 1  # one file at a time, as CSV chunks (the json fallback holds the GIL)
     elif in_process:
         one_file = _chunk_blocks
         parallel = 1  # the chunks are cut under the GIL: one file at a time reads fastest
@@ -101,6 +109,27 @@ def _chunk_blocks(index: tf.Tensor, path: tf.Tensor) -> tf.data.Dataset:
         return _located(index, tf.boolean_mask(numbers, data), tf.boolean_mask(lines, data))
 
     return chunks.map(split)
+
+
+def _jsonl_blocks(columns: tuple[str, ...]):
+    """fn(index, path) -> blocks of a JSON Lines file, each line converted to a CSV line
+    (`jsonl.csv_chunks`); line 1 is the first object."""
+    from trainer.input import jsonl
+
+    def chunks(path: bytes):
+        yield from jsonl.csv_chunks(path, columns)
+
+    def one_file(index: tf.Tensor, path: tf.Tensor) -> tf.data.Dataset:
+        data = tf.data.Dataset.from_generator(
+            chunks,
+            args=(path,),
+            output_signature=(tf.TensorSpec([], tf.string), tf.TensorSpec([], tf.int64)),
+        )
+        return data.map(
+            lambda chunk, first_line: _located(index, first_line, tf.strings.split(chunk, "\n"))
+        )
+
+    return one_file
 
 
 def _located(index, first_line, text):

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 import tensorflow as tf
 
 from trainer.errors import InputError
+from trainer.input import jsonl as jsonl_lib
 
 if TYPE_CHECKING:
     from trainer.input.bigquery import Session
@@ -31,6 +32,7 @@ CENSUS_LABEL = "income_bracket"
 
 CSV = "csv"
 TFRECORD = "tfrecord"
+JSONL = "jsonl"  # JSON Lines, read as CSV lines (trainer/input/jsonl.py)
 BIGQUERY = "bigquery"  # a table's read streams, read as CSV lines (trainer/input/bigquery.py)
 TFRECORD_SUFFIXES = (".tfrecord", ".tfrecords", ".tfrecord.gz", ".tfrecords.gz", ".tfr")
 
@@ -46,7 +48,8 @@ _HEADER_THREADS = 16
 class Source:
     """One input: its files, their format and their columns.
 
-    `columns` is the CSV header (in file order) or the TFRecord feature names (sorted), and
+    `columns` is the CSV header (in file order), the TFRecord feature names (sorted) or the
+    keys of JSON Lines files (`jsonl.sniff_columns`), and
     `feature_types` the TFRecord type of each (`BYTES`, `INT64`, `FLOAT`); empty for CSV.
     A BigQuery table's "files" are the read streams of its `session`, its columns the table's
     (its types are in the session).
@@ -102,15 +105,31 @@ def expand(pattern_list: str, *, flag: str) -> list[str]:
     return files
 
 
-def open_source(pattern_list: str, *, flag: str) -> Source:
-    """The files of `pattern_list`, checked: one format, and the same columns in every file."""
+def open_source(pattern_list: str, *, flag: str, jsonl: bool = False) -> Source:
+    """The files of `pattern_list`, checked: one format, and the same columns in every file.
+    With `jsonl` every file is read as JSON Lines, whatever its name."""
     files = expand(pattern_list, flag=flag)
-    tfrecord = [f.endswith(TFRECORD_SUFFIXES) for f in files]
-    if any(tfrecord) and not all(tfrecord):
-        raise InputError(f"{flag} mixes TFRecord and CSV files: {files[:5]}. Use one format.")
-    if tfrecord[0]:
+    formats = [
+        JSONL
+        if jsonl or jsonl_lib.is_jsonl(f)
+        else TFRECORD
+        if f.endswith(TFRECORD_SUFFIXES)
+        else CSV
+        for f in files
+    ]
+    if len(set(formats)) > 1:
+        kinds = {TFRECORD: "TFRecord", CSV: "CSV", JSONL: "JSON Lines"}
+        mixed = " and ".join(kind for fmt, kind in kinds.items() if fmt in formats)
+        raise InputError(
+            f"{flag} mixes {mixed} files: {files[:5]}. Use one format (JSON Lines files are "
+            "named *.jsonl or *.ndjson, TFRecord files *.tfrecord)."
+        )
+    if formats[0] == TFRECORD:
         names, types = _sniff_tfrecord(files, flag=flag)
         return Source(flag, pattern_list, tuple(files), TFRECORD, names, types)
+    if formats[0] == JSONL:
+        columns = jsonl_lib.sniff_columns(files, flag=flag)
+        return Source(flag, pattern_list, tuple(files), JSONL, columns)
     with concurrent.futures.ThreadPoolExecutor(min(_HEADER_THREADS, len(files))) as pool:
         headers = list(pool.map(lambda f: csv_header(f, flag=flag), files))
     for path, header in zip(files, headers):
@@ -197,19 +216,14 @@ def managed_dataset(
 ) -> tuple[str, str | None]:
     """(train data, eval data) of a Vertex AI managed dataset, from the URIs Vertex passes
     (`AIP_TRAINING_DATA_URI`, `AIP_VALIDATION_DATA_URI`): a table, or gs:// wildcards of CSV
-    files. Fails naming an unknown `AIP_DATA_FORMAT`, JSON Lines (not read yet), or a URI of
-    another kind than the format."""
+    or JSON Lines files (`jsonl`: read with `open_source(jsonl=True)`, whatever the files'
+    names). Fails naming an unknown `AIP_DATA_FORMAT`, or a URI of another kind than the
+    format."""
     fmt = (data_format or "").strip().lower()
     if fmt not in MANAGED_FORMATS:
         raise InputError(
             f"AIP_DATA_FORMAT={data_format!r} is not a managed dataset format this trainer "
             f"knows ({', '.join(MANAGED_FORMATS)}); AIP_TRAINING_DATA_URI={training}."
-        )
-    if fmt == "jsonl":
-        raise InputError(
-            f"AIP_DATA_FORMAT=jsonl (AIP_TRAINING_DATA_URI={training}): JSON Lines input is "
-            "not supported. Export the managed dataset as CSV or to BigQuery, or pass "
-            "--train_data."
         )
     for name, uri in (("AIP_TRAINING_DATA_URI", training), ("AIP_VALIDATION_DATA_URI", validation)):
         if uri and not uri.strip().startswith(MANAGED_FORMATS[fmt]):

@@ -165,6 +165,13 @@ def prepare(
     train = open_input(train_data, "--train_data", "train") if open_train or holdout else None
     if train is not None and train.session is not None:
         columns = bigquery.table_choices(train, columns)
+    for source in (train, eval_source):
+        if stage_tables and source is not None and source.format == files_lib.JSONL:
+            raise InputError(
+                f"{source.flag}={source.pattern}: JSON Lines files are converted in Python, "
+                "which parameter-server workers cannot run. Train without a ps pool, or "
+                "convert the files to CSV."
+            )
     if schema is None and scan_if_new:
         assert train is not None, "a replica that scans opens the training data"
         try:
@@ -228,7 +235,7 @@ def _open(data: str, flag: str, options: InputOptions, summary: dict | None) -> 
             )
         recorded = summary.get("bigquery")
         return bigquery.open_table(data, flag=flag, connection=options.bigquery, recorded=recorded)
-    return files_lib.open_source(data, flag=flag)
+    return files_lib.open_source(data, flag=flag, jsonl=options.jsonl)
 
 
 def _staged(source: Source | None, key: str, job: job_dir_lib.JobDir) -> Source | None:

@@ -32,12 +32,15 @@ class BadRows(str, enum.Enum):
 class InputOptions:
     """`cache_mb`: a reader keeps its encoded training rows in memory when they fit in this
     many MB (else it streams them from the files every epoch). `shuffle_buffer`: rows shuffled
-    together when streaming."""
+    together when streaming. `jsonl`: every input file is JSON Lines, whatever its name (a
+    Vertex AI managed dataset in `AIP_DATA_FORMAT=jsonl`); else files named *.jsonl or
+    *.ndjson (optionally .gz) are."""
 
     bad_rows: BadRows = BadRows.ERROR
     cache_mb: float = 256.0
     shuffle_buffer: int = 65_536
     bigquery: BigQueryConnection = BigQueryConnection()
+    jsonl: bool = False
 
     def __post_init__(self):
         if self.cache_mb < 0:

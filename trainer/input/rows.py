@@ -3,7 +3,8 @@ columns and the reasons a row cannot be used. No Python runs per row.
 
 A CSV line must have exactly as many fields as the header; quoted fields may hold commas and
 doubled quotes (`"Smith, J"`, `"say ""hi"" "`) and must start right after the comma. A field
-spanning lines is not supported: its line is reported as malformed.
+spanning lines is not supported: its line is reported as malformed. JSON Lines come as CSV
+lines (`trainer/input/jsonl.py`); a nested value in a column used is malformed.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import tensorflow as tf
 
 from trainer import schema as schema_lib
 from trainer.input import files as files_lib
+from trainer.input import jsonl
 from trainer.input.files import Source
 
 # Why a row cannot be used: bits of one int32 per row, 0 for a good row.
@@ -163,6 +165,11 @@ class RowParser:
             for name in columns.categorical + tuple(n for n in (columns.label, columns.weight) if n)
         }
         malformed = tf.scatter_nd(where, ~well_formed, size)
+        if source.format == files_lib.JSONL:  # a nested value in a column used is malformed
+            for name in columns.numeric:
+                malformed |= tf.scatter_nd(where, _nested(slow_fields[name]), size)
+            for value in texts.values():
+                malformed |= _nested(value)
         return self._typed(file, line, text, blank, malformed, texts, numbers, not_a_number)
 
     # -- TFRecord -------------------------------------------------------------------------
@@ -244,6 +251,11 @@ class RowParser:
                 weight = _parse_numbers(texts[columns.weight], "")[0]
             parsed.weight = tf.cast(weight, tf.float32)
         return parsed
+
+
+def _nested(text: tf.Tensor) -> tf.Tensor:
+    """Whether each field holds a JSON object or array (`jsonl.NESTED` and its text)."""
+    return tf.equal(tf.strings.substr(tf.strings.strip(text), 0, 1), jsonl.NESTED)
 
 
 def is_number(text: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
