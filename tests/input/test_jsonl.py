@@ -217,12 +217,18 @@ def test_a_nested_value_in_an_ignored_column_is_no_bad_row(tmp_path):
     assert schema.summary["train"]["rows"] == 30 and schema.summary["train"]["bad_rows"] == 0
 
 
-def test_the_columns_are_the_keys_of_the_first_lines_and_a_later_key_is_a_bad_row(tmp_path):
+def test_the_columns_are_the_keys_of_the_first_lines_and_a_later_key_is_a_bad_row(
+    tmp_path, monkeypatch
+):
+    from trainer.input import blocks
+
+    monkeypatch.setattr(blocks, "CHUNK_BYTES", 4096)  # the first lines span many chunks
     rows = _rows(jsonl.SNIFF_LINES + 10, 1)
-    rows[jsonl.SNIFF_LINES + 4]["late"] = 1  # line SNIFF_LINES + 5
+    rows[jsonl.SNIFF_LINES - 1]["mid"] = "a"  # line SNIFF_LINES: a column
+    rows[jsonl.SNIFF_LINES + 4]["late"] = 1  # line SNIFF_LINES + 5: a bad row
     path = _write_jsonl(tmp_path / "train.jsonl", rows, shuffle_keys=None)
     source = files.open_source(path, flag="--train_data")
-    assert source.columns == ("x1", "color", "target", "w", "x2")  # x2 first on line 2
+    assert source.columns == ("x1", "color", "target", "w", "x2", "mid")  # x2 from line 2
     with pytest.raises(InputError, match=f"line {jsonl.SNIFF_LINES + 5} has key 'late'"):
         _scan(path)
     assert _scan(path, bad_rows=BadRows.SKIP).summary["train"]["bad_rows"] == 1

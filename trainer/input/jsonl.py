@@ -23,6 +23,7 @@ from __future__ import annotations
 import concurrent.futures
 import io
 import json
+import zlib
 
 from trainer.errors import InputError
 
@@ -65,11 +66,17 @@ def _first_keys(path: str, *, flag: str) -> dict[str, None]:
     from trainer.input import blocks
 
     keys: dict[str, None] = {}
+    lines: list[bytes] = []
     try:
-        chunk = next(blocks.line_chunks(path), (b"", 1))[0]
-    except (tf.errors.OpError, OSError, EOFError) as e:
+        for chunk, _ in blocks.line_chunks(path):
+            lines += chunk.split(b"\n")
+            if len(lines) >= SNIFF_LINES:
+                break
+    except (tf.errors.OpError, OSError, EOFError, zlib.error) as e:
         raise InputError(f"{flag}: cannot read {path}: {getattr(e, 'message', e)}") from None
-    for line in chunk.removeprefix(b"\xef\xbb\xbf").split(b"\n")[:SNIFF_LINES]:
+    if lines:
+        lines[0] = lines[0].removeprefix(b"\xef\xbb\xbf")
+    for line in lines[:SNIFF_LINES]:
         try:
             row = json.loads(line)
         except ValueError:
