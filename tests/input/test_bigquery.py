@@ -447,7 +447,7 @@ def test_an_interrupted_staging_is_done_again_from_the_start(
 
 def test_bad_input_found_after_staging_leaves_no_shards(emulator, tmp_path, monkeypatch):
     job = job_dir_lib.JobDir(str(tmp_path / "job"))
-    stage, staged = staging.stage, []
+    stage, staged = staging.stage, list[str]()
 
     def stage_and_look(source, **kwargs):
         result = stage(source, **kwargs)

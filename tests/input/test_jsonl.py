@@ -299,22 +299,82 @@ def test_readers_share_json_lines_read_in_small_chunks(tmp_path, monkeypatch, fi
         )
 
 
-def test_json_lines_with_parameter_servers_are_refused_before_any_work(tmp_path):
-    from trainer import job_dir as job_dir_lib
+def _ps_prepare(job, train_data: str, **kwargs):
     from trainer.input import job as input_lib
     from trainer.input.options import InputOptions
 
+    kwargs.setdefault("scan_if_new", True)
+    return input_lib.prepare(
+        train_data=train_data,
+        eval_data=None,
+        columns=S.ColumnChoices("y"),
+        holdout_fraction=0.1,
+        options=InputOptions(),
+        seed=0,
+        job=job,
+        **kwargs,
+    )
+
+
+def test_parameter_servers_stage_json_lines_once_and_a_second_prepare_reuses_it(
+    tmp_path, monkeypatch
+):
+    """With a ps pool the chief converts the JSON Lines files once into CSV shards under
+    JOB_DIR/data (every line once, the manifest last), the job reads the shards with the
+    kinds reading the JSON files gives, and a restarted chief, a resume and a worker reuse
+    them without converting a line again."""
+    from trainer import job_dir as job_dir_lib
+    from trainer.input import staging
+
+    pattern = _id_files(tmp_path, 3)
+    direct = _ps_prepare(job_dir_lib.JobDir(str(tmp_path / "direct")), pattern)
+    monkeypatch.setattr(staging, "ROWS_PER_SHARD", 40)  # several shards per file
     job = job_dir_lib.JobDir(str(tmp_path / "job"))
-    with pytest.raises(InputError, match="parameter-server workers cannot run"):
-        input_lib.prepare(
-            train_data=_id_files(tmp_path, 1),
-            eval_data=None,
-            columns=S.ColumnChoices("y"),
-            holdout_fraction=0.1,
-            options=InputOptions(),
-            seed=0,
-            job=job,
-            scan_if_new=True,
-            stage_tables=True,
-        )
+    data = _ps_prepare(job, pattern, stage_tables=True)
+    folder = tmp_path / "job" / "data"
+    manifest = json.loads((folder / "train.json").read_text())
+    assert sorted(p.name for p in folder.iterdir()) == sorted(
+        ["train.json"] + [p.split("/")[-1] for p in (f["path"] for f in manifest["files"])]
+    ), "no temporary file left"
+    assert len(manifest["files"]) == 9  # 100 lines per file: shards of 40, 40 and 20
+    ids = []
+    for entry in manifest["files"]:
+        with gzip.open(entry["path"], "rt", newline="") as f:
+            rows = list(csv.reader(f))
+        assert rows[0] == list(data.train_source.columns) and len(rows) - 1 == entry["rows"]
+        ids += [int(r[rows[0].index("id")]) for r in rows[1:]]
+    assert sorted(ids) == list(range(300)), "every line once: none lost, none twice"
+    train = data.train_source
+    assert train.format == files.CSV and train.files == tuple(f["path"] for f in manifest["files"])
+    assert data.schema.columns == direct.schema.columns  # the kinds of the JSON files
+    assert data.train_rows == direct.train_rows
+    assert data.schema.summary["train"]["staged"]["files"] == manifest["files"]
+
+    def no_conversion(*args, **kwargs):
+        raise AssertionError("the JSON Lines files were converted again")
+
+    mtimes = {p.name: p.stat().st_mtime_ns for p in folder.iterdir()}
+    monkeypatch.setattr(jsonl, "csv_chunks", no_conversion)
+    again = _ps_prepare(job, pattern, stage_tables=True)  # a chief restarted before its scan
+    assert again.train_source.files == train.files
+    assert again.schema.columns == data.schema.columns
+    assert {p.name: p.stat().st_mtime_ns for p in folder.iterdir()} == mtimes
+    job.create()  # a resume, and a worker, open the shards the schema records
+    (tmp_path / "job" / "schema.json").write_text(data.schema.to_json())
+    (tmp_path / "job" / "run.json").write_text("{}")
+    resumed = _ps_prepare(job, pattern, stage_tables=True)
+    worker = _ps_prepare(job, pattern, stage_tables=True, scan_if_new=False)
+    assert resumed.train_source.files == worker.train_source.files == train.files
+    assert resumed.train_rows == data.train_rows
+
+
+def test_a_bad_json_line_staged_for_parameter_servers_is_named_and_leaves_no_shards(tmp_path):
+    from trainer import job_dir as job_dir_lib
+
+    pattern = _id_files(tmp_path, 1)
+    with open(pattern, "a") as f:
+        f.write('{"id": 1, "y": 0\n')
+    with pytest.raises(InputError, match=r"data/train-00000-0000.csv.gz line 302 is not JSON"):
+        _ps_prepare(job_dir_lib.JobDir(str(tmp_path / "job")), pattern, stage_tables=True)
     assert not (tmp_path / "job" / "schema.json").exists()
+    assert not list((tmp_path / "job" / "data").iterdir())

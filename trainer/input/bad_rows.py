@@ -50,7 +50,7 @@ def describe(
                 f"trainer takes one value per feature{skip}."
             )
         fields = _csv_fields(bad.text)
-        if source.format == files_lib.JSONL:
+        if source.format == files_lib.JSONL or jsonl.is_converted(bad.text, fields):
             why = jsonl.describe_malformed(bad.text, source.columns, fields)
             return f"{source.flag}: {where} {why}{skip}."
         count = f"has {len(fields)} fields" if fields is not None else "is not valid CSV"

@@ -140,13 +140,16 @@ def prepare(
     else waited for, up to `wait_secs` (a replica whose chief is scanning). A BigQuery
     table is read through the read session its scan opened: a replica that waits for the
     chief opens it from the schema's summary. With `stage_tables` (a cluster with parameter
-    servers, whose workers cannot run the table reader) the chief of a new job first stages
-    each table into `JOB_DIR/data` (`trainer/input/staging.py`), and the job reads those
-    files; bad input found after staging deletes them."""
+    servers, whose workers cannot run the table reader nor the JSON Lines converter) the
+    chief of a new job first stages each table and each JSON Lines input into `JOB_DIR/data`
+    (`trainer/input/staging.py`), and the job reads those files; bad input found after
+    staging deletes them."""
     schema = None
     if job.exists():
         schema = Schema.from_json(job_dir_lib.read_text(job.schema), path=job.schema)
-    elif not scan_if_new and any(bigquery.is_table(d) for d in (train_data, eval_data)):
+    elif not scan_if_new and (
+        stage_tables or any(bigquery.is_table(d) for d in (train_data, eval_data))
+    ):  # a table's session, or what the chief staged, is in the schema's summary
         schema = _wait_for_schema(job, wait_secs)
     summary = schema.summary if schema else {}
     stage = stage_tables and scan_if_new and schema is None
@@ -158,20 +161,16 @@ def prepare(
             )
             if done:
                 return done
-        return _open(data, flag, options, summary.get(key))
+        source = _open(data, flag, options, summary.get(key))
+        if stage and source.format == files_lib.JSONL:  # staged by a start that ended early
+            return staging.finished_jsonl(source, folder=job.data, name=key) or source
+        return source
 
     eval_source = open_input(eval_data, "--eval_data", "eval") if eval_data else None
     holdout = None if eval_data else Holdout(holdout_fraction, seed)
     train = open_input(train_data, "--train_data", "train") if open_train or holdout else None
     if train is not None and train.session is not None:
         columns = bigquery.table_choices(train, columns)
-    for source in (train, eval_source):
-        if stage_tables and source is not None and source.format == files_lib.JSONL:
-            raise InputError(
-                f"{source.flag}={source.pattern}: JSON Lines files are converted in Python, "
-                "which parameter-server workers cannot run. Train without a ps pool, or "
-                "convert the files to CSV."
-            )
     if schema is None and scan_if_new:
         assert train is not None, "a replica that scans opens the training data"
         try:
@@ -190,12 +189,15 @@ def prepare(
             raise
     elif schema is None:
         schema = _wait_for_schema(job, wait_secs)
-    streamed = [s for s in (train, eval_source) if s and s.format == files_lib.BIGQUERY]
+    streamed = [
+        s for s in (train, eval_source) if s and s.format in (files_lib.BIGQUERY, files_lib.JSONL)
+    ]
     if stage_tables and streamed:
+        what = "table's read streams" if streamed[0].session else "JSON Lines files in Python"
         raise InputError(
             f"{streamed[0].flag}={streamed[0].pattern}: the job in this --job_dir reads the "
-            "table's read streams (it started without parameter servers), which parameter-"
-            "server workers cannot run. Resume it without a ps pool, or start a new --job_dir."
+            f"{what} (it started without parameter servers), which parameter-server workers "
+            "cannot run. Resume it without a ps pool, or start a new --job_dir."
         )
     for source, key in ((train, "train"), (eval_source, "eval")):
         _check_same_files(source, schema.summary.get(key))
@@ -227,8 +229,10 @@ def _open(data: str, flag: str, options: InputOptions, summary: dict | None) -> 
     """The files of `data`, or a BigQuery table's streams (those of the job's read session
     when `summary`, the job dir's summary of this input, records one), or the shards the job
     staged of it."""
+    summary = summary or {}
+    if "staged" in summary and staging.is_jsonl_manifest(summary["staged"]):
+        return staging.open_recorded_jsonl(data, flag=flag, data=summary["staged"])
     if bigquery.is_table(data):
-        summary = summary or {}
         if "staged" in summary:
             return staging.open_recorded(
                 data, flag=flag, connection=options.bigquery, data=summary["staged"]
@@ -239,8 +243,10 @@ def _open(data: str, flag: str, options: InputOptions, summary: dict | None) -> 
 
 
 def _staged(source: Source | None, key: str, job: job_dir_lib.JobDir) -> Source | None:
-    """A table's read streams staged into the job dir as shards; files (and shards a
-    previous start staged) stay as they are."""
+    """A table's read streams or JSON Lines files staged into the job dir as shards; other
+    files (and shards a previous start staged) stay as they are."""
+    if source is not None and source.format == files_lib.JSONL:
+        return staging.stage_jsonl(source, folder=job.data, name=key)
     if source is None or source.format != files_lib.BIGQUERY:
         return source
     return staging.stage(source, folder=job.data, name=key)
@@ -251,6 +257,10 @@ def _with_sessions(schema: Schema, job: job_dir_lib.JobDir, **sources: Source | 
     summary, for the replicas that read it later."""
     summary = dict(schema.summary)
     for key, source in sources.items():
+        if source is not None and _is_staged_jsonl(source, job, key):
+            manifest = job_dir_lib.read_json(staging.manifest_path(job.data, key))
+            summary[key] = dict(summary[key], staged=manifest)
+            continue
         if source is None or source.session is None:
             continue
         if staging.is_staged(source):
@@ -259,6 +269,17 @@ def _with_sessions(schema: Schema, job: job_dir_lib.JobDir, **sources: Source | 
         else:
             summary[key] = dict(summary[key], bigquery=bigquery.recorded_session(source))
     return dataclasses.replace(schema, summary=summary)
+
+
+def _is_staged_jsonl(source: Source, job: job_dir_lib.JobDir, key: str) -> bool:
+    """Whether `source` is the shards this job staged of JSON Lines files."""
+    path = staging.manifest_path(job.data, key)
+    if source.format != files_lib.CSV or not tf.io.gfile.exists(path):
+        return False
+    data = job_dir_lib.read_json(path)
+    return staging.is_jsonl_manifest(data) and [f["path"] for f in data["files"]] == list(
+        source.files
+    )
 
 
 def _check_same_files(source: Source | None, summary: dict | None) -> None:

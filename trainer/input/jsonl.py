@@ -192,6 +192,12 @@ def _bad(why: str) -> bytes:
     return BAD_LINE + why.replace("\n", " ").replace("\r", " ").encode()
 
 
+def is_converted(text: bytes, fields: list[str] | None) -> bool:
+    """Whether a malformed CSV line is a JSON line's conversion (a JSON Lines input staged
+    as CSV shards for a ps cluster, `trainer/input/staging.py`)."""
+    return text.startswith(BAD_LINE) or any(f.startswith(NESTED) for f in fields or [])
+
+
 def describe_malformed(text: bytes, columns: tuple[str, ...], fields: list[str] | None) -> str:
     """What is wrong with a JSON line the row parser found malformed (`text`: its CSV line,
     `fields` that line's fields)."""

@@ -159,6 +159,107 @@ def stage(source: Source, *, folder: str, name: str, rows_per_shard: int | None 
     return staged.source(source.flag, source.pattern)
 
 
+# -- JSON Lines ------------------------------------------------------------------------------
+# JSON Lines files are converted to CSV lines in Python (trainer/input/jsonl.py), which a
+# parameter-server worker's dataset cannot call either: the chief converts them once, the same
+# way, into shards `folder/name-<file>-<part>.csv.gz` (each file's lines in order, so shard
+# line n + 1 is the file's line n under the header), the manifest `folder/name.json` last. The
+# shards hold the very CSV lines the JSON Lines reader gives the row parser, so the scan finds
+# the same column kinds, and a converted bad line is still described as a JSON one
+# (`jsonl.describe_malformed`).
+def _jsonl_inputs(source: Source) -> list[dict]:
+    """The JSON Lines files with their sizes: a staging is reused only for the same files."""
+
+    def size(path: str) -> int:
+        return storage.retry(lambda: tf.io.gfile.stat(path).length, what=f"reading {path}")
+
+    return [{"path": f, "bytes": size(f)} for f in source.files]
+
+
+def is_jsonl_manifest(data: dict) -> bool:
+    return "jsonl" in data
+
+
+def open_recorded_jsonl(pattern: str, *, flag: str, data: dict) -> Source:
+    """The shards a job staged of JSON Lines files `pattern` (schema.json's record, or a
+    manifest), as a CSV source with the JSON files' columns."""
+    if data["jsonl"] != pattern:
+        raise InputError(
+            f"{flag}={pattern}, but the job in this --job_dir reads {data['jsonl']}. Resume "
+            "with the same files, or train on these in a new --job_dir."
+        )
+    files = tuple(f["path"] for f in data["files"])
+    return Source(flag, pattern, files, files_lib.CSV, tuple(data["columns"]))
+
+
+def finished_jsonl(source: Source, *, folder: str, name: str) -> Source | None:
+    """The shards of JSON Lines `source` a previous start of this job staged completely (of
+    the same files, sizes and columns), or None."""
+    assert source.format == files_lib.JSONL
+    path = manifest_path(folder, name)
+    if not storage.retry(lambda: tf.io.gfile.exists(path), what=f"reading {path}"):
+        return None
+    data = job_dir_lib.read_json(path)
+    if (
+        data.get("jsonl") != source.pattern
+        or data.get("inputs") != _jsonl_inputs(source)
+        or tuple(data.get("columns", ())) != source.columns
+    ):
+        return None  # other files': staged anew
+    logging.info(
+        "%s: reusing the %d shards staged in %s.", source.pattern, len(data["files"]), folder
+    )
+    return open_recorded_jsonl(source.pattern, flag=source.flag, data=data)
+
+
+def stage_jsonl(
+    source: Source, *, folder: str, name: str, rows_per_shard: int | None = None
+) -> Source:
+    """Converts JSON Lines `source` into CSV shards `folder/name-*.csv.gz` and writes the
+    manifest `folder/name.json` last; returns the shards as a CSV Source."""
+    from trainer.input import jsonl
+
+    assert source.format == files_lib.JSONL
+    rows_per_shard = rows_per_shard or ROWS_PER_SHARD
+    remove(folder, name)  # what an unfinished staging left
+    tf.io.gfile.makedirs(folder)
+    started = time.monotonic()
+    header = _header(source.columns)
+    inputs = _jsonl_inputs(source)
+
+    def one(item: tuple[int, str]) -> list[tuple[str, int]]:
+        index, path = item
+        return storage.retry(
+            lambda: _write_chunks(
+                (lines for lines, _ in jsonl.csv_chunks(path, source.columns)),
+                header,
+                f"{folder}/{name}-{index:05d}",
+                rows_per_shard,
+            ),
+            what=f"staging {path} into {folder}",
+        )
+
+    # One file at a time: the json module's fallback holds the GIL.
+    shards = [s for item in enumerate(source.files) for s in one(item)]
+    data = {
+        "jsonl": source.pattern,
+        "inputs": inputs,
+        "columns": list(source.columns),
+        "files": [{"path": p, "rows": r} for p, r in shards],
+    }
+    job_dir_lib.write_json(manifest_path(folder, name), data)
+    seconds = time.monotonic() - started
+    logging.info(
+        "Staged %s: %d lines in %d shards under %s in %.1f s.",
+        source.pattern,
+        sum(r for _, r in shards),
+        len(shards),
+        folder,
+        seconds,
+    )
+    return open_recorded_jsonl(source.pattern, flag=source.flag, data=data)
+
+
 def remove(folder: str, name: str) -> None:
     """Deletes the manifest and the shards (whole or not) of `name` in `folder`."""
     if not tf.io.gfile.isdir(folder):
@@ -179,9 +280,16 @@ def _write_stream(
 ) -> list[tuple[str, int]]:
     """Writes one read stream as shards `prefix-0000.csv.gz`, ... of `rows_per_shard` rows
     each (the last one fewer); returns (path, rows) of each."""
+    chunks = (lines for lines, _ in bigquery.csv_chunks(stream, session))
+    return _write_chunks(chunks, header, prefix, rows_per_shard)
+
+
+def _write_chunks(chunks, header: bytes, prefix: str, rows_per_shard: int) -> list[tuple[str, int]]:
+    """Writes chunks of CSV lines (each without its last line end) as shards
+    `prefix-0000.csv.gz`, ... of `rows_per_shard` rows each; returns (path, rows) of each."""
     shards: list[tuple[str, int]] = []
     part: _Part | None = None
-    for lines, _ in bigquery.csv_chunks(stream, session):
+    for lines in chunks:
         rest: bytes | None = lines
         while rest is not None:
             if part is None:
