@@ -8,6 +8,7 @@ import csv
 import gzip
 import io
 import json
+import os
 import random
 
 import pytest
@@ -378,3 +379,42 @@ def test_a_bad_json_line_staged_for_parameter_servers_is_named_and_leaves_no_sha
         _ps_prepare(job_dir_lib.JobDir(str(tmp_path / "job")), pattern, stage_tables=True)
     assert not (tmp_path / "job" / "schema.json").exists()
     assert not list((tmp_path / "job" / "data").iterdir())
+
+
+@pytest.mark.slow
+def test_a_parameter_server_cluster_trains_on_json_lines(tmp_path):
+    """The default Vertex shape (chief, workers, ps) on .jsonl files: the chief stages them,
+    the workers read the shards through the dataset function it traces."""
+    from tests.test_distributed import Job
+    from trainer.local_cluster import ClusterShape
+
+    (tmp_path / "json").mkdir()
+    train, evaluation = _rows(1200, 1), _rows(300, 2)
+    args = (
+        f"--train_data={_write_jsonl(tmp_path / 'json' / 'a.jsonl', train[:700])},"
+        f"{_write_jsonl(tmp_path / 'json' / 'b.jsonl.gz', train[700:], shuffle_keys=1)}",
+        f"--eval_data={_write_jsonl(tmp_path / 'json' / 'eval.ndjson', evaluation)}",
+        "--label_column=target",
+        "--weight_column=w",
+        "--max_iterations=1",
+        "--max_iteration_steps=400",
+        "--learning_rate=0.01",
+    )
+    with Job(tmp_path, ClusterShape(workers=2, ps=1), *args, env=task_env()) as job:
+        assert job.cluster.wait(timeout=400) == 0
+        report = job.report()
+    assert report["status"] == "complete"
+    assert report["final"]["metrics"]["accuracy"] > 0.7
+    assert set(report["input"]["readers"]) == {"worker 0", "worker 1"}
+    schema = json.loads((job.dir / "schema.json").read_text())
+    assert {c["name"]: c["kind"] for c in schema["columns"]} == {
+        "x1": "numeric",
+        "x2": "numeric",
+        "color": "categorical",
+    }
+    for key, rows in (("train", 1200), ("eval", 300)):
+        summary = schema["input"][key]
+        assert summary["format"] == "csv" and summary["rows"] == rows
+        assert summary["staged"]["jsonl"].endswith((".jsonl.gz", ".ndjson"))
+        for entry in summary["staged"]["files"]:
+            assert os.path.exists(entry["path"]) and f"/data/{key}-" in entry["path"]
