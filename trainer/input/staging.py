@@ -103,12 +103,19 @@ def manifest_path(folder: str, name: str) -> str:
     return job_dir_lib.join(folder, f"{name}.json")
 
 
-def finished(uri: str, *, flag: str, connection: BigQueryConnection, folder: str, name: str):
-    """The shards of table `uri` a previous start of this job staged completely, or None."""
+def _manifest(folder: str, name: str) -> dict | None:
+    """The manifest a finished staging of `name` wrote last, or None (none, or unfinished)."""
     path = manifest_path(folder, name)
     if not storage.retry(lambda: tf.io.gfile.exists(path), what=f"reading {path}"):
         return None
-    data = job_dir_lib.read_json(path)
+    return job_dir_lib.read_json(path)
+
+
+def finished(uri: str, *, flag: str, connection: BigQueryConnection, folder: str, name: str):
+    """The shards of table `uri` a previous start of this job staged completely, or None."""
+    data = _manifest(folder, name)
+    if data is None:
+        return None
     table = Table.parse(uri, flag=flag, default_project=connection.project)
     if data.get("table") != str(table):
         return None  # another table's: staged anew
@@ -196,10 +203,9 @@ def finished_jsonl(source: Source, *, folder: str, name: str) -> Source | None:
     """The shards of JSON Lines `source` a previous start of this job staged completely (of
     the same files, sizes and columns), or None."""
     assert source.format == files_lib.JSONL
-    path = manifest_path(folder, name)
-    if not storage.retry(lambda: tf.io.gfile.exists(path), what=f"reading {path}"):
+    data = _manifest(folder, name)
+    if data is None:
         return None
-    data = job_dir_lib.read_json(path)
     if (
         data.get("jsonl") != source.pattern
         or data.get("inputs") != _jsonl_inputs(source)
