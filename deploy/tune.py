@@ -86,6 +86,7 @@ TUNABLE_FLAGS: dict[str, Flag] = {
     "learning_rate": Flag("float", "> 0", _positive),
     "mixture_learning_rate": Flag("float", "> 0", _positive),
     "dropout": Flag("float", "in [0, 1)", lambda v: 0 <= v < 1),
+    "weight_decay": Flag("float", "in [0, 1)", lambda v: 0 <= v < 1),
     "adanet_lambda": Flag("float", ">= 0", _non_negative),
     "adanet_beta": Flag("float", ">= 0", _non_negative),
     "layer_size": Flag("int", ">= 1", _at_least_one),

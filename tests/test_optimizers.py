@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from tests.support import run_in_process
 from trainer.config import OPTIMIZER_NAMES
 from trainer.optimizers import Optimizer, cosine_decay
 
@@ -18,12 +19,13 @@ GRADS = [np.array([[0.5, -1.0], [2.0, 0.1]], np.float32) * (s + 1) for s in rang
 START = np.array([[1.0, 2.0], [-1.0, 0.5]], np.float32)
 
 
+@pytest.mark.parametrize("weight_decay", [0.0, 0.3])
 @pytest.mark.parametrize("name", OPTIMIZER_NAMES)
-def test_steps_on_variables_match_keras(name):
+def test_steps_on_variables_match_keras(name, weight_decay):
     ours = tf.Variable(START)
-    optimizer = Optimizer(name, learning_rate=0.01, variables=[ours])
+    optimizer = Optimizer(name, learning_rate=0.01, variables=[ours], weight_decay=weight_decay)
     theirs = keras.Variable(START)
-    reference = KERAS[name](learning_rate=0.01)
+    reference = KERAS[name](learning_rate=0.01, weight_decay=weight_decay or None)
     for grad in GRADS:
         optimizer.apply([tf.constant(grad)], [ours])
         reference.apply_gradients([(tf.constant(grad), theirs)])
@@ -34,12 +36,12 @@ def test_steps_on_variables_match_keras(name):
 @pytest.mark.parametrize("name", OPTIMIZER_NAMES)
 def test_steps_on_tensors_then_written_back_equal_steps_on_variables(name):
     on_variables = tf.Variable(START)
-    stepwise = Optimizer(name, learning_rate=0.01, variables=[on_variables])
+    stepwise = Optimizer(name, learning_rate=0.01, variables=[on_variables], weight_decay=0.3)
     for grad in GRADS:
         stepwise.apply([tf.constant(grad)], [on_variables])
 
     on_tensors = tf.Variable(START)
-    chunked = Optimizer(name, learning_rate=0.01, variables=[on_tensors])
+    chunked = Optimizer(name, learning_rate=0.01, variables=[on_tensors], weight_decay=0.3)
     values, state = [tf.identity(on_tensors)], chunked.read([on_tensors])
     for grad in GRADS:
         values, state = chunked.update(values, [tf.constant(grad)], state)
@@ -60,3 +62,17 @@ def test_an_unknown_optimizer_is_refused_by_name():
 def test_cosine_decay_falls_from_1_to_0_over_its_steps_and_stays_there():
     factors = [float(cosine_decay(tf.constant(p, tf.int64), 100)) for p in (0, 50, 100, 150)]
     np.testing.assert_allclose(factors, [1.0, 0.5, 0.0, 0.0], atol=1e-6)
+
+
+@pytest.mark.parametrize("value", ["-0.1", "1.0"])
+def test_a_weight_decay_outside_0_to_1_is_refused(value, binary_data, tmp_path):
+    code, stderr = run_in_process(
+        [
+            f"--train_data={binary_data.train}",
+            "--label_column=target",
+            f"--job_dir={tmp_path / 'job'}",
+            f"--weight_decay={value}",
+        ]
+    )
+    assert code == 2 and f"--weight_decay ({float(value)}) must be in [0, 1)" in stderr
+    assert not (tmp_path / "job").exists()

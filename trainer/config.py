@@ -46,6 +46,7 @@ class TrainOptions:
     optimizer: str = "adam"
     mixture_learning_rate: float | None = None
     learning_rate_schedule: str = "cosine"
+    weight_decay: float = 0.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -131,6 +132,8 @@ class RunConfig:
             raise InputError(f"--batch_size ({self.train.batch_size}) must be >= 1.")
         if not self.train.learning_rate > 0:
             raise InputError(f"--learning_rate ({self.train.learning_rate}) must be > 0.")
+        if not 0.0 <= self.train.weight_decay < 1.0:
+            raise InputError(f"--weight_decay ({self.train.weight_decay}) must be in [0, 1).")
         if self.steps_per_loop < 1:
             raise InputError(f"--steps_per_loop ({self.steps_per_loop}) must be >= 1.")
         if self.time_budget_secs is not None and not self.time_budget_secs > 0:
@@ -144,6 +147,7 @@ class RunConfig:
             "learning_rate": self.train.learning_rate,
             "optimizer": self.train.optimizer,
             "learning_rate_schedule": self.train.learning_rate_schedule,
+            "weight_decay": self.train.weight_decay,
             "train_data": self.data.train_data,
             "eval_data": self.data.eval_data,
             "holdout_fraction": None if self.data.eval_data else self.data.holdout_fraction,

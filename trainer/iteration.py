@@ -128,6 +128,7 @@ class Iteration:
                 options.optimizer,
                 learning_rate=options.learning_rate,
                 variables=self._subnetwork_variables(range(len(builders))),
+                weight_decay=options.weight_decay,
             )
             self.mixture_optimizer = Optimizer(
                 options.optimizer,

@@ -110,10 +110,13 @@ class Optimizer:
     """One of `OPTIMIZER_NAMES` over a fixed list of variables. Create it in the strategy
     and device scope of the variables: each slot is created beside its variable."""
 
-    def __init__(self, name: str, *, learning_rate: float, variables: Sequence):
+    def __init__(
+        self, name: str, *, learning_rate: float, variables: Sequence, weight_decay: float = 0.0
+    ):
         if name not in _KINDS:
             raise ValueError(f"optimizer '{name}' is not one of {OPTIMIZER_NAMES}.")
         self.name, self.learning_rate = name, learning_rate
+        self.weight_decay = weight_decay
         self._kind = _KINDS[name]
         strategy = tf.distribute.get_strategy()
         self.steps = tf.Variable(0, dtype=tf.int64, trainable=False, name="steps")
@@ -131,6 +134,15 @@ class Optimizer:
             steps=self.steps,
             slots={str(i): {str(j): s for j, s in enumerate(v)} for i, v in enumerate(ordered)},
         )
+
+    def _step(self, value, grad, slots, step, rate):
+        """The rule's step, then decoupled weight decay (Loshchilov & Hutter's AdamW): the
+        value shrinks by `rate` x `weight_decay` of itself, apart from the gradient's
+        moments."""
+        new_value, slots = self._kind.rule(value, grad, slots, step, rate)
+        if self.weight_decay:
+            new_value -= rate * self.weight_decay * value
+        return new_value, slots
 
     # -- on tensors -----------------------------------------------------------------------
     def read(self, variables: Sequence) -> State:
@@ -154,7 +166,7 @@ class Optimizer:
         rate = self.learning_rate * scale
         new_values, new_slots = [], []
         for value, grad, slots in zip(values, grads, state.slots):
-            value, slots = self._kind.rule(value, grad, slots, step, rate)
+            value, slots = self._step(value, grad, slots, step, rate)
             new_values.append(value)
             new_slots.append(tuple(slots))
         return new_values, State(steps, tuple(new_slots))
@@ -193,7 +205,7 @@ class Optimizer:
         tf.__internal__.distribute.interim.maybe_merge_call(update, strategy, grads)
 
     def _update_variable(self, variable, grad, slots, step, rate):
-        value, new_slots = self._kind.rule(
+        value, new_slots = self._step(
             variable.read_value(), grad, tuple(s.read_value() for s in slots), step, rate
         )
         for slot, new in zip(slots, new_slots):

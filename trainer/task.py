@@ -178,6 +178,12 @@ flags.DEFINE_enum(
     "The learning rates over each iteration: cosine decays them from the full rate at the "
     "iteration's first step to 0 at its last (--max_iteration_steps); constant keeps them.",
 )
+flags.DEFINE_float(
+    "weight_decay",
+    0.0,
+    "Decoupled weight decay of the subnetworks' layers (AdamW's): each step shrinks every "
+    "weight by learning rate x this fraction of itself. 0: none.",
+)
 flags.DEFINE_integer("seed", 42, "Seed of initialisation, data order and hold-out split.")
 flags.DEFINE_string(
     "job_dir",
@@ -435,6 +441,7 @@ def build_config(f=FLAGS, environment: Environment | None = None) -> config_lib.
             optimizer=f.optimizer,
             mixture_learning_rate=f.mixture_learning_rate,
             learning_rate_schedule=f.learning_rate_schedule,
+            weight_decay=f.weight_decay,
         ),
         **_output_dirs(f, environment),
         seed=f.seed,
