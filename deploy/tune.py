@@ -98,6 +98,7 @@ TUNABLE_FLAGS: dict[str, Flag] = {
     "embedding_dim": Flag("int", ">= 1", _at_least_one),
     "one_hot_max_size": Flag("int", ">= 0", _non_negative),
     "optimizer": Flag("enum", choices=("adam", "sgd", "rmsprop", "adagrad")),
+    "subnetwork_loss": Flag("enum", choices=("own", "residual")),
     "mixture_weight_type": Flag("enum", choices=("scalar", "vector", "matrix")),
     "selection": Flag("enum", choices=("moving_average", "train", "holdout")),
     "learn_mixture_weights": _BOOL,

@@ -101,19 +101,24 @@ class ExplodingBuilder(Builder):
         return keras.layers.Lambda(lambda x: x * 1e30 + 1e38)
 
 
-def _iteration(builders, *, strategy=None, specs=None, inputs=None, decay_steps=None):
-    head = Head(Label("y", HeadType.BINARY, classes=("a", "b")))
+HEAD = Head(Label("y", HeadType.BINARY, classes=("a", "b")))
+
+
+def _iteration(
+    builders, *, strategy=None, specs=None, inputs=None, decay_steps=None, previous=None, **options
+):
     names = [b.name for b in builders]
     return Iteration(
-        number=0,
-        head=head,
+        number=0 if previous is None else previous.members[-1].iteration + 1,
+        head=HEAD,
         inputs=inputs or Inputs(4),
         seed=1,
         builders=builders,
-        specs=specs or ens.candidate_specs([ens.GrowStrategy()], names, has_previous=False),
+        specs=specs
+        or ens.candidate_specs([ens.GrowStrategy()], names, has_previous=previous is not None),
         ensemblers=[ens.ComplexityRegularizedEnsembler(learn_mixture_weights=True)],
-        previous=None,
-        options=TrainOptions(batch_size=8, learning_rate=0.01),
+        previous=previous,
+        options=TrainOptions(batch_size=8, learning_rate=0.01, **options),
         strategy=strategy or tf.distribute.get_strategy(),
         decay_steps=decay_steps,
     )
@@ -245,3 +250,23 @@ def test_the_cosine_schedule_ends_learning_at_its_last_step(replicas):
 
     assert not any(trained(decay_steps=10))
     assert all(trained(decay_steps=None))
+
+
+def test_a_residual_subnetwork_loss_is_that_of_the_previous_ensemble_grown_by_it():
+    """With --subnetwork_loss=residual a new subnetwork's loss is taken on (n - 1) / n of the
+    previous ensemble's logits plus 1 / n of its own (n members once grown); with own, on
+    its own logits; in iteration 0 the two are the same."""
+    first = _iteration([DNNBuilder(1, 8)], subnetwork_loss="residual")
+    features, labels = next(_batches())
+    own_loss = float(tf.reduce_mean(HEAD.loss(labels, first.subnetworks[0](features)[1])))
+    assert float(first._losses(features, labels, [0], [])[1][0]) == pytest.approx(own_loss)
+    first.train(_batches(), 20)
+    previous = first.freeze(0)
+    for loss in ("own", "residual"):
+        second = _iteration([DNNBuilder(2, 8)], previous=previous, subnetwork_loss=loss)
+        own = second.subnetworks[0](features)[1]
+        logits = own if loss == "own" else previous.logits(features) / 2 + own / 2
+        expected = float(tf.reduce_mean(HEAD.loss(labels, logits)))
+        got = float(second._losses(features, labels, [0], [])[1][0])
+        assert got == pytest.approx(expected, rel=1e-5), loss
+    assert float(previous.logits(features)[0, 0]) != pytest.approx(float(own[0, 0]))

@@ -33,6 +33,7 @@ class DataConfig:
 
 OPTIMIZER_NAMES = ("adam", "sgd", "rmsprop", "adagrad")
 LEARNING_RATE_SCHEDULES = ("cosine", "constant")
+SUBNETWORK_LOSSES = ("own", "residual")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,6 +48,7 @@ class TrainOptions:
     mixture_learning_rate: float | None = None
     learning_rate_schedule: str = "cosine"
     weight_decay: float = 0.0
+    subnetwork_loss: str = "own"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -148,6 +150,7 @@ class RunConfig:
             "optimizer": self.train.optimizer,
             "learning_rate_schedule": self.train.learning_rate_schedule,
             "weight_decay": self.train.weight_decay,
+            "subnetwork_loss": self.train.subnetwork_loss,
             "train_data": self.data.train_data,
             "eval_data": self.data.eval_data,
             "holdout_fraction": None if self.data.eval_data else self.data.holdout_fraction,

@@ -282,9 +282,10 @@ class Iteration:
         new, logits = self._forward(features, trained=trained, candidates=candidates)
         global_batch = self.options.batch_size
         weights = features.get(WEIGHT)
+        sub_logits = self._subnetwork_training_logits(features, {i: new[i][1] for i in trained})
         sub_losses = [
             tf.nn.compute_average_loss(
-                self.head.loss(labels, new[i][1], weights), global_batch_size=global_batch
+                self.head.loss(labels, sub_logits[i], weights), global_batch_size=global_batch
             )
             for i in trained
         ]
@@ -307,6 +308,21 @@ class Iteration:
             tf.stack(sub_losses) if trained else tf.zeros([0]),
             tf.stack(objectives) if candidates else tf.zeros([0]),
         )
+
+    def _subnetwork_training_logits(self, features, logits: dict) -> dict:
+        """The logits each trained subnetwork's loss is taken on: its own, or with
+        `--subnetwork_loss=residual` (and a previous ensemble) those of the previous ensemble
+        grown by it at an equal share, (n - 1) / n of the previous ensemble's logits plus
+        1 / n of its own for n members (the default grow candidate's logits exactly): a new
+        subnetwork learns what the ensemble still gets wrong, as in boosting."""
+        if self.options.subnetwork_loss != "residual" or self.previous is None or not logits:
+            return logits
+        members = self.previous.members
+        previous = tf.stop_gradient(
+            self.previous.weights([m.subnetwork(features, training=False) for m in members])
+        )
+        n = len(members) + 1
+        return {i: previous * ((n - 1) / n) + own / n for i, own in logits.items()}
 
     def _apply_to_tables(self, trained, grads, scale) -> None:
         """The embedding tables' sparse updates, in place (wherever the tables live)."""

@@ -25,7 +25,7 @@ from trainer import config as config_lib
 from trainer import ensemble as ens
 from trainer import job_dir as job_dir_lib
 from trainer import report as report_lib
-from trainer.config import LEARNING_RATE_SCHEDULES, OPTIMIZER_NAMES, TrainOptions
+from trainer.config import LEARNING_RATE_SCHEDULES, OPTIMIZER_NAMES, SUBNETWORK_LOSSES, TrainOptions
 from trainer.environment import Environment
 from trainer.errors import InputError, TrainingError
 from trainer.importance import ImportanceOptions
@@ -183,6 +183,14 @@ flags.DEFINE_float(
     0.0,
     "Decoupled weight decay of the subnetworks' layers (AdamW's): each step shrinks every "
     "weight by learning rate x this fraction of itself. 0: none.",
+)
+flags.DEFINE_enum(
+    "subnetwork_loss",
+    "own",
+    list(SUBNETWORK_LOSSES),
+    "What a new subnetwork is trained on: own, its own loss (AdaNet's); residual, the loss of "
+    "the previous ensemble grown by it at an equal share, so it learns what the ensemble "
+    "still gets wrong (boosting's idea).",
 )
 flags.DEFINE_integer("seed", 42, "Seed of initialisation, data order and hold-out split.")
 flags.DEFINE_string(
@@ -442,6 +450,7 @@ def build_config(f=FLAGS, environment: Environment | None = None) -> config_lib.
             mixture_learning_rate=f.mixture_learning_rate,
             learning_rate_schedule=f.learning_rate_schedule,
             weight_decay=f.weight_decay,
+            subnetwork_loss=f.subnetwork_loss,
         ),
         **_output_dirs(f, environment),
         seed=f.seed,
