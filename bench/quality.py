@@ -39,6 +39,7 @@ quality.png (a panel per data set), and prints a table. Run from the repo root::
     .venv/bin/python bench/quality.py --quick --datasets=wine,diabetes   # a smoke run
     .venv/bin/python bench/quality.py --datasets=census --merge \\
         --trainer_flags='--max_iterations=5'   # re-run one data set, keep the others' rows
+    .venv/bin/python bench/quality.py --methods=ours --merge   # only ours, keep the baselines
     .venv/bin/python bench/quality.py --report_only     # the table and plot of quality.json
 """
 
@@ -819,7 +820,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument(
         "--merge",
         action="store_true",
-        help="keep the other data sets' rows of an existing --out_dir/quality.json",
+        help="keep the rows of an existing --out_dir/quality.json that this run does not redo "
+        "(other data sets, and other methods of the same data set)",
     )
     p.add_argument(
         "--report_only",
@@ -943,7 +945,8 @@ def main(argv=None) -> None:
     if args.merge and os.path.exists(out_json):
         with open(out_json) as f:
             previous = json.load(f)
-        runs = [r for r in previous["runs"] if r["dataset"] not in datasets] + runs
+        rerun = {(r["dataset"], r["method"]) for r in runs}
+        runs = [r for r in previous["runs"] if (r["dataset"], r["method"]) not in rerun] + runs
         datasets = {**{k: v for k, v in previous["datasets"].items()}, **datasets}
     results = {
         "command": [os.path.relpath(sys.argv[0], REPO), *(argv or sys.argv[1:])],

@@ -48,7 +48,7 @@ class TrainOptions:
     mixture_learning_rate: float | None = None
     learning_rate_schedule: str = "cosine"
     weight_decay: float = 0.0
-    subnetwork_loss: str = "own"
+    subnetwork_loss: str = "residual"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,7 +60,7 @@ class SearchConfig:
     strategies: tuple[ens.Strategy, ...]
     selection: ens.Selection = ens.Selection.MOVING_AVERAGE
     force_grow: bool = False
-    max_iterations: int = 3
+    max_iterations: int = 7
     max_iteration_steps: int = 750
 
     def __post_init__(self):
