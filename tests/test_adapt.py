@@ -32,8 +32,7 @@ def test_defaults_left_to_the_data_are_chosen_for_a_small_table():
     assert config.train.batch_size == 16
     assert config.search.max_iteration_steps == 719  # ceil(30 * 383 / 16)
     assert config.search.selection is Selection.HOLDOUT
-    assert config.train.subnetwork_loss == "own"
-    assert set(changes) == {"batch_size", "max_iteration_steps", "selection", "subnetwork_loss"}
+    assert set(changes) == {"batch_size", "max_iteration_steps", "selection"}
     assert (
         changes["batch_size"]["default"] == 256
         and "383 training rows" in changes["batch_size"]["why"]
@@ -47,13 +46,10 @@ def test_a_large_table_keeps_the_defaults():
 
 
 def test_flags_the_user_set_are_kept():
-    flags_config = _config(
-        ["--batch_size=32", "--selection=moving_average", "--subnetwork_loss=residual"]
-    )
+    flags_config = _config(["--batch_size=32", "--selection=moving_average"])
     config, changes = adapt.resolve(flags_config, rows=383)
     assert config.train.batch_size == 32
     assert config.search.selection is Selection.MOVING_AVERAGE
-    assert config.train.subnetwork_loss == "residual"
     assert set(changes) == {"max_iteration_steps"}
     assert config.search.max_iteration_steps == 360  # 30 epochs at the user's batch size
 

@@ -11,11 +11,7 @@ epochs and a batch larger than the table. So, for `rows` training rows:
 - steps per iteration: at most `EPOCHS_PER_ITERATION` passes over the rows, at most the
   flag's default;
 - selection: on the held-out data below `SMALL_TABLE_ROWS` training rows (`holdout`; the
-  training objective's moving average rewards the candidate that memorised most);
-- subnetwork loss: below `SMALL_TABLE_ROWS`, each subnetwork on its own loss (`own`):
-  averaging independently trained members lowers variance, as bagging does, where fitting
-  the ensemble's residual (`residual`, the default, boosting's idea) overfits a few hundred
-  rows (wine, 133 rows: 0.9956 with residual against 1.0 with own).
+  training objective's moving average rewards the candidate that memorised most).
 
 Every rule only applies to a flag the user did not set (`RunConfig.auto` names those), and
 every decision goes into report.json (`adapted`). The figures behind each constant are in
@@ -38,7 +34,7 @@ SMALL_TABLE_ROWS = 10_000
 
 # The flags these rules may choose; `trainer.task` puts the ones left at their defaults in
 # `RunConfig.auto`.
-ADAPTIVE_FLAGS = ("batch_size", "max_iteration_steps", "selection", "subnetwork_loss")
+ADAPTIVE_FLAGS = ("batch_size", "max_iteration_steps", "selection")
 
 
 def batch_size(rows: int, default: int) -> int:
@@ -88,14 +84,6 @@ def resolve(config: RunConfig, rows: int) -> tuple[RunConfig, dict]:
         Selection.HOLDOUT if rows < SMALL_TABLE_ROWS else config.search.selection,
         f"fewer than {SMALL_TABLE_ROWS:,} training rows: choose on the held-out data",
     )
-    small = rows < SMALL_TABLE_ROWS
-    subnetwork_loss = choose(
-        "subnetwork_loss",
-        config.train.subnetwork_loss,
-        "own" if small else config.train.subnetwork_loss,
-        f"fewer than {SMALL_TABLE_ROWS:,} training rows: each subnetwork on its own loss "
-        "(averaging members overfits less than boosting them)",
-    )
     if batch > rows:
         raise InputError(
             f"--batch_size={batch} is larger than the {rows} training rows: every epoch would "
@@ -105,7 +93,7 @@ def resolve(config: RunConfig, rows: int) -> tuple[RunConfig, dict]:
         return config, {}
     adapted = dataclasses.replace(
         config,
-        train=dataclasses.replace(config.train, batch_size=batch, subnetwork_loss=subnetwork_loss),
+        train=dataclasses.replace(config.train, batch_size=batch),
         search=dataclasses.replace(config.search, max_iteration_steps=steps, selection=selection),
     )
     return adapted, changes
