@@ -125,6 +125,14 @@ def _cases(tmp_path):
             [f"--train_data={good}", "--label_column=target", "--adanet_lambda=-1"],
             "must be >= 0",
         ),
+        "negative weight decay": (
+            [f"--train_data={good}", "--label_column=target", "--weight_decay=-0.1"],
+            "--weight_decay (-0.1) must be in [0, 1)",
+        ),
+        "weight decay of 1": (
+            [f"--train_data={good}", "--label_column=target", "--weight_decay=1.0"],
+            "--weight_decay (1.0) must be in [0, 1)",
+        ),
     }
 
 
@@ -147,6 +155,8 @@ CASES = [
     "zero steps",
     "regression on strings",
     "negative lambda",
+    "negative weight decay",
+    "weight decay of 1",
 ]
 
 

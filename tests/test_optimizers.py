@@ -5,7 +5,6 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tests.support import run_in_process
 from trainer.config import OPTIMIZER_NAMES
 from trainer.optimizers import Optimizer, cosine_decay
 
@@ -62,17 +61,3 @@ def test_an_unknown_optimizer_is_refused_by_name():
 def test_cosine_decay_falls_from_1_to_0_over_its_steps_and_stays_there():
     factors = [float(cosine_decay(tf.constant(p, tf.int64), 100)) for p in (0, 50, 100, 150)]
     np.testing.assert_allclose(factors, [1.0, 0.5, 0.0, 0.0], atol=1e-6)
-
-
-@pytest.mark.parametrize("value", ["-0.1", "1.0"])
-def test_a_weight_decay_outside_0_to_1_is_refused(value, binary_data, tmp_path):
-    code, stderr = run_in_process(
-        [
-            f"--train_data={binary_data.train}",
-            "--label_column=target",
-            f"--job_dir={tmp_path / 'job'}",
-            f"--weight_decay={value}",
-        ]
-    )
-    assert code == 2 and f"--weight_decay ({float(value)}) must be in [0, 1)" in stderr
-    assert not (tmp_path / "job").exists()

@@ -216,7 +216,8 @@ class Iteration:
 
     # -- forward --------------------------------------------------------------------------
     def _forward(self, features, *, trained, candidates):
-        """Returns ({subnetwork index: (last, logits)}, {candidate index: logits}).
+        """Returns ({subnetwork index: (last, logits)}, {candidate index: logits}, the
+        previous ensemble's members' (last, logits), oldest first).
 
         Subnetworks in `trained` run in training mode; the others that `candidates` need run
         in inference mode (a worker that trains only mixture weights reads them).
@@ -238,7 +239,7 @@ class Iteration:
                 detached[i] for i in candidate.new_subnetworks
             ]
             logits[c] = candidate.weights(outputs)
-        return new, logits
+        return new, logits, previous
 
     # -- training -------------------------------------------------------------------------
     def active(self) -> tuple[list[int], list[int]]:
@@ -279,10 +280,10 @@ class Iteration:
         trained). With example weights each example's loss is weighted (the weights are
         scaled to a mean of 1 over the training data, so the sum over the global batch size
         estimates the weighted mean)."""
-        new, logits = self._forward(features, trained=trained, candidates=candidates)
+        new, logits, previous = self._forward(features, trained=trained, candidates=candidates)
         global_batch = self.options.batch_size
         weights = features.get(WEIGHT)
-        sub_logits = self._subnetwork_training_logits(features, {i: new[i][1] for i in trained})
+        sub_logits = self._subnetwork_training_logits(previous, {i: new[i][1] for i in trained})
         sub_losses = [
             tf.nn.compute_average_loss(
                 self.head.loss(labels, sub_logits[i], weights), global_batch_size=global_batch
@@ -309,19 +310,17 @@ class Iteration:
             tf.stack(objectives) if candidates else tf.zeros([0]),
         )
 
-    def _subnetwork_training_logits(self, features, logits: dict) -> dict:
+    def _subnetwork_training_logits(self, previous_outputs: list, logits: dict) -> dict:
         """The logits each trained subnetwork's loss is taken on: its own, or with
         `--subnetwork_loss=residual` (and a previous ensemble) those of the previous ensemble
         grown by it at an equal share, (n - 1) / n of the previous ensemble's logits plus
         1 / n of its own for n members (the default grow candidate's logits exactly): a new
-        subnetwork learns what the ensemble still gets wrong, as in boosting."""
+        subnetwork learns what the ensemble still gets wrong, as in boosting.
+        `previous_outputs` are the previous members' outputs `_forward` computed."""
         if self.options.subnetwork_loss != "residual" or self.previous is None or not logits:
             return logits
-        members = self.previous.members
-        previous = tf.stop_gradient(
-            self.previous.weights([m.subnetwork(features, training=False) for m in members])
-        )
-        n = len(members) + 1
+        previous = tf.stop_gradient(self.previous.weights(previous_outputs))
+        n = len(previous_outputs) + 1
         return {i: previous * ((n - 1) / n) + own / n for i, own in logits.items()}
 
     def _apply_to_tables(self, trained, grads, scale) -> None:
@@ -597,7 +596,7 @@ class Iteration:
             every_candidate = list(range(len(self.candidates)))
 
             def predict(features):
-                new, logits = self._forward(features, trained=(), candidates=every_candidate)
+                new, logits, _ = self._forward(features, trained=(), candidates=every_candidate)
                 return (
                     tf.stack([logits[c] for c in every_candidate]),
                     tf.stack(
