@@ -101,6 +101,7 @@ TUNABLE_FLAGS: dict[str, Flag] = {
     "subnetwork_loss": Flag("enum", choices=("own", "residual")),
     "mixture_weight_type": Flag("enum", choices=("scalar", "vector", "matrix")),
     "selection": Flag("enum", choices=("moving_average", "train", "holdout")),
+    "selection_margin": Flag("float", ">= 0", _non_negative),
     "learn_mixture_weights": _BOOL,
     "use_bias": _BOOL,
     "warm_start_mixture_weights": _BOOL,

@@ -133,6 +133,10 @@ def _cases(tmp_path):
             [f"--train_data={good}", "--label_column=target", "--weight_decay=1.0"],
             "--weight_decay (1.0) must be in [0, 1)",
         ),
+        "negative selection margin": (
+            [f"--train_data={good}", "--label_column=target", "--selection_margin=-1"],
+            "--selection_margin (-1.0) must be >= 0",
+        ),
     }
 
 
@@ -157,6 +161,7 @@ CASES = [
     "negative lambda",
     "negative weight decay",
     "weight decay of 1",
+    "negative selection margin",
 ]
 
 

@@ -216,6 +216,7 @@ def test_evaluator_selection_with_every_strategy_and_ensembler(binary_data, tmp_
             "--use_bias",
             "--warm_start_mixture_weights",
             f"--selection={selection}",
+            "--selection_margin=0",  # the lowest objective (the margin's own test is below)
             "--force_grow",
         ]
     )
@@ -233,6 +234,7 @@ def test_evaluator_selection_with_every_strategy_and_ensembler(binary_data, tmp_
     eligible = [c for c in last["candidates"] if c["name"] != "previous_ensemble"]
     best = min(eligible, key=lambda c: c["objective"])
     assert last["chosen"] == best["name"]  # force_grow: never the previous ensemble
+    assert best["standard_error"] == 0.0
     if selection == "holdout":  # the objective is the eval loss plus the penalty
         for candidate in eligible:
             if candidate["name"].endswith("_mean"):
@@ -240,6 +242,46 @@ def test_evaluator_selection_with_every_strategy_and_ensembler(binary_data, tmp_
     weights = report["architecture"]["mixture_weights"]
     if report["architecture"]["ensembler"] == "complexity_regularized":
         assert weights["type"] == "matrix" and "bias" in weights
+
+
+def test_holdout_selection_keeps_the_simplest_candidate_within_the_margin(binary_data, tmp_path):
+    """The one-standard-error rule, as the records show it: every candidate's objective has
+    the standard error of its gap to the lowest, and the choice is the simplest candidate
+    within --selection_margin of them (the previous ensemble first)."""
+    job = tmp_path / "job"
+    margin = 3.0  # wide, so that the rule decides on this small table
+    result = run_task(
+        [
+            f"--train_data={binary_data.train}",
+            "--label_column=target",
+            f"--job_dir={job}",
+            *FAST_FLAGS,
+            "--max_iterations=3",
+            "--selection=holdout",
+            f"--selection_margin={margin}",
+        ]
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = load_report(job)
+    assert report["config"]["selection_margin"] == margin
+    for record in report["iterations"]:
+        candidates = record["candidates"]
+        complexity = {s["name"]: s["complexity"] for s in record["subnetworks"]}
+        lowest = min(c["objective"] for c in candidates)
+        for candidate in candidates:
+            error = candidate["standard_error"]
+            assert error is not None and error >= 0
+            assert (error == 0) == (candidate["objective"] == lowest)
+        within = [c for c in candidates if c["objective"] <= lowest + margin * c["standard_error"]]
+
+        def simplicity(c, complexity=complexity):
+            added = sum(complexity.get(m, 0.0) for m in c["members"])
+            return (c["name"] != "previous_ensemble", added)
+
+        chosen = next(c for c in candidates if c["name"] == record["chosen"])
+        assert chosen in within
+        assert simplicity(chosen) == min(simplicity(c) for c in within)
+    assert " ± " in result.stdout
 
 
 def test_unknown_hypertune_metric_fails_before_training(binary_data, tmp_path):

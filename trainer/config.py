@@ -62,8 +62,14 @@ class SearchConfig:
     force_grow: bool = False
     max_iterations: int = 7
     max_iteration_steps: int = 750
+    selection_margin: float = 1.0  # standard errors (`ensemble.choose`); 0: the lowest wins
 
     def __post_init__(self):
+        if not self.selection_margin >= 0:
+            raise InputError(
+                f"--selection_margin ({self.selection_margin}) must be >= 0 (standard "
+                "errors; 0 chooses the lowest objective whatever its noise)."
+            )
         if self.max_iterations < 1:
             raise InputError(f"--max_iterations ({self.max_iterations}) must be >= 1.")
         if self.max_iteration_steps < 1:
@@ -79,6 +85,7 @@ class SearchConfig:
             "strategies": [s.name for s in self.strategies],
             "selection": self.selection.value,
             "force_grow": self.force_grow,
+            "selection_margin": self.selection_margin,
             "max_iteration_steps": self.max_iteration_steps,
         }
 

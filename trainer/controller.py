@@ -306,20 +306,23 @@ class Controller:
         eval rows (and, to select on the training data, one over those)."""
         search = self.config.search
         evaluated = evaluation.evaluate_iteration(iteration, self.data.eval_encoded())
+        standard_errors = None  # of the objectives' differences, with per-example losses
         if search.selection is ens.Selection.MOVING_AVERAGE:
             objectives = list(iteration.moving_average_objectives())
         else:
-            losses = (
-                evaluated.mean_losses
+            scored = (
+                evaluated
                 if search.selection is ens.Selection.HOLDOUT
-                else evaluation.evaluate_iteration(iteration, self.data.train_encoded()).mean_losses
+                else evaluation.evaluate_iteration(iteration, self.data.train_encoded())
             )
             objectives = [
                 selection_objective(loss, float(c.weights.penalty().numpy()))
-                for loss, c in zip(losses, iteration.candidates)
+                for loss, c in zip(scored.mean_losses, iteration.candidates)
             ]
+            standard_errors = scored.standard_errors.tolist()
         scores = iteration.scores(objectives)
-        chosen = self.search.choose(scores)
+        chosen = self.search.choose(scores, standard_errors)
+        best = ens.choose(scores, force_grow=search.force_grow)
         snapshot = iteration.snapshot()
         record = IterationRecord(
             iteration=iteration.number,
@@ -337,8 +340,11 @@ class Controller:
                     finite(s.objective),
                     s.diverged,
                     finite_metrics(m),
+                    None if standard_errors is None else finite(standard_errors[i][best]),
                 )
-                for c, s, m in zip(iteration.candidates, scores, evaluated.candidates)
+                for i, (c, s, m) in enumerate(
+                    zip(iteration.candidates, scores, evaluated.candidates)
+                )
             ),
             subnetworks=tuple(
                 SubnetworkRecord(

@@ -7,6 +7,7 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 import tensorflow as tf
 
 from trainer.features import WEIGHT
@@ -15,18 +16,71 @@ from trainer.heads import Head, Metrics
 from trainer.iteration import Iteration
 
 
+class PairedLosses:
+    """The per-example losses of several models on the same rows, accumulated as sums of
+    products (memory [count, count], whatever the rows), so that any two models' mean loss
+    difference gets its standard error: the rows are a sample, and a difference smaller than
+    its noise is no evidence. Weighted rows count with their weights; the effective number of
+    rows is (sum w)^2 / sum w^2 (Kish)."""
+
+    def __init__(self, count: int):
+        self.weight = 0.0
+        self.weight_squared = 0.0
+        self.sums = np.zeros(count)
+        self.products = np.zeros((count, count))
+
+    def update(self, losses: np.ndarray, weights: np.ndarray | None = None) -> None:
+        """`losses`: [count, rows] per-example losses of the same rows."""
+        w = np.ones(losses.shape[1]) if weights is None else np.asarray(weights, np.float64)
+        self.weight += float(w.sum())
+        self.weight_squared += float(w @ w)
+        self.sums += losses @ w
+        self.products += (losses * w) @ losses.T
+
+    def standard_errors(self) -> np.ndarray:
+        """[count, count]: the standard error of model i's mean loss minus model j's (NaN
+        where a loss was not finite or fewer than two rows were seen)."""
+        if self.weight_squared == 0 or self.weight**2 / self.weight_squared < 2:
+            return np.full(self.products.shape, np.nan)
+        mean = self.sums / self.weight
+        second = self.products / self.weight  # E[l_i l_j]
+        diagonal = np.diag(second)
+        with np.errstate(invalid="ignore"):
+            variance = (
+                diagonal[:, None]
+                + diagonal[None, :]
+                - 2 * second
+                - np.square(mean[:, None] - mean[None, :])
+            )
+            rows = self.weight**2 / self.weight_squared
+            errors = np.sqrt(np.maximum(variance, 0.0) / (rows - 1))
+        finite = np.isfinite(np.diag(errors))
+        np.fill_diagonal(errors, np.where(finite, 0.0, np.nan))  # not rounding's 1e-9
+        return errors
+
+
 def evaluate(
-    dataset: tf.data.Dataset, predict: Callable[[Any], tf.Tensor], head: Head, count: int
+    dataset: tf.data.Dataset,
+    predict: Callable[[Any], tf.Tensor],
+    head: Head,
+    count: int,
+    paired: PairedLosses | None = None,
 ) -> list[Metrics]:
     """Metrics of `count` models over one pass of `dataset` (`(features, labels)` batches,
     weighted by the features' example weights if they have them); `predict(features)`
-    returns their logits stacked, [count, batch, logits]."""
+    returns their logits stacked, [count, batch, logits]. `paired` accumulates the
+    per-example losses of its first models."""
     metrics = [Metrics(head) for _ in range(count)]
     for features, labels in dataset:
         labels = labels.numpy()
         weights = features[WEIGHT].numpy() if WEIGHT in features else None
-        for accumulated, logits in zip(metrics, predict(features).numpy()):
-            accumulated.update(labels, logits, weights)
+        logits = predict(features).numpy()
+        for accumulated, model_logits in zip(metrics, logits):
+            accumulated.update(labels, model_logits, weights)
+        if paired is not None and len(labels):
+            paired.update(
+                np.stack([head.losses(labels, z) for z in logits[: len(paired.sums)]]), weights
+            )
     return metrics
 
 
@@ -37,22 +91,26 @@ class IterationMetrics:
     candidates: list[dict]
     subnetworks: list[dict]
     mean_losses: list[float]  # each candidate's mean loss (what selection adds penalties to)
+    standard_errors: np.ndarray  # [C, C]: of candidate i's mean loss minus candidate j's
     examples: int
 
 
 def evaluate_iteration(iteration: Iteration, dataset: tf.data.Dataset) -> IterationMetrics:
     predict = iteration.predict_fn()
     count = len(iteration.candidates)
+    paired = PairedLosses(count)
     metrics = evaluate(
         dataset,
         lambda features: tf.concat(predict(features), axis=0),
         iteration.head,
         count + len(iteration.subnetworks),
+        paired,
     )
     return IterationMetrics(
         [m.result() for m in metrics[:count]],
         [m.result() for m in metrics[count:]],
         [m.mean_loss for m in metrics[:count]],
+        paired.standard_errors(),
         metrics[0].count,
     )
 

@@ -580,10 +580,17 @@ class Iteration:
         )
 
     def scores(self, objectives: Sequence[float]) -> list[ens.Score]:
-        """Each candidate's score for selection: its objective and whether it diverged."""
+        """Each candidate's score for selection: its objective, whether it diverged, and
+        the complexity of the subnetworks it adds."""
         diverged = self.candidate_diverged.numpy()
         return [
-            ens.Score(c.name, float(o), c.is_previous, bool(d))
+            ens.Score(
+                c.name,
+                float(o),
+                c.is_previous,
+                bool(d),
+                sum(self.builders[i].complexity for i in c.new_subnetworks),
+            )
             for c, o, d in zip(self.candidates, objectives, diverged)
         ]
 

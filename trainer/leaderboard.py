@@ -37,6 +37,7 @@ def rows(iterations: Sequence[dict]) -> list[dict]:
                     "chosen": candidate["name"] == record["chosen"],
                     "members": members,
                     "objective": candidate["objective"],
+                    "standard_error": candidate.get("standard_error"),
                     "eval": candidate["eval"],
                     "parameters": sum(parameters.get(m, 0) for m in members),
                     "training_seconds": sum(

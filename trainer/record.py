@@ -39,7 +39,9 @@ def finite_metrics(metrics: Mapping[str, float]) -> dict[str, float | None]:
 @dataclasses.dataclass(frozen=True)
 class CandidateRecord:
     """A candidate ensemble: its members, AdaNet objective (None if not finite) and eval
-    metrics. `ensembler` is "frozen" for the previous iteration's ensemble."""
+    metrics. `ensembler` is "frozen" for the previous iteration's ensemble.
+    `standard_error` is that of its objective minus the lowest objective (selection on
+    held-out or training rows; None otherwise): the one-standard-error rule's yardstick."""
 
     name: str
     ensembler: str
@@ -47,6 +49,7 @@ class CandidateRecord:
     objective: float | None
     diverged: bool
     eval: Metrics
+    standard_error: float | None = None
 
 
 @dataclasses.dataclass(frozen=True)

@@ -71,16 +71,20 @@ def table(report: dict) -> str:
     for record in report["iterations"]:
         for candidate in record["candidates"]:
             entry = board.get((record["iteration"], candidate["name"]), {})
-            flag = (
-                "<- chosen"
-                if candidate["name"] == record["chosen"]
-                else ("diverged" if candidate["diverged"] else "")
-            )
+            if candidate["name"] == record["chosen"]:
+                flag = "<- chosen"
+                if candidate.get("standard_error"):  # not the lowest objective
+                    flag += " (simplest within --selection_margin of the lowest)"
+            else:
+                flag = "diverged" if candidate["diverged"] else ""
+            objective = _fmt(candidate["objective"])
+            if candidate.get("standard_error"):
+                objective += f" ± {_fmt(candidate['standard_error'])}"
             rows.append(
                 [
                     str(record["iteration"]),
                     candidate["name"],
-                    _fmt(candidate["objective"]),
+                    objective,
                     *[_fmt(candidate["eval"].get(m)) for m in metric_names],
                     f"{entry['parameters']:,}" if entry.get("parameters") else "-",
                     f"{entry['training_seconds']:.1f}" if "training_seconds" in entry else "-",

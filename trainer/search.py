@@ -75,10 +75,18 @@ class Search:
     def ensembler(self, name: str) -> ens.Ensembler:
         return next(e for e in self.config.ensemblers if e.name == name)
 
-    def choose(self, scores: Sequence[ens.Score]) -> int:
-        """The index of the best selectable score (see `ensemble.choose`).
+    def choose(
+        self, scores: Sequence[ens.Score], standard_errors: Sequence[Sequence[float]] | None = None
+    ) -> int:
+        """The index of the best selectable score (see `ensemble.choose`); with
+        `standard_errors` of the objectives' differences, by the one-standard-error rule.
 
         Raises:
             TrainingError: every candidate diverged.
         """
-        return ens.choose(scores, force_grow=self.config.force_grow)
+        return ens.choose(
+            scores,
+            force_grow=self.config.force_grow,
+            standard_errors=standard_errors,
+            margin=self.config.selection_margin,
+        )

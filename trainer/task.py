@@ -152,6 +152,13 @@ flags.DEFINE_enum(
     "How the best candidate is chosen: moving_average of the training objective, "
     "or an evaluator pass over the train data or the held-out eval data.",
 )
+flags.DEFINE_float(
+    "selection_margin",
+    1.0,
+    "With --selection=holdout or train: choose the simplest candidate (the previous ensemble "
+    "first, then the least complex new subnetwork) whose objective is within this many "
+    "standard errors of the lowest (the one-standard-error rule); 0: the lowest objective.",
+)
 flags.DEFINE_boolean("force_grow", False, "Never keep the previous ensemble unchanged.")
 flags.DEFINE_integer("max_iterations", 7, "AdaNet iterations.")
 flags.DEFINE_integer("max_iteration_steps", 750, "Train steps per iteration.")
@@ -441,6 +448,7 @@ def build_config(f=FLAGS, environment: Environment | None = None) -> config_lib.
             strategies=strategies,
             selection=ens.Selection(f.selection),
             force_grow=f.force_grow,
+            selection_margin=f.selection_margin,
             max_iterations=f.max_iterations,
             max_iteration_steps=f.max_iteration_steps,
         ),

@@ -98,3 +98,46 @@ def test_never_chooses_nan_whatever_its_position():
         assert not math.isnan(objectives[chosen])
         finite = [o for o in objectives if not math.isnan(o)]
         assert objectives[chosen] == min(finite)
+
+
+# -- the one-standard-error rule --------------------------------------------------------------
+def _with_complexity(*rows):
+    """rows: (objective, is_previous, complexity)."""
+    return [Score(f"c{i}", obj, prev, False, cx) for i, (obj, prev, cx) in enumerate(rows)]
+
+
+def _errors(count, value):
+    return [[0.0 if i == j else value for j in range(count)] for i in range(count)]
+
+
+@pytest.mark.parametrize(
+    "error, margin, expected",
+    [
+        (0.05, 1.0, 0),  # previous 0.50 within 1 SE (0.05) of the best 0.46: kept
+        (0.01, 1.0, 2),  # beyond 1 SE: the best, c2
+        (0.05, 0.0, 2),  # margin 0: the lowest objective
+        (0.02, 2.0, 0),  # within 2 SE
+        (NAN, 1.0, 2),  # unknown error: the lowest objective
+    ],
+)
+def test_the_previous_ensemble_is_kept_unless_a_candidate_beats_it_beyond_the_noise(
+    error, margin, expected
+):
+    rows = _with_complexity((0.50, True, 0.0), (0.48, False, 2.0), (0.46, False, 1.0))
+    assert choose(rows, force_grow=False, standard_errors=_errors(3, error), margin=margin) == (
+        expected
+    )
+
+
+def test_within_the_margin_the_least_complex_new_candidate_wins():
+    rows = _with_complexity((0.47, False, 1.4), (0.48, False, 0.0), (0.46, False, 2.0))
+    assert choose(rows, force_grow=False, standard_errors=_errors(3, 0.05), margin=1.0) == 1
+    assert choose(rows, force_grow=False, standard_errors=_errors(3, 0.015), margin=1.0) == 0
+
+
+def test_force_grow_and_divergence_still_rule_out_candidates_under_the_margin():
+    rows = _with_complexity((0.50, True, 0.0), (0.48, False, 0.0), (0.46, False, 1.0))
+    errors = _errors(3, 0.1)
+    assert choose(rows, force_grow=True, standard_errors=errors, margin=1.0) == 1
+    diverged = [*rows[:2], Score("c2", 0.46, diverged=True)]
+    assert choose(diverged, force_grow=False, standard_errors=errors, margin=1.0) == 0

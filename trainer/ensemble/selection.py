@@ -1,4 +1,12 @@
-"""Choosing the best candidate ensemble of an iteration by its AdaNet objective."""
+"""Choosing the best candidate ensemble of an iteration by its AdaNet objective.
+
+With per-example losses (selection on held-out or training rows), an objective is an
+estimate from a sample of rows, and on a small table two candidates' objectives differ by
+noise. There the one-standard-error rule (Breiman et al., "Classification and Regression
+Trees", 1984) applies: the simplest candidate whose objective is within `margin` standard
+errors of the lowest one's is chosen; the previous ensemble, which adds nothing, is the
+simplest, then candidates by the complexity of their new subnetworks.
+"""
 
 from __future__ import annotations
 
@@ -29,18 +37,32 @@ class Score:
     objective: float
     is_previous: bool = False
     diverged: bool = False
+    complexity: float = 0.0  # of the new subnetworks the candidate adds
+
+    @property
+    def simplicity_order(self) -> tuple[bool, float]:
+        return (not self.is_previous, self.complexity)
 
     @property
     def is_selectable(self) -> bool:
         return not self.diverged and math.isfinite(self.objective)
 
 
-def choose(scores: Sequence[Score], *, force_grow: bool) -> int:
-    """Index of the candidate with the lowest objective.
+def choose(
+    scores: Sequence[Score],
+    *,
+    force_grow: bool,
+    standard_errors: Sequence[Sequence[float]] | None = None,
+    margin: float = 0.0,
+) -> int:
+    """Index of the candidate with the lowest objective, or (with `standard_errors` and a
+    positive `margin`) of the simplest one within `margin` standard errors of it.
 
-    Never a diverged candidate (NaN or infinite objective or losses). With `force_grow`, the
-    previous ensemble is not eligible, unless every new candidate diverged: then keeping the
-    previous ensemble is the only safe choice. Raises TrainingError when nothing is selectable.
+    `standard_errors[i][j]` is the standard error of candidate i's objective minus j's (NaN
+    where unknown: then only the lowest objective counts). Never a diverged candidate (NaN or
+    infinite objective or losses). With `force_grow`, the previous ensemble is not eligible,
+    unless every new candidate diverged: then keeping the previous ensemble is the only safe
+    choice. Raises TrainingError when nothing is selectable.
     """
     eligible = [i for i, s in enumerate(scores) if s.is_selectable]
     if force_grow and any(not scores[i].is_previous for i in eligible):
@@ -51,4 +73,15 @@ def choose(scores: Sequence[Score], *, force_grow: bool) -> int:
             f"{[s.name for s in scores]}. Lower --learning_rate or check the data for "
             "extreme values; finished iterations are kept in the job dir."
         )
-    return min(eligible, key=lambda i: (scores[i].objective, i))
+    best = min(eligible, key=lambda i: (scores[i].objective, i))
+    if standard_errors is None or margin <= 0:
+        return best
+
+    def close_enough(i: int) -> bool:
+        error = standard_errors[i][best]
+        return math.isfinite(error) and scores[i].objective <= (
+            scores[best].objective + margin * error
+        )
+
+    within = [i for i in eligible if i == best or close_enough(i)]
+    return min(within, key=lambda i: (scores[i].simplicity_order, scores[i].objective, i))
