@@ -11,7 +11,9 @@ epochs and a batch larger than the table. So, for `rows` training rows:
 - steps per iteration: at most `EPOCHS_PER_ITERATION` passes over the rows, at most the
   flag's default;
 - selection: on the held-out data below `SMALL_TABLE_ROWS` training rows (`holdout`; the
-  training objective's moving average rewards the candidate that memorised most).
+  training objective's moving average rewards the candidate that memorised most), where
+  `--selection_margin`'s one-standard-error rule keeps the choice from chasing the noise of
+  a small hold-out.
 
 Every rule only applies to a flag the user did not set (`RunConfig.auto` names those), and
 every decision goes into report.json (`adapted`). The figures behind each constant are in

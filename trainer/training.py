@@ -60,15 +60,24 @@ def prepare_input(
     )
 
 
+# Settings added to the fingerprint after job dirs were written without them, and what those
+# runs did: a job dir that does not record one ran with this value.
+BEFORE_RECORDED = {"weight_decay": 0.0, "subnetwork_loss": "own", "selection_margin": 0.0}
+
+
 def check_resumable(config: RunConfig, job: job_dir_lib.JobDir) -> None:
     """Fails when the job dir was written by a run with a different search."""
     if not job.exists():
         return
-    recorded = job_dir_lib.read_json(job.run)["fingerprint"]
+    written = job_dir_lib.read_json(job.run)["fingerprint"]
+    recorded = {**BEFORE_RECORDED, **written}
     current = config.fingerprint()
     changed = {k: (recorded.get(k), v) for k, v in current.items() if recorded.get(k) != v}
     if changed:
-        lines = "; ".join(f"{k}: was {old!r}, now {new!r}" for k, (old, new) in changed.items())
+        lines = "; ".join(
+            f"{k}: was {old!r}{'' if k in written else ' (before it was recorded)'}, now {new!r}"
+            for k, (old, new) in changed.items()
+        )
         raise InputError(
             f"--job_dir {job.root} holds a run with other settings ({lines}). "
             "Re-run with the same flags to resume it, or pick a new --job_dir."
