@@ -104,8 +104,19 @@ class ExplodingBuilder(Builder):
 HEAD = Head(Label("y", HeadType.BINARY, classes=("a", "b")))
 
 
+LEARNED = ens.ComplexityRegularizedEnsembler(learn_mixture_weights=True)
+
+
 def _iteration(
-    builders, *, strategy=None, specs=None, inputs=None, decay_steps=None, previous=None, **options
+    builders,
+    *,
+    strategy=None,
+    specs=None,
+    inputs=None,
+    decay_steps=None,
+    previous=None,
+    ensembler=LEARNED,
+    **options,
 ):
     names = [b.name for b in builders]
     return Iteration(
@@ -116,7 +127,7 @@ def _iteration(
         builders=builders,
         specs=specs
         or ens.candidate_specs([ens.GrowStrategy()], names, has_previous=previous is not None),
-        ensemblers=[ens.ComplexityRegularizedEnsembler(learn_mixture_weights=True)],
+        ensemblers=[ensembler],
         previous=previous,
         options=TrainOptions(batch_size=8, learning_rate=0.01, **options),
         strategy=strategy or tf.distribute.get_strategy(),
@@ -254,8 +265,9 @@ def test_the_cosine_schedule_ends_learning_at_its_last_step(replicas):
 
 def test_a_residual_subnetwork_loss_is_that_of_the_previous_ensemble_grown_by_it():
     """With --subnetwork_loss=residual a new subnetwork's loss is taken on (n - 1) / n of the
-    previous ensemble's logits plus 1 / n of its own (n members once grown); with own, on
-    its own logits; in iteration 0 the two are the same."""
+    previous ensemble's logits plus 1 / n of its own (n members once grown), or all of the
+    previous ensemble's with warm-started mixture weights; with own, on its own logits; in
+    iteration 0 the two are the same."""
     first = _iteration([DNNBuilder(1, 8)], subnetwork_loss="residual")
     features, labels = next(_batches())
     own_loss = float(tf.reduce_mean(HEAD.loss(labels, first.subnetworks[0](features)[1])))
@@ -270,3 +282,11 @@ def test_a_residual_subnetwork_loss_is_that_of_the_previous_ensemble_grown_by_it
         got = float(second._losses(features, labels, [0], [])[1][0])
         assert got == pytest.approx(expected, rel=1e-5), loss
     assert float(previous.logits(features)[0, 0]) != pytest.approx(float(own[0, 0]))
+    warm = ens.ComplexityRegularizedEnsembler(warm_start_mixture_weights=True)
+    second = _iteration([DNNBuilder(2, 8)], previous=previous, ensembler=warm)
+    grown = second.candidates[1].weights  # the grow candidate, as it starts
+    kept = float(previous.weights.weights[0])  # as trained in iteration 0
+    assert [float(w) for w in grown.weights] == [pytest.approx(kept), 0.5]
+    outputs = [m.subnetwork(features) for m in previous.members] + [second.subnetworks[0](features)]
+    expected = float(tf.reduce_mean(HEAD.loss(labels, grown(outputs))))
+    assert float(second._losses(features, labels, [0], [])[1][0]) == pytest.approx(expected)

@@ -104,6 +104,7 @@ class Iteration:
         self.options = options
         self.strategy = strategy
         self.builders = tuple(builders)
+        self.ensemblers = tuple(ensemblers)
         self.units = layout.units or (everything(len(builders)),)
         with strategy.scope():
             subnetworks, self.embedding_optimizers = [], {}
@@ -313,15 +314,18 @@ class Iteration:
     def _subnetwork_training_logits(self, previous_outputs: list, logits: dict) -> dict:
         """The logits each trained subnetwork's loss is taken on: its own, or with
         `--subnetwork_loss=residual` (and a previous ensemble) those of the previous ensemble
-        grown by it at an equal share, (n - 1) / n of the previous ensemble's logits plus
-        1 / n of its own for n members (the default grow candidate's logits exactly): a new
-        subnetwork learns what the ensemble still gets wrong, as in boosting.
-        `previous_outputs` are the previous members' outputs `_forward` computed."""
+        grown by it as the first ensembler's grow candidate starts: 1 / n of its own logits
+        for n members plus the kept share of the previous ensemble's, (n - 1) / n (an even
+        share: the default grow candidate's logits exactly), or all of it when the mixture
+        weights are warm-started (additive growth, as in boosting with a step of 1 / n).
+        A new subnetwork learns what the ensemble still gets wrong. `previous_outputs` are
+        the previous members' outputs `_forward` computed."""
         if self.options.subnetwork_loss != "residual" or self.previous is None or not logits:
             return logits
         previous = tf.stop_gradient(self.previous.weights(previous_outputs))
         n = len(previous_outputs) + 1
-        return {i: previous * ((n - 1) / n) + own / n for i, own in logits.items()}
+        kept = self.ensemblers[0].kept_share(n)
+        return {i: previous * kept + own / n for i, own in logits.items()}
 
     def _apply_to_tables(self, trained, grads, scale) -> None:
         """The embedding tables' sparse updates, in place (wherever the tables live)."""

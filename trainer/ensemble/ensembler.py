@@ -86,6 +86,12 @@ class Ensembler(abc.ABC):
         """Mixture weights for `members`; `previous` is the previous best ensemble's weights
         (for warm starts), or None."""
 
+    def kept_share(self, members: int) -> float:
+        """How much of the previous ensemble's logits a grow candidate of `members` members
+        starts with (its new member starts at 1 / members): an even share, (members - 1) /
+        members, unless the ensembler keeps the previous weights."""
+        return (members - 1) / members
+
 
 @dataclasses.dataclass(frozen=True)
 class ComplexityRegularizedEnsembler(Ensembler):
@@ -122,6 +128,12 @@ class ComplexityRegularizedEnsembler(Ensembler):
 
     def build(self, *, members, logits_dimension, previous=None):
         return _WeightedSum(self, tuple(members), logits_dimension, previous)
+
+    def kept_share(self, members: int) -> float:
+        warm = self.warm_start_mixture_weights and self.mixture_weight_type is not (
+            MixtureWeightType.MATRIX
+        )
+        return 1.0 if warm else super().kept_share(members)
 
 
 class _WeightedSum(MixtureWeights):
