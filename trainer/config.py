@@ -62,7 +62,7 @@ class SearchConfig:
     force_grow: bool = False
     max_iterations: int = 7
     max_iteration_steps: int = 750
-    selection_margin: float = 1.0  # standard errors (`ensemble.choose`); 0: the lowest wins
+    selection_margin: float = 0.5  # standard errors (`ensemble.choose`); 0: the lowest wins
 
     def __post_init__(self):
         if not self.selection_margin >= 0:

@@ -119,7 +119,7 @@ flags.DEFINE_list(
     ["dnn", "cross"],
     "Search spaces: any of dnn, cross, linear; several propose the union of their candidates.",
 )
-flags.DEFINE_integer("layer_size", 64, "Units per hidden layer of dnn and cross subnetworks.")
+flags.DEFINE_integer("layer_size", 128, "Units per hidden layer of dnn and cross subnetworks.")
 flags.DEFINE_integer("initial_num_layers", 0, "Depth of the shallower DNN at iteration 0.")
 flags.DEFINE_float("dropout", 0.0, "Dropout rate of dnn subnetworks.")
 flags.DEFINE_list(
@@ -154,7 +154,7 @@ flags.DEFINE_enum(
 )
 flags.DEFINE_float(
     "selection_margin",
-    1.0,
+    0.5,
     "With --selection=holdout or train: choose the simplest candidate (the previous ensemble "
     "first, then the least complex new subnetwork) whose objective is within this many "
     "standard errors of the lowest (the one-standard-error rule); 0: the lowest objective.",
