@@ -129,13 +129,16 @@ def run_one(
 def subnetwork_bytes(schema_path: str) -> list[int]:
     """The variable bytes of each subnetwork SEARCH trains in iteration 0, built from the
     job's schema as the trainer builds them."""
-    from trainer import model
+    from trainer import model, task
     from trainer.model.subnetwork import propose
     from trainer.schema import Schema
 
     with open(schema_path) as f:
         schema = Schema.from_json(f.read(), path=schema_path)
-    generator = model.UnionGenerator((model.DNNGenerator(), model.CrossGenerator()))
+    size = task.DEFAULT_LAYER_SIZE  # SEARCH leaves --layer_size at its default
+    generator = model.UnionGenerator(
+        (model.DNNGenerator(layer_size=size), model.CrossGenerator(layer_size=size))
+    )
     inputs = model.Inputs(schema.dense_width, schema.embedded)
     sizes = []
     for builder in propose(generator, model.IterationContext(0)):
