@@ -226,9 +226,9 @@ def test_evaluator_selection_with_every_strategy_and_ensembler(binary_data, tmp_
     names = [c["name"] for c in last["candidates"]]
     assert names[0] == "previous_ensemble"
     assert {
-        "grow_dnn_1x128_mean",
+        "grow_dnn_1x64_mean",
         "all_complexity_regularized",
-        "solo_dnn_2x128_complexity_regularized",
+        "solo_dnn_2x64_complexity_regularized",
     } <= set(names)
     assert last["selection"] == selection
     eligible = [c for c in last["candidates"] if c["name"] != "previous_ensemble"]

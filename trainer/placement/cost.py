@@ -50,9 +50,9 @@ FORWARD_SHARE = 1 / 3
 # Optimizer slots per variable (`trainer/optimizers.py`).
 OPTIMIZER_SLOTS = {"adam": 2, "sgd": 0, "rmsprop": 1, "adagrad": 1}
 
-# Variable bytes of the default search's iteration-0 subnetworks on census (dnn_0x128,
-# dnn_1x128, cross_1x128, cross_2x128 over 204 dense inputs; `bench/cluster.py` counts them).
-CENSUS_SUBNETWORK_BYTES = (820, 105_476, 132_404, 159_332)
+# Variable bytes of the default search's iteration-0 subnetworks on census (dnn_0x64,
+# dnn_1x64, cross_1x64, cross_2x64 over 204 dense inputs; `bench/cluster.py` counts them).
+CENSUS_SUBNETWORK_BYTES = (820, 52_740, 79_668, 106_596)
 
 # How strongly `fit` holds a parameter the rows say little about at its prior (log space).
 PRIOR_WEIGHT = 0.05
