@@ -305,20 +305,26 @@ class Controller:
         still that of the previous ensemble) and the chosen index. One streaming pass over the
         eval rows (and, to select on the training data, one over those)."""
         search = self.config.search
-        evaluated = evaluation.evaluate_iteration(iteration, self.data.eval_encoded())
+        on_eval = search.selection is ens.Selection.HOLDOUT
+        evaluated = evaluation.evaluate_iteration(
+            iteration, self.data.eval_encoded(), standard_errors=on_eval
+        )
         standard_errors = None  # of the objectives' differences, with per-example losses
         if search.selection is ens.Selection.MOVING_AVERAGE:
             objectives = list(iteration.moving_average_objectives())
         else:
             scored = (
                 evaluated
-                if search.selection is ens.Selection.HOLDOUT
-                else evaluation.evaluate_iteration(iteration, self.data.train_encoded())
+                if on_eval
+                else evaluation.evaluate_iteration(
+                    iteration, self.data.train_encoded(), standard_errors=True
+                )
             )
             objectives = [
                 selection_objective(loss, float(c.weights.penalty().numpy()))
                 for loss, c in zip(scored.mean_losses, iteration.candidates)
             ]
+            assert scored.standard_errors is not None  # asked for above
             standard_errors = scored.standard_errors.tolist()
         scores = iteration.scores(objectives)
         chosen = self.search.choose(scores, standard_errors)

@@ -24,6 +24,7 @@ class PairedLosses:
     rows is (sum w)^2 / sum w^2 (Kish)."""
 
     def __init__(self, count: int):
+        self.count = count
         self.weight = 0.0
         self.weight_squared = 0.0
         self.sums = np.zeros(count)
@@ -69,18 +70,18 @@ def evaluate(
     """Metrics of `count` models over one pass of `dataset` (`(features, labels)` batches,
     weighted by the features' example weights if they have them); `predict(features)`
     returns their logits stacked, [count, batch, logits]. `paired` accumulates the
-    per-example losses of its first models."""
+    per-example losses of its first models (computed once for both)."""
     metrics = [Metrics(head) for _ in range(count)]
+    pairs = paired.count if paired is not None else 0
     for features, labels in dataset:
         labels = labels.numpy()
         weights = features[WEIGHT].numpy() if WEIGHT in features else None
         logits = predict(features).numpy()
-        for accumulated, model_logits in zip(metrics, logits):
-            accumulated.update(labels, model_logits, weights)
+        losses = [head.losses(labels, z) for z in logits[:pairs]]
+        for i, (accumulated, model_logits) in enumerate(zip(metrics, logits)):
+            accumulated.update(labels, model_logits, weights, losses[i] if i < pairs else None)
         if paired is not None and len(labels):
-            paired.update(
-                np.stack([head.losses(labels, z) for z in logits[: len(paired.sums)]]), weights
-            )
+            paired.update(np.stack(losses), weights)
     return metrics
 
 
@@ -91,14 +92,20 @@ class IterationMetrics:
     candidates: list[dict]
     subnetworks: list[dict]
     mean_losses: list[float]  # each candidate's mean loss (what selection adds penalties to)
-    standard_errors: np.ndarray  # [C, C]: of candidate i's mean loss minus candidate j's
+    # [C, C]: of candidate i's mean loss minus candidate j's (None unless asked for)
+    standard_errors: np.ndarray | None
     examples: int
 
 
-def evaluate_iteration(iteration: Iteration, dataset: tf.data.Dataset) -> IterationMetrics:
+def evaluate_iteration(
+    iteration: Iteration, dataset: tf.data.Dataset, *, standard_errors: bool = False
+) -> IterationMetrics:
+    """Every candidate's and new subnetwork's metrics over one pass of `dataset`; with
+    `standard_errors`, those of the candidates' mean loss differences too (what selection on
+    these rows needs; the per-example products cost a pass over [C, C] per batch)."""
     predict = iteration.predict_fn()
     count = len(iteration.candidates)
-    paired = PairedLosses(count)
+    paired = PairedLosses(count) if standard_errors else None
     metrics = evaluate(
         dataset,
         lambda features: tf.concat(predict(features), axis=0),
@@ -110,7 +117,7 @@ def evaluate_iteration(iteration: Iteration, dataset: tf.data.Dataset) -> Iterat
         [m.result() for m in metrics[:count]],
         [m.result() for m in metrics[count:]],
         [m.mean_loss for m in metrics[:count]],
-        paired.standard_errors(),
+        paired.standard_errors() if paired is not None else None,
         metrics[0].count,
     )
 

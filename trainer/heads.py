@@ -119,8 +119,13 @@ class Metrics:
         self.negatives = np.zeros(self.AUC_BINS, np.float64)
 
     def update(
-        self, labels: np.ndarray, logits: np.ndarray, weights: np.ndarray | None = None
+        self,
+        labels: np.ndarray,
+        logits: np.ndarray,
+        weights: np.ndarray | None = None,
+        losses: np.ndarray | None = None,
     ) -> None:
+        """Adds a batch; `losses` are `head.losses(labels, logits)` if the caller has them."""
         if not self.finite or not len(labels):
             return
         if not np.isfinite(logits).all():
@@ -130,7 +135,7 @@ class Metrics:
         w = np.ones(len(labels)) if weights is None else np.asarray(weights, np.float64)
         self.count += len(labels)
         self.weight += float(w.sum())
-        self.loss_sum += float(w @ head.losses(labels, logits))
+        self.loss_sum += float(w @ (head.losses(labels, logits) if losses is None else losses))
         if head.type is HeadType.REGRESSION:
             error = logits[:, 0].astype(np.float64) * head.label.std + head.label.mean - labels
             self.squared_error += float(w @ np.square(error))
