@@ -304,11 +304,11 @@ def test_sigterm_after_training_during_the_export_resumes_to_a_complete_model(tm
 
 # -- workers and parameter servers under a coordinator -----------------------------------------
 _SERVE = """
-import os, sys
+import os
 from absl import logging
 from trainer import cluster, distributed
 logging.set_verbosity(logging.INFO)
-sys.exit(distributed.serve(cluster.parse(os.environ["TF_CONFIG"]), grace_secs=60, poll_secs=0.2))
+distributed.serve(cluster.parse(os.environ["TF_CONFIG"]), grace_secs=60, poll_secs=0.2)
 """
 
 

@@ -14,11 +14,13 @@ from __future__ import annotations
 import collections
 import contextlib
 import dataclasses
+import os
 import re
 import signal
 import sys
 import threading
 import time
+from typing import NoReturn
 
 import tensorflow as tf
 from absl import logging
@@ -145,9 +147,10 @@ def make_runtime(cluster: Cluster, placement: PlacementStrategy, *, timeout_secs
 
 
 # -- workers and parameter servers under a coordinator -------------------------------------------
-def serve(cluster: Cluster, *, grace_secs: float, poll_secs: float = 2.0) -> int:
-    """Runs this worker's or ps's TensorFlow server until the chief is done; returns the exit
-    code: 0, or `preemption.EXIT_CODE` for a SIGTERM while the chief still runs.
+def serve(cluster: Cluster, *, grace_secs: float, poll_secs: float = 2.0) -> NoReturn:
+    """Runs this worker's or ps's TensorFlow server until the chief is done, then ends the
+    process with exit code 0, or `preemption.EXIT_CODE` for a SIGTERM while the chief still
+    runs.
 
     The chief's own server goes away when it exits. A chief that restarts (Vertex restarts a
     failed replica under the same name) comes back within `grace_secs`, and this server keeps
@@ -156,6 +159,11 @@ def serve(cluster: Cluster, *, grace_secs: float, poll_secs: float = 2.0) -> int
     exited); while the chief runs it is this replica that is stopped (a Spot VM preempted), and
     a non-zero code has Vertex restart it (the chief reschedules a lost worker's chunks; a lost
     ps stops the chief, whose restart finds it again).
+
+    It exits with `os._exit`, past the interpreter's teardown: a started TensorFlow server
+    cannot be stopped (its `stop()` is unimplemented), and tearing down the runtime under its
+    running gRPC threads took 1.5-2 s on a loaded 2-core machine and once hung for more than
+    30 s in CI, where Vertex would have waited on the replica.
     """
     server = tf.distribute.Server(
         cluster.cluster_spec(),
@@ -188,7 +196,8 @@ def serve(cluster: Cluster, *, grace_secs: float, poll_secs: float = 2.0) -> int
         )
     logging.info("%s %d stops.", cluster.task_type, cluster.task_index)
     sys.stdout.flush()
-    return code
+    sys.stderr.flush()
+    os._exit(code)
 
 
 # -- lost replicas ----------------------------------------------------------------------------

@@ -536,7 +536,7 @@ def main(argv):
         cluster = environment.cluster
         tracker = _tracker(FLAGS, environment, cluster)
         if cluster.task_type in (cluster_lib.WORKER, cluster_lib.PS) and cluster.has_ps:
-            return distributed.serve(cluster, grace_secs=config.distribution.server_grace_secs)
+            distributed.serve(cluster, grace_secs=config.distribution.server_grace_secs)
         if cluster.task_type == cluster_lib.EVALUATOR:
             evaluator.run(config)
             return 0
