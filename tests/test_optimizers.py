@@ -33,6 +33,30 @@ def test_steps_on_variables_match_keras(name, weight_decay):
 
 
 @pytest.mark.parametrize("name", OPTIMIZER_NAMES)
+def test_a_rate_scale_steps_as_that_multiple_of_the_learning_rate(name):
+    """A variable's rate scale: on variables and on tensors alike, its steps are those of the
+    scaled learning rate; the other variables keep the plain rate."""
+    scaled, plain = tf.Variable(START), tf.Variable(START)
+    optimizer = Optimizer(
+        name, learning_rate=0.01, variables=[scaled, plain], rate_scales=[3.0, 1.0]
+    )
+    on_tensors = tf.Variable(START)
+    chunked = Optimizer(name, learning_rate=0.01, variables=[on_tensors], rate_scales=[3.0])
+    values, state = [tf.identity(on_tensors)], chunked.read([on_tensors])
+    reference = {
+        rate: (keras.Variable(START), KERAS[name](learning_rate=rate)) for rate in (0.03, 0.01)
+    }
+    for grad in GRADS:
+        optimizer.apply([tf.constant(grad)] * 2, [scaled, plain])
+        values, state = chunked.update(values, [tf.constant(grad)], state, variables=[on_tensors])
+        for variable, keras_optimizer in reference.values():
+            keras_optimizer.apply_gradients([(tf.constant(grad), variable)])
+    np.testing.assert_allclose(scaled.numpy(), reference[0.03][0].numpy(), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(values[0].numpy(), reference[0.03][0].numpy(), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(plain.numpy(), reference[0.01][0].numpy(), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", OPTIMIZER_NAMES)
 def test_steps_on_tensors_then_written_back_equal_steps_on_variables(name):
     on_variables = tf.Variable(START)
     stepwise = Optimizer(name, learning_rate=0.01, variables=[on_variables], weight_decay=0.3)
@@ -43,7 +67,7 @@ def test_steps_on_tensors_then_written_back_equal_steps_on_variables(name):
     chunked = Optimizer(name, learning_rate=0.01, variables=[on_tensors], weight_decay=0.3)
     values, state = [tf.identity(on_tensors)], chunked.read([on_tensors])
     for grad in GRADS:
-        values, state = chunked.update(values, [tf.constant(grad)], state)
+        values, state = chunked.update(values, [tf.constant(grad)], state, variables=[on_tensors])
     on_tensors.assign(values[0])
     chunked.write([on_tensors], state, steps_taken=tf.constant(len(GRADS), tf.int64))
 

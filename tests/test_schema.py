@@ -6,9 +6,11 @@ import json
 
 import numpy as np
 import pytest
+import tensorflow as tf
 
 from trainer import schema as S
 from trainer.errors import InputError
+from trainer.features import Preprocessor
 
 HeadType = S.HeadType
 CHOICES = S.ColumnChoices("y")
@@ -150,6 +152,17 @@ def test_dense_width_and_embedded_columns():
         S.Label("y", HeadType.BINARY, ("0", "1")),
     )
     assert schema.dense_width == (1 + 2) + 1 + (3 + 1)
+    assert schema.plain_positions == (0, 3, 4, 5, 6, 7)  # not n's two bins
+    dense = Preprocessor(schema)(
+        {
+            "n": tf.constant([3.0]),
+            "m": tf.constant([-2.0]),
+            "c": tf.constant(["b"]),
+            "id": tf.constant(["u"]),
+        }
+    )["dense"]
+    plain = tf.gather(dense, schema.plain_positions, axis=1).numpy()
+    np.testing.assert_array_equal(plain, [[3.0, -2.0, 0.0, 1.0, 0.0, 0.0]])
     assert schema.embedded == (S.Embedded("id", 3, 3),)
     assert schema.bytes_per_example() == 4 * 8 + 8 + 8
 

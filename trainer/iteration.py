@@ -119,7 +119,8 @@ class Iteration:
                     )
                     if subnetwork.embedding_tables:  # moments beside their tables
                         self.embedding_optimizers[i] = LazyAdam(
-                            subnetwork.embedding_tables, learning_rate=options.learning_rate
+                            subnetwork.embedding_tables,
+                            learning_rate=options.learning_rate * b.learning_rate_scale,
                         )
                 subnetworks.append(subnetwork)
             self.subnetworks = tuple(subnetworks)
@@ -130,6 +131,11 @@ class Iteration:
                 learning_rate=options.learning_rate,
                 variables=self._subnetwork_variables(range(len(builders))),
                 weight_decay=options.weight_decay,
+                rate_scales=[
+                    b.learning_rate_scale
+                    for s, b in zip(subnetworks, builders)
+                    for _ in s.dense_variables
+                ],
             )
             self.mixture_optimizer = Optimizer(
                 options.optimizer,
@@ -465,10 +471,10 @@ class Iteration:
                 )
                 n = len(subnetwork_vars)
                 sub_params, sub_state = self.subnetwork_optimizer.update(
-                    params[:n], grads[:n], sub_state, scale=scale
+                    params[:n], grads[:n], sub_state, variables=subnetwork_vars, scale=scale
                 )
                 mix_params, mix_state = self.mixture_optimizer.update(
-                    params[n:], grads[n:], mix_state, scale=scale
+                    params[n:], grads[n:], mix_state, variables=mixture_vars, scale=scale
                 )
                 sub_ema, sub_div, cand_ema, cand_div = stats
                 if trained:

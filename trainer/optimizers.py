@@ -107,11 +107,18 @@ class State(NamedTuple):
 
 
 class Optimizer:
-    """One of `OPTIMIZER_NAMES` over a fixed list of variables. Create it in the strategy
-    and device scope of the variables: each slot is created beside its variable."""
+    """One of `OPTIMIZER_NAMES` over a fixed list of variables, each at the learning rate
+    times its `rate_scales` entry (default 1). Create it in the strategy and device scope of
+    the variables: each slot is created beside its variable."""
 
     def __init__(
-        self, name: str, *, learning_rate: float, variables: Sequence, weight_decay: float = 0.0
+        self,
+        name: str,
+        *,
+        learning_rate: float,
+        variables: Sequence,
+        weight_decay: float = 0.0,
+        rate_scales: Sequence[float] | None = None,
     ):
         if name not in _KINDS:
             raise ValueError(f"optimizer '{name}' is not one of {OPTIMIZER_NAMES}.")
@@ -121,6 +128,8 @@ class Optimizer:
         strategy = tf.distribute.get_strategy()
         self.steps = tf.Variable(0, dtype=tf.int64, trainable=False, name="steps")
         self.slots: dict[int, tuple[tf.Variable, ...]] = {}
+        scales = [1.0] * len(variables) if rate_scales is None else list(rate_scales)
+        self._rate_scales = {id(v): scale for v, scale in zip(variables, scales, strict=True)}
         for variable in variables:
             with strategy.extended.colocate_vars_with(tf_variable(variable)):
                 self.slots[id(variable)] = tuple(
@@ -158,15 +167,16 @@ class Optimizer:
         grads: Sequence[tf.Tensor],
         state: State,
         *,
+        variables: Sequence,
         scale: tf.Tensor | float = 1.0,
     ) -> tuple[list[tf.Tensor], State]:
-        """One step on tensors at `scale` times the learning rate: the new values and state."""
+        """One step on tensors (the values of `variables`) at `scale` times the learning rate:
+        the new values and state."""
         steps = state.steps + 1
         step = tf.cast(steps, tf.float32)
-        rate = self.learning_rate * scale
         new_values, new_slots = [], []
-        for value, grad, slots in zip(values, grads, state.slots):
-            value, slots = self._step(value, grad, slots, step, rate)
+        for value, grad, slots, variable in zip(values, grads, state.slots, variables):
+            value, slots = self._step(value, grad, slots, step, self._rate(variable, scale))
             new_values.append(value)
             new_slots.append(tuple(slots))
         return new_values, State(steps, tuple(new_slots))
@@ -199,10 +209,13 @@ class Optimizer:
                 strategy.extended.update(
                     tf_variable(variable),
                     self._update_variable,
-                    args=(grad, self.slots[id(variable)], step, self.learning_rate * scale),
+                    args=(grad, self.slots[id(variable)], step, self._rate(variable, scale)),
                 )
 
         tf.__internal__.distribute.interim.maybe_merge_call(update, strategy, grads)
+
+    def _rate(self, variable, scale: tf.Tensor | float) -> tf.Tensor | float:
+        return self.learning_rate * scale * self._rate_scales[id(variable)]
 
     def _update_variable(self, variable, grad, slots, step, rate):
         value, new_slots = self._step(

@@ -200,6 +200,16 @@ class Schema:
         return sum(c.width for c in self.columns)
 
     @property
+    def plain_positions(self) -> tuple[int, ...]:
+        """Positions in the dense encoding of each numeric column's standardised value and of
+        the one-hots: all but the piecewise-linear bins."""
+        positions, start = [], 0
+        for c in self.columns:
+            positions.extend([start] if c.kind is Kind.NUMERIC else range(start, start + c.width))
+            start += c.width
+        return tuple(positions)
+
+    @property
     def embedded(self) -> tuple[Embedded, ...]:
         return tuple(
             Embedded(c.name, c.size, c.embedding_dim)

@@ -210,10 +210,19 @@ def test_subnetwork_output_shapes(builder, last_dim, logits_dim):
     np.testing.assert_allclose(logits.numpy(), last.numpy() @ kernel + bias, rtol=1e-5, atol=1e-5)
 
 
-def test_linear_subnetwork_last_layer_is_the_features():
-    net = Subnetwork(LinearBuilder(), inputs=Inputs(3), logits_dimension=1, seed=0, name="lin")
+def test_linear_subnetwork_last_layer_is_the_plain_features():
+    """Without bins in the encoding every input is plain; with them, the linear model reads
+    only the positions `Inputs.plain` names, while a DNN reads everything."""
     features = tf.constant([[1.0, -2.0, 3.0]])
+    net = Subnetwork(LinearBuilder(), inputs=Inputs(3), logits_dimension=1, seed=0, name="lin")
     np.testing.assert_array_equal(net(encoded(features))[0].numpy(), features.numpy())
+
+    inputs = Inputs(3, plain=(0, 2))
+    net = Subnetwork(LinearBuilder(), inputs=inputs, logits_dimension=1, seed=0, name="lin")
+    np.testing.assert_array_equal(net(encoded(features))[0].numpy(), [[1.0, 3.0]])
+    assert net.parameters == 3
+    dnn = Subnetwork(DNNBuilder(0), inputs=inputs, logits_dimension=1, seed=0, name="dnn")
+    assert dnn.last_layer_dim == 3
 
 
 def test_subnetwork_is_deterministic_in_seed():

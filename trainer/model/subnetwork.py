@@ -61,6 +61,17 @@ class Builder(abc.ABC):
         """Returns Keras layers mapping features [batch, input_dim] to a last layer
         [batch, units]. The trainer adds the logits layer on top."""
 
+    @property
+    def plain_inputs(self) -> bool:
+        """Whether the body reads only the plain encoding (`Inputs.plain`: each numeric
+        column's standardised value and the one-hots, without the piecewise-linear bins)."""
+        return False
+
+    @property
+    def learning_rate_scale(self) -> float:
+        """The subnetwork's learning rate as a multiple of --learning_rate."""
+        return 1.0
+
 
 @dataclasses.dataclass(frozen=True)
 class IterationContext:
@@ -123,15 +134,18 @@ def find_builder(generator: Generator, context: IterationContext, name: str) -> 
 @dataclasses.dataclass(frozen=True)
 class Inputs:
     """What the subnetworks take (see `trainer.features.Encoded`): `dense_width` float inputs
-    and the ids of the `embedded` columns."""
+    and the ids of the `embedded` columns; `plain`, the positions of the dense inputs that are
+    not piecewise-linear bins (None: all of them)."""
 
     dense_width: int
     embedded: tuple[Embedded, ...] = ()
+    plain: tuple[int, ...] | None = None
 
-    @property
-    def width(self) -> int:
-        """The width of what a builder's body gets: the dense inputs and the embeddings."""
-        return self.dense_width + sum(e.dim for e in self.embedded)
+    def width(self, plain: bool = False) -> int:
+        """The width of what a builder's body gets: the (plain) dense inputs and the
+        embeddings."""
+        dense = len(self.plain) if plain and self.plain is not None else self.dense_width
+        return dense + sum(e.dim for e in self.embedded)
 
 
 class Subnetwork(tf.Module):
@@ -146,16 +160,20 @@ class Subnetwork(tf.Module):
         self.builder = builder
         self.inputs = inputs
         self._tables = embedding.make_tables(inputs.embedded, seed=seed + 2)
-        self.body = builder.build_body(input_dim=inputs.width, seed=seed)
+        self._plain = inputs.plain if builder.plain_inputs else None
+        width = inputs.width(plain=builder.plain_inputs)
+        self.body = builder.build_body(input_dim=width, seed=seed)
         self.logits_layer = keras.layers.Dense(
             logits_dimension,
             kernel_initializer=keras.initializers.GlorotUniform(seed + 1),
             name="logits",
         )
-        self.logits_layer(self.body(tf.zeros([1, inputs.width])))  # creates the variables
+        self.logits_layer(self.body(tf.zeros([1, width])))  # creates the variables
 
     def __call__(self, features: Encoded, training: bool = False):
         x = features["dense"]
+        if self._plain is not None:
+            x = tf.gather(x, self._plain, axis=1)
         if self._tables:
             x = tf.concat([x, *embedding.lookup(self._tables, features["ids"])], axis=-1)
         last_layer = self.body(x, training=training)
