@@ -203,7 +203,8 @@ class Schema:
     def plain_positions(self) -> tuple[int, ...]:
         """Positions in the dense encoding of each numeric column's standardised value and of
         the one-hots: all but the piecewise-linear bins."""
-        positions, start = [], 0
+        positions: list[int] = []
+        start = 0
         for c in self.columns:
             positions.extend([start] if c.kind is Kind.NUMERIC else range(start, start + c.width))
             start += c.width
