@@ -11,9 +11,9 @@ from trainer.errors import InputError
 
 
 @pytest.mark.parametrize(
-    "rows, expected", [(120, 16), (383, 16), (600, 32), (1_300, 64), (29_000, 256), (10, 10)]
+    "rows, expected", [(120, 16), (383, 32), (600, 64), (1_300, 128), (29_000, 256), (10, 10)]
 )
-def test_batch_size_gives_about_16_batches_per_epoch_within_its_bounds(rows, expected):
+def test_batch_size_gives_about_8_batches_per_epoch_within_its_bounds(rows, expected):
     assert adapt.batch_size(rows, default=256) == expected
 
 
@@ -29,8 +29,8 @@ def _config(args: list[str]):
 
 def test_defaults_left_to_the_data_are_chosen_for_a_small_table():
     config, changes = adapt.resolve(_config([]), rows=383)
-    assert config.train.batch_size == 16
-    assert config.search.max_iteration_steps == 719  # ceil(30 * 383 / 16)
+    assert config.train.batch_size == 32
+    assert config.search.max_iteration_steps == 360  # ceil(30 * 383 / 32)
     assert config.search.selection is Selection.HOLDOUT
     assert set(changes) == {"batch_size", "max_iteration_steps", "selection"}
     assert (

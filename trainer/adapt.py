@@ -29,7 +29,7 @@ from trainer.config import RunConfig
 from trainer.ensemble import Selection
 from trainer.errors import InputError
 
-ROWS_PER_BATCH = 16
+ROWS_PER_BATCH = 8
 MIN_BATCH_SIZE = 16
 EPOCHS_PER_ITERATION = 30
 SMALL_TABLE_ROWS = 10_000
