@@ -591,7 +591,7 @@ class Iteration:
 
     def scores(self, objectives: Sequence[float]) -> list[ens.Score]:
         """Each candidate's score for selection: its objective, whether it diverged, and
-        the complexity of the subnetworks it adds."""
+        the complexity and trainable parameters of the subnetworks it adds."""
         diverged = self.candidate_diverged.numpy()
         return [
             ens.Score(
@@ -600,6 +600,7 @@ class Iteration:
                 c.is_previous,
                 bool(d),
                 sum(self.builders[i].complexity for i in c.new_subnetworks),
+                sum(self.subnetworks[i].parameters for i in c.new_subnetworks),
             )
             for c, o, d in zip(self.candidates, objectives, diverged)
         ]

@@ -141,3 +141,18 @@ def test_force_grow_and_divergence_still_rule_out_candidates_under_the_margin():
     assert choose(rows, force_grow=True, standard_errors=errors, margin=1.0) == 1
     diverged = [*rows[:2], Score("c2", 0.46, diverged=True)]
     assert choose(diverged, force_grow=False, standard_errors=errors, margin=1.0) == 0
+
+
+def test_at_equal_complexity_the_candidate_with_fewer_parameters_is_simpler():
+    # a linear model of the plain columns (11 numbers) against one of their bins (331), both
+    # complexity 0: within the margin the smaller wins, beyond it the lower objective
+    rows = [
+        Score("grow_dnn_0x64", 0.46, complexity=0.0, parameters=331),
+        Score("grow_linear", 0.48, complexity=0.0, parameters=11),
+        Score("grow_dnn_1x64", 0.47, complexity=1.0, parameters=20_000),
+    ]
+    assert choose(rows, force_grow=False, standard_errors=_errors(3, 0.05), margin=1.0) == 1
+    assert choose(rows, force_grow=False, standard_errors=_errors(3, 0.01), margin=1.0) == 0
+    # complexity still comes first: a bigger network of lower complexity is simpler
+    rows[1] = Score("grow_linear", 0.48, complexity=1.4, parameters=11)
+    assert choose(rows, force_grow=False, standard_errors=_errors(3, 0.05), margin=1.0) == 0

@@ -5,7 +5,9 @@ estimate from a sample of rows, and on a small table two candidates' objectives 
 noise. There the one-standard-error rule (Breiman et al., "Classification and Regression
 Trees", 1984) applies: the simplest candidate whose objective is within `margin` standard
 errors of the lowest one's is chosen; the previous ensemble, which adds nothing, is the
-simplest, then candidates by the complexity of their new subnetworks.
+simplest, then candidates by the complexity of their new subnetworks, and at equal complexity
+by their trainable parameters (a linear model of the plain columns before one of their
+piecewise-linear bins).
 """
 
 from __future__ import annotations
@@ -38,10 +40,11 @@ class Score:
     is_previous: bool = False
     diverged: bool = False
     complexity: float = 0.0  # of the new subnetworks the candidate adds
+    parameters: int = 0  # trainable numbers of the new subnetworks the candidate adds
 
     @property
-    def simplicity_order(self) -> tuple[bool, float]:
-        return (not self.is_previous, self.complexity)
+    def simplicity_order(self) -> tuple[bool, float, int]:
+        return (not self.is_previous, self.complexity, self.parameters)
 
     @property
     def is_selectable(self) -> bool:
