@@ -92,6 +92,7 @@ TUNABLE_FLAGS: dict[str, Flag] = {
     "layer_size": Flag("int", ">= 1", _at_least_one),
     "initial_num_layers": Flag("int", ">= 0", _non_negative),
     "max_iterations": Flag("int", ">= 1", _at_least_one),
+    "patience": Flag("int", ">= 0", _non_negative),
     "max_iteration_steps": Flag("int", ">= 1", _at_least_one),
     "batch_size": Flag("int", ">= 1", _at_least_one),
     "num_bins": Flag("int", ">= 0", _non_negative),

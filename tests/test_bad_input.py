@@ -137,6 +137,10 @@ def _cases(tmp_path):
             [f"--train_data={good}", "--label_column=target", "--selection_margin=-1"],
             "--selection_margin (-1.0) must be >= 0",
         ),
+        "negative patience": (
+            [f"--train_data={good}", "--label_column=target", "--patience=-1"],
+            "--patience (-1) must be >= 0",
+        ),
     }
 
 
@@ -162,6 +166,7 @@ CASES = [
     "negative weight decay",
     "weight decay of 1",
     "negative selection margin",
+    "negative patience",
 ]
 
 

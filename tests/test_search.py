@@ -11,7 +11,7 @@ from trainer import ensemble as ens
 from trainer.config import SearchConfig
 from trainer.errors import InputError, TrainingError
 from trainer.model.dnn import DNNBuilder, DNNGenerator
-from trainer.record import Architecture, MemberRecord
+from trainer.record import PREVIOUS_ENSEMBLER, Architecture, CandidateRecord, MemberRecord
 from trainer.search import Search
 
 
@@ -81,3 +81,36 @@ def test_choose_fails_when_every_candidate_diverged():
 
 def test_ensembler_is_found_by_name():
     assert _search().ensembler("mean").name == "mean"
+
+
+def _kept(iteration: int, kept_previous: bool):
+    """A record whose choice is the previous ensemble or a grown one."""
+    chosen = CandidateRecord(
+        "previous_ensemble" if kept_previous else "grow",
+        PREVIOUS_ENSEMBLER if kept_previous else "mean",
+        (),
+        0.5,
+        False,
+        {},
+    )
+    return minimal_record(iteration, chosen=chosen.name, candidates=(chosen,))
+
+
+@pytest.mark.parametrize(
+    "patience, kept, over",
+    [
+        (0, [False, True, True, True], False),  # 0: never over
+        (1, [False], False),
+        (1, [False, True], True),
+        (1, [False, True, False], False),  # it grew again: not over
+        (2, [False, True], False),
+        (2, [False, True, True], True),
+        (2, [True, False, True], False),  # in a row, not in all
+        (3, [True, True], False),  # fewer records than the patience
+    ],
+)
+def test_the_search_is_over_once_patience_iterations_in_a_row_kept_the_previous_ensemble(
+    patience, kept, over
+):
+    records = [_kept(t, k) for t, k in enumerate(kept)]
+    assert _search(patience=patience).is_over(records) is over

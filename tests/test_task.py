@@ -259,14 +259,17 @@ def test_holdout_selection_keeps_the_simplest_candidate_within_the_margin(binary
             "--max_iterations=3",
             "--selection=holdout",
             f"--selection_margin={margin}",
+            "--patience=0",
         ]
     )
     assert result.returncode == 0, result.stderr[-3000:]
     report = load_report(job)
     assert report["config"]["selection_margin"] == margin
+    assert len(report["iterations"]) == 3
     for record in report["iterations"]:
         candidates = record["candidates"]
         complexity = {s["name"]: s["complexity"] for s in record["subnetworks"]}
+        parameters = {s["name"]: s["parameters"] for s in record["subnetworks"]}
         lowest = min(c["objective"] for c in candidates)
         for candidate in candidates:
             error = candidate["standard_error"]
@@ -274,14 +277,44 @@ def test_holdout_selection_keeps_the_simplest_candidate_within_the_margin(binary
             assert (error == 0) == (candidate["objective"] == lowest)
         within = [c for c in candidates if c["objective"] <= lowest + margin * c["standard_error"]]
 
-        def simplicity(c, complexity=complexity):
-            added = sum(complexity.get(m, 0.0) for m in c["members"])
-            return (c["name"] != "previous_ensemble", added)
+        def simplicity(c, complexity=complexity, parameters=parameters):
+            return (
+                c["name"] != "previous_ensemble",
+                sum(complexity.get(m, 0.0) for m in c["members"]),
+                sum(parameters.get(m, 0) for m in c["members"]),
+            )
 
         chosen = next(c for c in candidates if c["name"] == record["chosen"])
         assert chosen in within
         assert simplicity(chosen) == min(simplicity(c) for c in within)
     assert " ± " in result.stdout
+
+
+def test_the_search_ends_once_it_stops_growing(binary_data, tmp_path):
+    """--patience=1: a margin so wide that the previous ensemble is always within it makes
+    iteration 1 keep it, so iterations 2 and 3 never run, on a rerun either."""
+    job = tmp_path / "job"
+    args = [
+        f"--train_data={binary_data.train}",
+        "--label_column=target",
+        f"--job_dir={job}",
+        *FAST_FLAGS,
+        "--max_iterations=4",
+        "--selection=holdout",
+        "--selection_margin=1000",
+        "--patience=1",
+    ]
+    result = run_task(args)
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = load_report(job)
+    assert [r["chosen"] for r in report["iterations"]][1:] == ["previous_ensemble"]
+    assert report["early_stop"] == {"patience": 1, "skipped_iterations": [2, 3]}
+    assert "iteration 1 kept the previous ensemble (--patience=1)" in result.stderr
+    assert report["status"] == "complete"
+    again = run_task(args)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "Iteration 2: training" not in again.stderr
+    assert len(load_report(job)["iterations"]) == 2
 
 
 def test_unknown_hypertune_metric_fails_before_training(binary_data, tmp_path):

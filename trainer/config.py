@@ -63,6 +63,9 @@ class SearchConfig:
     max_iterations: int = 7
     max_iteration_steps: int = 750
     selection_margin: float = 0.5  # standard errors (`ensemble.choose`); 0: the lowest wins
+    # The search ends after this many iterations in a row kept the previous ensemble (0: it
+    # runs max_iterations). Like max_iterations, not part of the fingerprint.
+    patience: int = 0
 
     def __post_init__(self):
         if not self.selection_margin >= 0:
@@ -70,6 +73,8 @@ class SearchConfig:
                 f"--selection_margin ({self.selection_margin}) must be >= 0 (standard "
                 "errors; 0 chooses the lowest objective whatever its noise)."
             )
+        if self.patience < 0:
+            raise InputError(f"--patience ({self.patience}) must be >= 0 (0: run every iteration).")
         if self.max_iterations < 1:
             raise InputError(f"--max_iterations ({self.max_iterations}) must be >= 1.")
         if self.max_iteration_steps < 1:

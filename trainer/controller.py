@@ -34,6 +34,7 @@ from trainer.loops import LoopMaker, TrainLoop
 from trainer.preemption import NOTICE_SECS, Notice, Preempted
 from trainer.progress import Progress, SummaryWriters, TrainingTime
 from trainer.record import (
+    PREVIOUS_ENSEMBLER,
     Architecture,
     CandidateRecord,
     IterationRecord,
@@ -108,6 +109,18 @@ class Controller:
             )
         last = self.config.search.max_iterations
         for t in range(len(self.records), last):
+            if self.search.is_over(self.records):
+                patience = self.config.search.patience
+                logging.info(
+                    "The search stopped growing: iteration%s %s kept the previous ensemble "
+                    "(--patience=%d), so iterations %d..%d do not run.",
+                    "s" if patience > 1 else "",
+                    f"{t - patience}..{t - 1}" if patience > 1 else t - 1,
+                    patience,
+                    t,
+                    last - 1,
+                )
+                break
             if self.budget and not self.budget.may_start(t, self.records):
                 self.budget.skip(range(t, last))
                 logging.info(
@@ -341,7 +354,7 @@ class Controller:
             candidates=tuple(
                 CandidateRecord(
                     c.name,
-                    c.ensembler.name if c.ensembler else "frozen",
+                    c.ensembler.name if c.ensembler else PREVIOUS_ENSEMBLER,
                     tuple(m.key for m in c.weights.members),
                     finite(s.objective),
                     s.diverged,

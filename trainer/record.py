@@ -20,6 +20,7 @@ from typing import Any
 from trainer.errors import InputError
 
 RECORD_VERSION = 1
+PREVIOUS_ENSEMBLER = "frozen"  # the `ensembler` of the previous iteration's ensemble
 
 Metrics = Mapping[str, float | None]  # eval metrics; None where not finite (JSON has no NaN)
 
@@ -140,6 +141,11 @@ class IterationRecord:
     @property
     def chosen_candidate(self) -> CandidateRecord:
         return next(c for c in self.candidates if c.name == self.chosen)
+
+    @property
+    def kept_previous(self) -> bool:
+        """Whether the iteration chose the previous ensemble (it added nothing)."""
+        return self.chosen_candidate.ensembler == PREVIOUS_ENSEMBLER
 
     @property
     def examples_per_sec(self) -> float | None:

@@ -12,6 +12,7 @@ from trainer import job_dir as job_dir_lib
 from trainer.config import RunConfig
 from trainer.record import IterationRecord
 from trainer.schema import Schema
+from trainer.search import Search
 
 
 def build_report(
@@ -43,10 +44,20 @@ def build_report(
         "config": config.fingerprint(),
         "adapted": adapted or {},
         "budget": budget,
+        "early_stop": early_stop(config, records),
         "feature_importance": feature_importance,
         "input": input_summary,
         "timing": timing,
     }
+
+
+def early_stop(config: RunConfig, records: Sequence[IterationRecord]) -> dict | None:
+    """What --patience cut: None unless the search ended before --max_iterations because
+    its last `patience` iterations kept the previous ensemble."""
+    skipped = list(range(len(records), config.search.max_iterations))
+    if not skipped or not Search(config.search).is_over(records):
+        return None
+    return {"patience": config.search.patience, "skipped_iterations": skipped}
 
 
 def table(report: dict) -> str:

@@ -72,6 +72,12 @@ class Search:
             previous = tuple(members)
         return previous
 
+    def is_over(self, records: Sequence[IterationRecord]) -> bool:
+        """Whether the last `patience` iterations all kept the previous ensemble (early
+        stopping: the search has stopped growing). Never with patience 0."""
+        patience = self.config.patience
+        return 0 < patience <= len(records) and all(r.kept_previous for r in records[-patience:])
+
     def ensembler(self, name: str) -> ens.Ensembler:
         return next(e for e in self.config.ensemblers if e.name == name)
 

@@ -166,6 +166,12 @@ flags.DEFINE_float(
 )
 flags.DEFINE_boolean("force_grow", False, "Never keep the previous ensemble unchanged.")
 flags.DEFINE_integer("max_iterations", 7, "AdaNet iterations.")
+flags.DEFINE_integer(
+    "patience",
+    0,
+    "End the search early once this many iterations in a row kept the previous ensemble "
+    "(it stopped growing); 0: run --max_iterations.",
+)
 flags.DEFINE_integer("max_iteration_steps", 750, "Train steps per iteration.")
 flags.DEFINE_float(
     "time_budget_secs",
@@ -308,7 +314,7 @@ flags.DEFINE_string(
     "Another Vertex AI API endpoint for --experiment (a private endpoint; tests: a local fake).",
 )
 
-_GENERATORS = {"dnn", "cross", "linear"}
+_GENERATORS = set(model.GENERATOR_NAMES.values())
 
 
 def _choice(flag: str, values: list[str], allowed) -> list[str]:
@@ -455,6 +461,7 @@ def build_config(f=FLAGS, environment: Environment | None = None) -> config_lib.
             force_grow=f.force_grow,
             selection_margin=f.selection_margin,
             max_iterations=f.max_iterations,
+            patience=f.patience,
             max_iteration_steps=f.max_iteration_steps,
         ),
         train=TrainOptions(
