@@ -42,5 +42,5 @@ def test_settings_added_later_count_as_what_older_job_dirs_ran_with(tmp_path):
         training.check_resumable(_config(tmp_path / "job"), job)
     message = str(raised.value)
     assert "subnetwork_loss: was 'own' (before it was recorded), now 'residual'" in message
-    assert "selection_margin: was 0.0 (before it was recorded), now 0.5" in message
+    assert "selection_margin: was 0.0 (before it was recorded), now 1.0" in message
     assert "weight_decay" not in message  # its default has not changed

@@ -62,7 +62,7 @@ class SearchConfig:
     force_grow: bool = False
     max_iterations: int = 7
     max_iteration_steps: int = 750
-    selection_margin: float = 0.5  # standard errors (`ensemble.choose`); 0: the lowest wins
+    selection_margin: float = 1.0  # standard errors (`ensemble.choose`); 0: the lowest wins
     # The search ends after this many iterations in a row kept the previous ensemble (0: it
     # runs max_iterations). Like max_iterations, not part of the fingerprint.
     patience: int = 0

@@ -159,10 +159,11 @@ flags.DEFINE_enum(
 )
 flags.DEFINE_float(
     "selection_margin",
-    0.5,
+    1.0,
     "With --selection=holdout or train: choose the simplest candidate (the previous ensemble "
-    "first, then the least complex new subnetwork) whose objective is within this many "
-    "standard errors of the lowest (the one-standard-error rule); 0: the lowest objective.",
+    "first, then the least complex new subnetwork, then the one with the fewest parameters) "
+    "whose objective is within this many standard errors of the lowest (the "
+    "one-standard-error rule); 0: the lowest objective.",
 )
 flags.DEFINE_boolean("force_grow", False, "Never keep the previous ensemble unchanged.")
 flags.DEFINE_integer("max_iterations", 7, "AdaNet iterations.")
