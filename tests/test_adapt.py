@@ -5,9 +5,10 @@ from __future__ import annotations
 import pytest
 
 from tests.support import load_report, make_data, parsed_flags, run_task, task_env
-from trainer import adapt, task
+from trainer import adapt, model, task
 from trainer.ensemble import Selection
 from trainer.errors import InputError
+from trainer.schema import HeadType
 
 
 @pytest.mark.parametrize(
@@ -28,11 +29,17 @@ def _config(args: list[str]):
 
 
 def test_defaults_left_to_the_data_are_chosen_for_a_small_table():
-    config, changes = adapt.resolve(_config([]), rows=383)
+    config, changes = adapt.resolve(_config([]), rows=383, head=HeadType.BINARY)
     assert config.train.batch_size == 32
     assert config.search.max_iteration_steps == 360  # ceil(30 * 383 / 32)
     assert config.search.selection is Selection.HOLDOUT
-    assert set(changes) == {"batch_size", "max_iteration_steps", "selection"}
+    assert config.search.patience == 1
+    assert config.search.generator == _config([]).search.generator  # a binary table
+    assert set(changes) == {"batch_size", "max_iteration_steps", "selection", "patience"}
+    # from 1,000 rows the hold-out is large enough to let the search go on
+    larger, larger_changes = adapt.resolve(_config([]), rows=1_347, head=HeadType.MULTICLASS)
+    assert larger.search.patience == 0 and "patience" not in larger_changes
+    assert larger.search.selection is Selection.HOLDOUT
     assert (
         changes["batch_size"]["default"] == 256
         and "383 training rows" in changes["batch_size"]["why"]
@@ -41,22 +48,41 @@ def test_defaults_left_to_the_data_are_chosen_for_a_small_table():
 
 def test_a_large_table_keeps_the_defaults():
     flags_config = _config([])
-    config, changes = adapt.resolve(flags_config, rows=100_000)
+    config, changes = adapt.resolve(flags_config, rows=100_000, head=HeadType.REGRESSION)
     assert config == flags_config and changes == {}
 
 
+def test_a_small_regression_table_gets_the_linear_model_among_its_candidates():
+    config, changes = adapt.resolve(_config([]), rows=331, head=HeadType.REGRESSION)
+    proposed = model.parts(config.search.generator)
+    assert [type(g) for g in proposed] == [
+        model.DNNGenerator,
+        model.CrossGenerator,
+        model.LinearGenerator,
+    ]
+    assert changes["generator"]["value"] == "dnn,cross,linear"
+    assert changes["generator"]["default"] == "dnn,cross"
+    # a generator the user named is kept, and one that has the linear model is not doubled
+    kept, changes = adapt.resolve(_config(["--generator=dnn"]), 331, HeadType.REGRESSION)
+    assert model.parts(kept.search.generator) == (model.DNNGenerator(),)
+    assert "generator" not in changes
+    linear = _config(["--generator=cross,linear"]).search.generator
+    assert adapt.with_linear(linear) is linear
+
+
 def test_flags_the_user_set_are_kept():
-    flags_config = _config(["--batch_size=32", "--selection=moving_average"])
-    config, changes = adapt.resolve(flags_config, rows=383)
+    flags_config = _config(["--batch_size=32", "--selection=moving_average", "--patience=0"])
+    config, changes = adapt.resolve(flags_config, rows=383, head=HeadType.BINARY)
     assert config.train.batch_size == 32
     assert config.search.selection is Selection.MOVING_AVERAGE
+    assert config.search.patience == 0
     assert set(changes) == {"max_iteration_steps"}
     assert config.search.max_iteration_steps == 360  # 30 epochs at the user's batch size
 
 
 def test_a_batch_larger_than_the_table_is_refused_naming_both():
     with pytest.raises(InputError, match=r"--batch_size=512 is larger than the 200 training rows"):
-        adapt.resolve(_config(["--batch_size=512"]), rows=200)
+        adapt.resolve(_config(["--batch_size=512"]), rows=200, head=HeadType.BINARY)
 
 
 def test_a_table_smaller_than_the_default_batch_trains_with_the_adapted_defaults(tmp_path):

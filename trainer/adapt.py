@@ -13,7 +13,13 @@ epochs and a batch larger than the table. So, for `rows` training rows:
 - selection: on the held-out data below `SMALL_TABLE_ROWS` training rows (`holdout`; the
   training objective's moving average rewards the candidate that memorised most), where
   `--selection_margin`'s one-standard-error rule keeps the choice from chasing the noise of
-  a small hold-out.
+  a small hold-out;
+- patience: below `TINY_TABLE_ROWS` (a hold-out of under 100 rows), the search ends at the
+  first iteration that keeps the previous ensemble (`TINY_TABLE_PATIENCE`): each later
+  iteration is one more chance for some candidate to beat it by the hold-out's noise alone;
+- generator: a regression table below `SMALL_TABLE_ROWS` also gets the linear model of the
+  plain columns among its candidates (the classic strong model of noisy rows, and the
+  simplest candidate at equal complexity).
 
 Every rule only applies to a flag the user did not set (`RunConfig.auto` names those), and
 every decision goes into report.json (`adapted`). The figures behind each constant are in
@@ -25,18 +31,23 @@ from __future__ import annotations
 import dataclasses
 import math
 
+from trainer import model
 from trainer.config import RunConfig
 from trainer.ensemble import Selection
 from trainer.errors import InputError
+from trainer.model import Generator
+from trainer.schema import HeadType
 
 ROWS_PER_BATCH = 8
 MIN_BATCH_SIZE = 16
 EPOCHS_PER_ITERATION = 30
 SMALL_TABLE_ROWS = 10_000
+TINY_TABLE_ROWS = 1_000
+TINY_TABLE_PATIENCE = 1
 
 # The flags these rules may choose; `trainer.task` puts the ones left at their defaults in
 # `RunConfig.auto`.
-ADAPTIVE_FLAGS = ("batch_size", "max_iteration_steps", "selection")
+ADAPTIVE_FLAGS = ("batch_size", "max_iteration_steps", "selection", "patience", "generator")
 
 
 def batch_size(rows: int, default: int) -> int:
@@ -51,15 +62,28 @@ def iteration_steps(rows: int, batch: int, default: int) -> int:
     return max(1, min(default, math.ceil(EPOCHS_PER_ITERATION * rows / batch)))
 
 
+def with_linear(generator: Generator) -> Generator:
+    """`generator` with the linear model among its candidates (as it is if it has it)."""
+    if any(isinstance(g, model.LinearGenerator) for g in model.parts(generator)):
+        return generator
+    return model.UnionGenerator((*model.parts(generator), model.LinearGenerator()))
+
+
 def _flag_value(value):
-    """A flag's value as the command line and JSON write it (an enum's value)."""
+    """A flag's value as the command line and JSON write it (an enum's value, a generator's
+    names)."""
+    if isinstance(value, Generator):
+        return ",".join(
+            model.GENERATOR_NAMES.get(type(g), type(g).__name__) for g in model.parts(value)
+        )
     return getattr(value, "value", value)
 
 
-def resolve(config: RunConfig, rows: int) -> tuple[RunConfig, dict]:
-    """`config` with its `auto` flags chosen for `rows` training rows, and what changed
-    ({flag: {"value", "default", "why"}}, values as the command line writes them; empty when
-    nothing did)."""
+def resolve(config: RunConfig, rows: int, head: HeadType) -> tuple[RunConfig, dict]:
+    """`config` with its `auto` flags chosen for `rows` training rows of a `head` task, and
+    what changed ({flag: {"value", "default", "why"}}, values as the command line writes
+    them; empty when nothing did)."""
+    small = rows < SMALL_TABLE_ROWS
     changes: dict[str, dict] = {}
 
     def choose(flag: str, default, value, why: str):
@@ -83,8 +107,23 @@ def resolve(config: RunConfig, rows: int) -> tuple[RunConfig, dict]:
     selection = choose(
         "selection",
         config.search.selection,
-        Selection.HOLDOUT if rows < SMALL_TABLE_ROWS else config.search.selection,
+        Selection.HOLDOUT if small else config.search.selection,
         f"fewer than {SMALL_TABLE_ROWS:,} training rows: choose on the held-out data",
+    )
+    patience = choose(
+        "patience",
+        config.search.patience,
+        TINY_TABLE_PATIENCE if rows < TINY_TABLE_ROWS else config.search.patience,
+        f"fewer than {TINY_TABLE_ROWS:,} training rows: stop once the search stops growing",
+    )
+    generator = choose(
+        "generator",
+        config.search.generator,
+        with_linear(config.search.generator)
+        if small and head is HeadType.REGRESSION
+        else config.search.generator,
+        f"a regression table of fewer than {SMALL_TABLE_ROWS:,} training rows: the linear "
+        "model is a candidate too",
     )
     if batch > rows:
         raise InputError(
@@ -96,6 +135,12 @@ def resolve(config: RunConfig, rows: int) -> tuple[RunConfig, dict]:
     adapted = dataclasses.replace(
         config,
         train=dataclasses.replace(config.train, batch_size=batch),
-        search=dataclasses.replace(config.search, max_iteration_steps=steps, selection=selection),
+        search=dataclasses.replace(
+            config.search,
+            max_iteration_steps=steps,
+            selection=selection,
+            patience=patience,
+            generator=generator,
+        ),
     )
     return adapted, changes

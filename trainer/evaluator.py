@@ -59,7 +59,7 @@ def run(
         logging.info("Evaluator: waiting for the chief to create %s.", job.root)
         _sleep(poll_secs, deadline)
     data = training.prepare_input(config, job, scan_if_new=False, open_train=False)
-    config, _ = adapt.resolve(config, data.train_rows)
+    config, _ = adapt.resolve(config, data.train_rows, data.schema.label.head)
     evaluator = _Evaluator(job, data, Models(config, data.schema))
     evaluations, seen = [], set()
     iterations: dict[int, object] = {}  # built once per iteration; checkpoints are read in

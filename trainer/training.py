@@ -343,7 +343,7 @@ def run(
             f"{', '.join(metrics)}."
         )
     flags_config = config
-    config, adapted = adapt.resolve(config, data.train_rows)
+    config, adapted = adapt.resolve(config, data.train_rows, data.schema.label.head)
     for flag, change in adapted.items():
         logging.info("--%s=%s (%s).", flag, change["value"], change["why"])
     runtime = runtime or _runtime(config, cluster)

@@ -11,7 +11,11 @@ from trainer.model.subnetwork import (
     Subnetwork,
     UnionGenerator,
     find_builder,
+    parts,
 )
+
+# The --generator name of each built-in search space.
+GENERATOR_NAMES = {DNNGenerator: "dnn", CrossGenerator: "cross", LinearGenerator: "linear"}
 
 __all__ = [
     "Builder",
@@ -21,6 +25,8 @@ __all__ = [
     "Subnetwork",
     "UnionGenerator",
     "find_builder",
+    "parts",
+    "GENERATOR_NAMES",
     "CrossBuilder",
     "CrossGenerator",
     "DNNBuilder",

@@ -100,6 +100,13 @@ class UnionGenerator(Generator):
         return [b for g in self.generators for b in g.generate_candidates(context)]
 
 
+def parts(generator: Generator) -> tuple[Generator, ...]:
+    """The generators `generator` proposes the union of (itself unless it is a union)."""
+    if isinstance(generator, UnionGenerator):
+        return tuple(g for part in generator.generators for g in parts(part))
+    return (generator,)
+
+
 def propose(generator: Generator, context: IterationContext) -> list[Builder]:
     """Asks the generator for candidates and checks its answer."""
     builders = list(generator.generate_candidates(context))
