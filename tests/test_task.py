@@ -265,7 +265,7 @@ def test_holdout_selection_keeps_the_simplest_candidate_within_the_margin(binary
     assert result.returncode == 0, result.stderr[-3000:]
     report = load_report(job)
     assert report["config"]["selection_margin"] == margin
-    assert len(report["iterations"]) == 3
+    assert len(report["iterations"]) == 3 and report["early_stop"] is None
     for record in report["iterations"]:
         candidates = record["candidates"]
         complexity = {s["name"]: s["complexity"] for s in record["subnetworks"]}
@@ -310,6 +310,9 @@ def test_the_search_ends_once_it_stops_growing(binary_data, tmp_path):
     assert [r["chosen"] for r in report["iterations"]][1:] == ["previous_ensemble"]
     assert report["early_stop"] == {"patience": 1, "skipped_iterations": [2, 3]}
     assert "iteration 1 kept the previous ensemble (--patience=1)" in result.stderr
+    assert "early stop (--patience=1): the search stopped growing, iterations 2, 3 " in (
+        result.stdout
+    )
     assert report["status"] == "complete"
     again = run_task(args)
     assert again.returncode == 0, again.stderr[-3000:]

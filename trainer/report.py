@@ -110,6 +110,12 @@ def table(report: dict) -> str:
         lines.append(_iteration_time(record))
     if report.get("budget"):
         lines.append(_budget(report["budget"]))
+    if report.get("early_stop"):
+        stop = report["early_stop"]
+        lines.append(
+            f"early stop (--patience={stop['patience']}): the search stopped growing, "
+            f"iterations {', '.join(map(str, stop['skipped_iterations']))} did not run"
+        )
     if report.get("architecture"):
         members = ", ".join(m["key"] for m in report["architecture"]["members"])
         lines.append(f"final ensemble ({report['architecture']['ensembler']}): {members}")
