@@ -490,6 +490,7 @@ def evaluate_export(job_dir: str, trainer_argv: Sequence[str], task: str, test: 
 def _member_scores(task: str, test: Split, trainer_argv: Sequence[str], signature: dict) -> dict:
     from absl import flags
 
+    from trainer import adapt
     from trainer import job_dir as job_dir_lib
     from trainer import task as task_lib
     from trainer.factory import Models
@@ -503,6 +504,9 @@ def _member_scores(task: str, test: Split, trainer_argv: Sequence[str], signatur
     job = job_dir_lib.JobDir.of(config.outputs)
     schema = Schema.from_json(job_dir_lib.read_text(job.schema), path=job.schema)
     head = Head(schema.label)
+    # the defaults the trainer chose for the rows it trained on (a generator among them)
+    rows = job_dir_lib.read_json(job.report)["input"]["training_rows"]
+    config, _ = adapt.resolve(config, rows, schema.label.head)
     frozen = Models(config, schema).restore(job.records(), job, local=True)
     preprocessor = Preprocessor(schema)
     metric = "rmse" if task == "regression" else "accuracy"
