@@ -19,10 +19,7 @@ epochs and a batch larger than the table. So, for `rows` training rows:
   iteration is one more chance for some candidate to beat it by the hold-out's noise alone;
 - generator: a regression table below `SMALL_TABLE_ROWS` also gets the linear model of the
   plain columns among its candidates (the classic strong model of noisy rows, and the
-  simplest candidate at equal complexity);
-- num_bins: from `SMALL_TABLE_ROWS` rows, `schema.LARGE_TABLE_BINS` quantile bins per numeric
-  column (the scan applies `ColumnChoices.bins_for`, since the bins are part of the schema;
-  this only reports it).
+  simplest candidate at equal complexity).
 
 Every rule only applies to a flag the user did not set (`RunConfig.auto` names those), and
 every decision goes into report.json (`adapted`). The figures behind each constant are in
@@ -39,25 +36,18 @@ from trainer.config import RunConfig
 from trainer.ensemble import Selection
 from trainer.errors import InputError
 from trainer.model import Generator
-from trainer.schema import LARGE_TABLE_ROWS, HeadType
+from trainer.schema import HeadType
 
 ROWS_PER_BATCH = 8
 MIN_BATCH_SIZE = 16
 EPOCHS_PER_ITERATION = 30
-SMALL_TABLE_ROWS = LARGE_TABLE_ROWS  # below it a table is small
+SMALL_TABLE_ROWS = 10_000
 TINY_TABLE_ROWS = 1_000
 TINY_TABLE_PATIENCE = 1
 
 # The flags these rules may choose; `trainer.task` puts the ones left at their defaults in
 # `RunConfig.auto`.
-ADAPTIVE_FLAGS = (
-    "batch_size",
-    "max_iteration_steps",
-    "selection",
-    "patience",
-    "generator",
-    "num_bins",
-)
+ADAPTIVE_FLAGS = ("batch_size", "max_iteration_steps", "selection", "patience", "generator")
 
 
 def batch_size(rows: int, default: int) -> int:
@@ -135,13 +125,6 @@ def resolve(config: RunConfig, rows: int, head: HeadType) -> tuple[RunConfig, di
         f"a regression table of fewer than {SMALL_TABLE_ROWS:,} training rows: the linear "
         "model is a candidate too",
     )
-    columns = config.data.columns
-    bins = choose(
-        "num_bins",
-        columns.num_bins,
-        columns.bins_for(rows),
-        f"{rows:,} training rows: a finer piecewise-linear encoding of each numeric column",
-    )
     if batch > rows:
         raise InputError(
             f"--batch_size={batch} is larger than the {rows} training rows: every epoch would "
@@ -151,7 +134,6 @@ def resolve(config: RunConfig, rows: int, head: HeadType) -> tuple[RunConfig, di
         return config, {}
     adapted = dataclasses.replace(
         config,
-        data=dataclasses.replace(config.data, columns=dataclasses.replace(columns, num_bins=bins)),
         train=dataclasses.replace(config.train, batch_size=batch),
         search=dataclasses.replace(
             config.search,

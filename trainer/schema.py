@@ -283,18 +283,10 @@ class Schema:
         return cls(tuple(columns), Label(**label), data.get("input", {}), weight)
 
 
-# From this many training rows a table is large: a numeric column whose --num_bins is left to
-# the data gets LARGE_TABLE_BINS quantile bins instead of the flag's default (census, 32,561
-# rows, bench/defaults.py seeds 42 and 1-3: 0.8724 against 0.8717 at 32, better on each seed);
-# a smaller table keeps 32, a bin of a few rows fitted on its own.
-LARGE_TABLE_ROWS = 10_000
-LARGE_TABLE_BINS = 64
-
-
 @dataclasses.dataclass(frozen=True)
 class ColumnChoices:
     """What the user said about columns and their encoding; empty means infer. `weight`:
-    the example weight column, if any. `adapt_bins`: --num_bins was left to the data."""
+    the example weight column, if any."""
 
     label: str
     numeric: tuple[str, ...] = ()
@@ -306,13 +298,6 @@ class ColumnChoices:
     one_hot_max_size: int = 64
     embedding_dim: int = 16
     weight: str | None = None
-    adapt_bins: bool = False
-
-    def bins_for(self, rows: int) -> int:
-        """The quantile bins of each numeric column for `rows` training rows."""
-        if self.adapt_bins and rows >= LARGE_TABLE_ROWS:
-            return LARGE_TABLE_BINS
-        return self.num_bins
 
     def __post_init__(self):
         for name in ("num_bins",):

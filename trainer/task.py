@@ -420,7 +420,6 @@ def build_config(f=FLAGS, environment: Environment | None = None) -> config_lib.
             f"column(s) {sorted(overlapping)} are in both --numeric_columns and "
             "--categorical_columns; name each column once."
         )
-    auto = frozenset(name for name in adapt.ADAPTIVE_FLAGS if not f[name].present)
     columns = ColumnChoices(
         label=label,
         numeric=tuple(f.numeric_columns),
@@ -432,7 +431,6 @@ def build_config(f=FLAGS, environment: Environment | None = None) -> config_lib.
         one_hot_max_size=f.one_hot_max_size,
         embedding_dim=f.embedding_dim,
         weight=f.weight_column or None,
-        adapt_bins="num_bins" in auto,
     )
     if f.layer_size < 1 or f.initial_num_layers < 0 or not 0 <= f.dropout < 1:
         raise InputError(
@@ -440,7 +438,7 @@ def build_config(f=FLAGS, environment: Environment | None = None) -> config_lib.
             f"({f.initial_num_layers}) >= 0 and --dropout ({f.dropout}) in [0, 1)."
         )
     return config_lib.RunConfig(
-        auto=auto,
+        auto=frozenset(name for name in adapt.ADAPTIVE_FLAGS if not f[name].present),
         data=config_lib.DataConfig(
             train_data=train_data,
             eval_data=eval_data,

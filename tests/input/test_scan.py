@@ -77,18 +77,6 @@ def test_quantile_edges_and_vocabulary_order(tmp_path):
     assert list(column.counts) == sorted(column.counts, reverse=True)
 
 
-@pytest.mark.parametrize(
-    "rows, adapt_bins, bins", [(9_999, True, 5), (10_000, True, 64), (10_000, False, 5)]
-)
-def test_a_large_table_gets_finer_bins_when_they_are_left_to_the_data(
-    tmp_path, rows, adapt_bins, bins
-):
-    """From 10,000 training rows --num_bins left to the data becomes 64."""
-    data = [[i, i % 2] for i in range(rows)]
-    schema = infer(tmp_path, ["x", "y"], data, num_bins=5, adapt_bins=adapt_bins)
-    assert by_name(schema)["x"].num_bins == bins
-
-
 def test_large_vocabularies_get_embeddings(tmp_path):
     rows = [[f"user{i % 300}", i % 5, i % 2] for i in range(900)]
     schema = infer(tmp_path, ["user", "n", "y"], rows, categorical=("n",))

@@ -251,7 +251,7 @@ def scan_training(
                     minimum=m.min,
                     maximum=m.max,
                     sample=samples[name].values,
-                    num_bins=choices.bins_for(int(rows.sum() - held.sum())),
+                    num_bins=choices.num_bins,
                 )
             )
         else:
