@@ -511,9 +511,16 @@ def test_a_parameter_server_cluster_trains_on_a_table(emulator, tmp_path):
     with Job(tmp_path, ClusterShape(workers=2, ps=1), *args, env=env) as job:
         assert job.cluster.wait(timeout=400) == 0
         report = job.report()
-    assert report["status"] == "complete"
-    assert report["final"]["examples"] == EVAL_ROWS
-    assert report["final"]["metrics"]["accuracy"] > 0.8
+        assert report["status"] == "complete"
+        assert report["final"]["examples"] == EVAL_ROWS
+        # 181 of the 300 eval rows say "yes" (0.60). Asynchronous training reached 0.94-0.97
+        # in nine runs here, but one CI run on two busy cores ended at 0.797; above 0.75 the
+        # model has learned from the staged shards, which is what this test is about (inside
+        # the `with`, a failure prints the cluster's log).
+        trained = [
+            (s["name"], s["steps"], s["eval"]) for s in report["iterations"][0]["subnetworks"]
+        ]
+        assert report["final"]["metrics"]["accuracy"] > 0.75, trained
     assert set(report["input"]["readers"]) == {"worker 0", "worker 1"}
     schema = json.loads((job.dir / "schema.json").read_text())
     for key, table, rows in (
