@@ -771,13 +771,11 @@ def job_options(args: argparse.Namespace) -> JobOptions:
     )
 
 
-def _run(argv: list[str] | None) -> int:
-    p = api.parser(__doc__.split("\n\n")[0])
-    api.add_cloud_flags(p)
-    add_job_flags(p, display_name="adanet-census")
-    args = p.parse_args(argv)
-    job = submit(
-        api.cloud_from(args),
+def job_arguments(args: argparse.Namespace) -> dict:
+    """The keyword arguments of `submit` (and `deploy.tune.tune`) that `add_job_flags` and
+    `api.add_cloud_flags` parsed, the cloud among them."""
+    return dict(
+        cloud=api.cloud_from(args),
         staging_uri=args.staging_uri,
         display_name=args.display_name,
         output_dir=args.output_dir,
@@ -787,6 +785,13 @@ def _run(argv: list[str] | None) -> int:
         dist_dir=args.dist_dir,
         dry_run=args.dry_run,
     )
+
+
+def _run(argv: list[str] | None) -> int:
+    p = api.parser(__doc__.split("\n\n")[0])
+    api.add_cloud_flags(p)
+    add_job_flags(p, display_name="adanet-census")
+    job = submit(**job_arguments(p.parse_args(argv)))
     if job is not None:
         print(job.name)
     return 0

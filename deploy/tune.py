@@ -567,18 +567,10 @@ def _run(argv: list[str] | None) -> int:
     )
     args = p.parse_args(argv)
     job = tune(
-        api.cloud_from(args),
-        staging_uri=args.staging_uri,
-        display_name=args.display_name,
-        output_dir=args.output_dir,
-        extra_args=args.extra_args,
-        options=submit.job_options(args),
-        config=args.config,
+        **submit.job_arguments(args),
         study=args.study,
         max_trial_count=args.max_trial_count,
         parallel_trial_count=args.parallel_trial_count,
-        dist_dir=args.dist_dir,
-        dry_run=args.dry_run,
     )
     if job is not None:
         print(job.name)
