@@ -65,7 +65,8 @@ def parse_args(argv=None) -> argparse.Namespace:
         "--flag_sets",
         default="",
         help="';'-separated sets of other trainer flags, each a row (e.g. "
-        "'--num_bins=16;--num_bins=48')",
+        "'--num_bins=16;--num_bins=48'); they come last, so one of them overrides the "
+        "row's batch size or learning rate",
     )
     p.add_argument(
         "--baseline_commit",
@@ -89,11 +90,12 @@ def run_once(
 
     A batch size or learning rate of None leaves the trainer's own default (a baseline commit).
     """
-    flags = [f"--seed={seed}", *extra.split()]
+    flags = [f"--seed={seed}"]
     if batch_size is not None:
         flags += [f"--batch_size={batch_size}", f"--learning_rate={learning_rate}"]
         if examples:
             flags.append(f"--max_iteration_steps={round(examples / batch_size)}")
+    flags += extra.split()  # last: a flag set's --learning_rate wins (absl keeps the last)
     with tempfile.TemporaryDirectory(prefix="bench-defaults-") as job_dir:
         started = time.perf_counter()
         subprocess.run(
