@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.support import REPO, load_report, run_task, task_env
+from trainer import job_dir as job_dir_lib
 
 
 def _args(data, job: Path) -> list[str]:
@@ -50,6 +51,34 @@ def _wait_for(predicate, process: subprocess.Popen, timeout: float = 240) -> Non
 def _kill(process: subprocess.Popen) -> None:
     os.kill(process.pid, signal.SIGKILL)
     process.wait(timeout=30)
+
+
+@pytest.mark.parametrize("layout", ["default", "model dir elsewhere", "job dir is checkpoints"])
+def test_a_restart_removes_every_temporary_a_crash_left_and_nothing_else(tmp_path, layout):
+    root = tmp_path / "job"
+    job = {
+        "default": lambda: job_dir_lib.JobDir(str(root)),
+        "model dir elsewhere": lambda: job_dir_lib.JobDir(
+            str(root), model=str(tmp_path / "out" / "model")
+        ),
+        "job dir is checkpoints": lambda: job_dir_lib.JobDir(str(root), checkpoints=str(root)),
+    }[layout]()
+    job.create()
+    kept = [Path(job.run), Path(job.record_path(0)), tmp_path / "out" / "notes.tmp-mine"]
+    crashed = [
+        Path(job.report + ".tmp-1a2b3c4d"),  # SIGTERM while report.json was written
+        Path(job.report_png + ".tmp-1a2b3c4d"),
+        Path(job.record_path(1) + ".tmp-1a2b3c4d"),
+        Path(job.model_temp()) / "saved_model.pb",  # an export not yet published
+    ]
+    for path in kept + crashed:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("{}")
+
+    job.remove_leftovers()  # what the restarted chief does first (`JobDir.create`)
+
+    assert all(path.exists() for path in kept)
+    assert not [p for p in tmp_path.rglob("*.tmp-*") if p not in kept], list(tmp_path.rglob("*"))
 
 
 def test_sigkill_mid_iteration_resumes_without_redoing_finished_work(binary_data, tmp_path):

@@ -178,8 +178,10 @@ class JobDir:
         model_parent, model_name = (
             self.model.rsplit("/", 1) if "/" in self.model else (".", self.model)
         )
-        folders = {self.root: "", self.checkpoints: "", model_parent: model_name}
-        for folder, prefix in folders.items():
+        # (folder, prefix) pairs, not a dict: the model's parent is usually the job dir itself,
+        # whose other temporaries (report.json's) must go too.
+        searched = [(self.root, ""), (self.checkpoints, ""), (model_parent, model_name)]
+        for folder, prefix in searched:
             if not tf.io.gfile.isdir(folder):
                 continue
             for name in tf.io.gfile.listdir(folder):
