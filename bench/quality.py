@@ -29,8 +29,9 @@ breast_cancer (569 rows, binary), wine (178, 3 classes), diabetes (442, regressi
 (1,797, 10 classes), gen_binary (make_classification: --large_rows train rows, 120,000 by
 default, and a quarter as many test rows; 16 numeric and 3 categorical columns, one of 200
 categories; 5% of labels flipped), gen_regression (make_friedman1 with noise 1 plus a
-categorical column that shifts the target; as many rows). Generated data lives in a
-temporary dir, in 4 gzip shards.
+categorical column that shifts the target; as many rows), friedman_small (the same with
+320 train rows, a small table that is not linear). Generated data lives in a temporary dir,
+in 4 gzip shards.
 
 Writes --out_dir/quality.json (every run, the summary, the machine, the flags) and
 quality.png (a panel per data set), and prints a table. Run from the repo root::
@@ -79,9 +80,19 @@ from bench import worktree
 CENSUS = os.path.join(REPO, "..", "shared", "data", "census")
 LABEL = "label"
 METHODS = ("ours", "linear", "hgb", "mlp")
-DATASETS = ("census", "breast_cancer", "wine", "diabetes", "digits", "gen_binary", "gen_regression")
+DATASETS = (
+    "census",
+    "breast_cancer",
+    "wine",
+    "diabetes",
+    "friedman_small",
+    "digits",
+    "gen_binary",
+    "gen_regression",
+)
 SPLIT_SEED = 0  # the train/test split of every data set, whatever the run's seed
 QUICK_ROWS = 4_000  # --quick: train rows of census and the generated sets
+FRIEDMAN_SMALL_ROWS = 320  # train rows of friedman_small (and a quarter as many test rows)
 QUICK_TRAINER_FLAGS = ("--max_iterations=2", "--max_iteration_steps=100")
 PREDICT_BATCH = 8_192
 BASELINES = {
@@ -300,9 +311,11 @@ def gen_binary(workdir: str, train_rows: int) -> DataSet:
     )
 
 
-def gen_regression(workdir: str, train_rows: int) -> DataSet:
+def gen_regression(workdir: str, train_rows: int, name: str = "gen_regression") -> DataSet:
     """make_friedman1 (10 features, 5 informative, noise 1) plus a column of 8 groups, each
-    shifting the target by its own offset (normal, sd 3)."""
+    shifting the target by its own offset (normal, sd 3). As `friedman_small`, a table of a
+    few hundred rows whose target is not linear in its columns (sin(pi x0 x1), (x2 - 0.5)^2):
+    where the small-table rules must still let the search grow past the linear model."""
     from sklearn.datasets import make_friedman1
 
     rows = train_rows + train_rows // 4
@@ -313,7 +326,7 @@ def gen_regression(workdir: str, train_rows: int) -> DataSet:
     columns = {f"x{i}": _text(x[:, i], "%.5g") for i in range(10)}
     columns["group"] = np.char.add("g", group.astype(str))
     return _generated(
-        "gen_regression",
+        name,
         "regression",
         "sklearn make_friedman1 (seed 0, noise 1) + a group offset",
         Split(columns, _text(y, "%.6g")),
@@ -341,6 +354,8 @@ def load(name: str, workdir: str, *, quick: bool, large_rows: int) -> DataSet:
         return gen_binary(workdir, QUICK_ROWS if quick else large_rows)
     if name == "gen_regression":
         return gen_regression(workdir, QUICK_ROWS if quick else large_rows)
+    if name == "friedman_small":
+        return gen_regression(workdir, FRIEDMAN_SMALL_ROWS, name="friedman_small")
     return bundled(name, workdir)
 
 
