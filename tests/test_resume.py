@@ -56,13 +56,12 @@ def _kill(process: subprocess.Popen) -> None:
 @pytest.mark.parametrize("layout", ["default", "model dir elsewhere", "job dir is checkpoints"])
 def test_a_restart_removes_every_temporary_a_crash_left_and_nothing_else(tmp_path, layout):
     root = tmp_path / "job"
-    job = {
-        "default": lambda: job_dir_lib.JobDir(str(root)),
-        "model dir elsewhere": lambda: job_dir_lib.JobDir(
-            str(root), model=str(tmp_path / "out" / "model")
-        ),
-        "job dir is checkpoints": lambda: job_dir_lib.JobDir(str(root), checkpoints=str(root)),
-    }[layout]()
+    dirs = {
+        "default": {},
+        "model dir elsewhere": {"model": str(tmp_path / "out" / "model")},
+        "job dir is checkpoints": {"checkpoints": str(root)},
+    }[layout]
+    job = job_dir_lib.JobDir(str(root), **dirs)
     job.create()
     kept = [Path(job.run), Path(job.record_path(0)), tmp_path / "out" / "notes.tmp-mine"]
     crashed = [
