@@ -119,6 +119,20 @@ def test_training_batches_are_full_shuffled_and_endless(tmp_path, cache):
         np.testing.assert_array_equal(next(iter(again))[0]["dense"], batches[0][0]["dense"])
 
 
+def test_the_datasets_a_search_opens_and_drops_run_without_the_autotune_thread(tmp_path):
+    """Each iteration drops its training iterator and each evaluation its pass; with
+    tf.data's autotuning on, deleting one waited seconds for that thread (`_untuned`)."""
+    source, schema = make(tmp_path, files_count=2, rows=300)
+    data = Pipeline(source, schema)
+    datasets = [
+        data.training(
+            Selection(), batch_size=64, seed=5, shuffle_buffer=1000, cache_rows=cache_rows
+        )
+        for cache_rows in (300, None)
+    ] + [data.encoded(), data.raw()]
+    assert [d.options().autotune.enabled for d in datasets] == [False] * 4
+
+
 def test_bad_rows_are_skipped_or_fail_the_pass(tmp_path):
     extra = [["oops", 0.5, "a", 1]]
     source, schema = make(tmp_path, files_count=2, rows=100, bad_rows=BadRows.SKIP, extra=extra)
