@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
+from typing import Any
 
 import tensorflow as tf
 from absl import logging
@@ -94,9 +95,9 @@ def report_to_hypertune(metric: str, metrics: dict, steps: int) -> None:
     logging.info("Reported %s=%s to hyperparameter tuning.", metric, metrics[metric])
 
 
-def evaluate_export(job: job_dir_lib.JobDir, data: input_lib.JobInput, head: Head) -> dict:
-    """Metrics of the exported model itself (loaded back) on the eval data, streamed."""
-    serve = export_lib.load_serving_fn(job.model)
+def evaluate_export(serve: Any, data: input_lib.JobInput, head: Head) -> dict:
+    """Metrics of the exported model itself (`serve`: its serving function, loaded back) on
+    the eval data, streamed."""
     metrics = Metrics(head)
     for batch in data.eval_raw(with_weight=True):
         features, labels = batch[:2]
@@ -112,25 +113,25 @@ def evaluate_export(job: job_dir_lib.JobDir, data: input_lib.JobInput, head: Hea
 
 
 def feature_importance(
-    config: RunConfig,
-    job: job_dir_lib.JobDir,
-    data: input_lib.JobInput,
-    head: Head,
-    budget: TimeBudget | None,
+    config: RunConfig, serve: Any, data: input_lib.JobInput, head: Head, budget: TimeBudget | None
 ) -> dict | None:
-    """Permutation importance of the exported model on the first eval rows
-    (`trainer/importance.py`), on fewer rows if a time budget says so; None when
+    """Permutation importance of the exported model (`serve`, as `evaluate_export`) on the
+    first eval rows (`trainer/importance.py`), on fewer rows if a time budget says so; None when
     --feature_importance_rows=0 or the budget leaves no time for it."""
     if not config.importance.enabled:
         return None
     seconds = None if budget is None else budget.left() - budget.EXIT_SECS
-    value = importance_lib.of_model(
-        export_lib.load_serving_fn(job.model),
-        data.eval_raw(with_weight=True),
-        head,
-        config.importance,
-        seed=config.seed,
-        seconds=seconds,
+    value = (
+        None
+        if seconds is not None and seconds <= 0  # not even the rows' read
+        else importance_lib.of_model(
+            serve,
+            data.eval_raw(with_weight=True),
+            head,
+            config.importance,
+            seed=config.seed,
+            seconds=seconds,
+        )
     )
     if value is None and seconds is not None:
         logging.info("Feature importance skipped: %.1f s of the time budget left.", seconds)
@@ -236,8 +237,9 @@ def _train(
             export_lib.ServingModel(Preprocessor(data.schema), local, models.head), job
         )
         logging.info("Exported the chosen ensemble to %s", job.model)
-    final = evaluate_export(job, data, models.head)
-    importance = feature_importance(config, job, data, models.head, budget)
+    serve = export_lib.load_serving_fn(job.model)  # the export itself, loaded back
+    final = evaluate_export(serve, data, models.head)
+    importance = feature_importance(config, serve, data, models.head, budget)
     value = report(final, importance)
     job_dir_lib.write_atomically(
         job.report_png, leaderboard.plot(value["iterations"], models.head.objective_metric)
