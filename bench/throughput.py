@@ -22,8 +22,9 @@ it, it times these variants:
   hand/graph  the same step looped inside one `tf.function` (`tf.range` + `next(iterator)`):
               the fairest baseline, the same loop structure as ours.
 
-Every variant has its own iterator over `trainer.training.train_dataset` with the same seed (the
-same batches, in the same order), made through the default strategy as the trainer does. Each is
+Every variant has its own iterator over the census rows held as arrays (`bench/census.py`,
+`batches`) with the same seed (the same batches, in the same order), made through the default
+strategy as the trainer does. Each is
 warmed up (traced, --warmup_steps) before timing; then the variants are timed in turn, --repeats
 rounds, so that load from elsewhere hits all of them alike; the median is reported. Process CPU
 seconds (all threads) are recorded too: on a shared machine they move less than wall time.
