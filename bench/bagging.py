@@ -6,15 +6,16 @@ data is bagging: k models, each with its own held-out rows, their predictions av
 emulates it with the trainer as it is: for each seed S, --bags trainer processes with the
 default flags and seeds 100 S + b (each seed holds out other rows: the hold-out is a hash of
 the row keyed by the seed), on the same train rows as bench/quality.py; the bag's prediction
-on the test rows is the mean of its exported models' `predictions`. Regression tables only
-(those where the small-table misses are).
+on the test rows is the mean of its exported models' `predictions` (regression) or
+`probabilities` (then the most probable class). The tables below 1,000 rows only.
 
 It reports, per data set, the single runs (every bag member scored alone: bags x seeds runs),
 the bags, and in the same run the linear model and HistGradientBoosting. Writes
 --out (JSON) and prints a table. Run from the repo root::
 
     .venv/bin/python bench/bagging.py                          # diabetes, friedman_small
-    .venv/bin/python bench/bagging.py --datasets=wine --seeds=1,2 --bags=3
+    .venv/bin/python bench/bagging.py --datasets=breast_cancer,wine \\
+        --out=bench/results/bagging_classes.json
 """
 
 from __future__ import annotations
@@ -40,20 +41,23 @@ if REPO not in sys.path:
 from bench import quality
 
 BASELINES = ("linear", "hgb")
-REGRESSION = ("diabetes", "friedman_small")  # the regression tables below 1,000 rows
+SMALL = ("breast_cancer", "wine", "diabetes", "friedman_small")  # the tables below 1,000 rows
 
 
-def predict(model_dir: str, test: quality.Split) -> np.ndarray:
-    """The exported model's predictions on the test rows (run in a fresh child process)."""
+def predict(model_dir: str, task: str, test: quality.Split) -> np.ndarray:
+    """The exported model's predictions, or class probabilities, on the test rows (run in a
+    fresh child process)."""
     import tensorflow as tf
 
     serving = tf.saved_model.load(model_dir).signatures["serving_default"]
+    key = "predictions" if task == "regression" else "probabilities"
     batches = quality.model_inputs(test, serving.structured_input_signature[1])
-    return np.concatenate([serving(**batch)["predictions"].numpy() for batch in batches])
+    return np.concatenate([serving(**batch)[key].numpy() for batch in batches])
 
 
-def run_member(dataset: quality.DataSet, seed: int, workdir: str) -> tuple[np.ndarray, float]:
-    """One trainer process with the default flags: its test outputs and its seconds."""
+def run_member(dataset: quality.DataSet, seed: int, workdir: str) -> tuple[np.ndarray, list, float]:
+    """One trainer process with the default flags: its test outputs, its classes (in the
+    order of its probabilities; [] for regression) and its seconds."""
     job_dir = tempfile.mkdtemp(prefix=f"{dataset.name}-{seed}-", dir=workdir)
     try:
         started = time.perf_counter()
@@ -70,14 +74,18 @@ def run_member(dataset: quality.DataSet, seed: int, workdir: str) -> tuple[np.nd
         spawn = multiprocessing.get_context("spawn")
         with concurrent.futures.ProcessPoolExecutor(1, mp_context=spawn) as child:
             model = os.path.join(job_dir, "model")
-            outputs = child.submit(predict, model, dataset.test).result()
+            outputs = child.submit(predict, model, dataset.task, dataset.test).result()
+        with open(os.path.join(job_dir, "report.json")) as f:
+            classes = json.load(f).get("classes") or []
     finally:
         shutil.rmtree(job_dir, ignore_errors=True)
-    return outputs, seconds
+    return outputs, classes, seconds
 
 
-def score(dataset: quality.DataSet, predicted: np.ndarray) -> float:
-    return quality.score(dataset.task, dataset.test.label, predicted)["rmse"]
+def score(dataset: quality.DataSet, outputs: np.ndarray, classes: list) -> float:
+    """Test RMSE, or accuracy of the most probable class."""
+    predicted = np.asarray(classes)[outputs.argmax(axis=1)] if classes else outputs
+    return quality.score(dataset.task, dataset.test.label, predicted)[dataset.metric]
 
 
 def spread(values: list[float]) -> dict:
@@ -97,8 +105,8 @@ def main(argv=None) -> None:
     args = p.parse_args(argv)
     seeds = [int(s) for s in args.seeds.split(",")]
     names = args.datasets.split(",")
-    if unknown := [n for n in names if n not in REGRESSION]:
-        p.error(f"--datasets: {unknown}: bagging is measured on {list(REGRESSION)} only.")
+    if unknown := [n for n in names if n not in SMALL]:
+        p.error(f"--datasets: {unknown}: bagging is measured on {list(SMALL)} only.")
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     started = time.perf_counter()
     workdir = tempfile.mkdtemp(prefix="bench-bagging-")
@@ -110,11 +118,11 @@ def main(argv=None) -> None:
             for seed in seeds:
                 members = []
                 for b in range(args.bags):
-                    outputs, took = run_member(dataset, 100 * seed + b, workdir)
+                    outputs, classes, took = run_member(dataset, 100 * seed + b, workdir)
                     members.append(outputs)
-                    single.append(score(dataset, outputs))
+                    single.append(score(dataset, outputs, classes))
                     seconds.append(took)
-                bagged.append(score(dataset, np.mean(members, axis=0)))
+                bagged.append(score(dataset, np.mean(members, axis=0), classes))
                 alone = ", ".join(f"{v:.4f}" for v in single[-args.bags :])
                 print(f"{dataset.name} seed {seed}: bag {bagged[-1]:.4f}, alone {alone}")
             baselines = {
