@@ -61,16 +61,18 @@ def run_member(dataset: quality.DataSet, seed: int, workdir: str) -> tuple[np.nd
     job_dir = tempfile.mkdtemp(prefix=f"{dataset.name}-{seed}-", dir=workdir)
     try:
         started = time.perf_counter()
-        subprocess.run(
-            [
-                *(sys.executable, "-m", "trainer.task", f"--train_data={dataset.train_data}"),
-                *(f"--label_column={quality.LABEL}", f"--job_dir={job_dir}", f"--seed={seed}"),
-            ],
+        process = subprocess.run(
+            [sys.executable, "-m", "trainer.task", *quality.trainer_argv(dataset, job_dir, seed)],
             cwd=REPO,
-            check=True,
             capture_output=True,
+            text=True,
         )
         seconds = time.perf_counter() - started
+        if process.returncode:
+            raise RuntimeError(
+                f"{dataset.name}, seed {seed}: the trainer exited {process.returncode}:\n"
+                + process.stderr[-3000:]
+            )
         spawn = multiprocessing.get_context("spawn")
         with concurrent.futures.ProcessPoolExecutor(1, mp_context=spawn) as child:
             model = os.path.join(job_dir, "model")

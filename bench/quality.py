@@ -556,6 +556,19 @@ def _holdout_metric(metrics: dict, metric: str) -> float | None:
     return metrics.get(metric)
 
 
+def trainer_argv(
+    dataset: DataSet, job_dir: str, seed: int, trainer_flags: Sequence[str] = ()
+) -> list[str]:
+    """`trainer.task`'s flags for one run on the data set's train files (no eval data)."""
+    return [
+        f"--train_data={dataset.train_data}",
+        f"--label_column={LABEL}",
+        f"--job_dir={job_dir}",
+        f"--seed={seed}",
+        *trainer_flags,
+    ]
+
+
 def run_ours(
     dataset: DataSet,
     seed: int,
@@ -568,13 +581,7 @@ def run_ours(
     """One trainer process on the train files, then (in a fresh child process, which imports
     the trainer as it is now) its exported model and members on the test rows."""
     job_dir = tempfile.mkdtemp(prefix=f"{dataset.name}-{seed}-", dir=workdir)
-    argv = [
-        f"--train_data={dataset.train_data}",
-        f"--label_column={LABEL}",
-        f"--job_dir={job_dir}",
-        f"--seed={seed}",
-        *trainer_flags,
-    ]
+    argv = trainer_argv(dataset, job_dir, seed, trainer_flags)
     try:
         started = time.perf_counter()
         try:
