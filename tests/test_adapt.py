@@ -35,10 +35,12 @@ def test_defaults_left_to_the_data_are_chosen_for_a_small_table():
     assert config.search.selection is Selection.HOLDOUT
     assert config.search.patience == 1
     assert config.search.generator == _config([]).search.generator  # a binary table
-    assert set(changes) == {"batch_size", "max_iteration_steps", "selection", "patience"}
-    # from 1,000 rows the hold-out is large enough to let the search go on
+    assert config.bags == 5
+    assert set(changes) == {"batch_size", "max_iteration_steps", "selection", "patience", "bags"}
+    # from 1,000 rows the hold-out is large enough to let the search go on, alone
     larger, larger_changes = adapt.resolve(_config([]), rows=1_347, head=HeadType.MULTICLASS)
     assert larger.search.patience == 0 and "patience" not in larger_changes
+    assert larger.bags == 1 and "bags" not in larger_changes
     assert larger.search.selection is Selection.HOLDOUT
     assert (
         changes["batch_size"]["default"] == 256
@@ -70,8 +72,44 @@ def test_a_small_regression_table_gets_the_linear_model_among_its_candidates():
     assert adapt.with_linear(linear) is linear
 
 
+@pytest.mark.parametrize(
+    "args, one_machine, expected, why",
+    [
+        ([], True, 5, "fewer than 1,000 training rows"),
+        ([], False, 1, None),  # a cluster trains one search
+        (["--holdout_fraction=0.3"], True, 3, "3 disjoint hold-outs"),
+        (["--eval_data=e.csv", "--holdout_fraction=0.5"], True, 5, "fewer than 1,000"),
+        (["--time_budget_secs=50"], True, 2, "20 s each in the 50 s budget"),
+        (["--time_budget_secs=10"], True, 1, None),
+        (["--bags=2"], True, 2, None),  # the user's
+    ],
+)
+def test_bags_follow_the_rows_the_hold_outs_the_budget_and_the_machine(
+    args, one_machine, expected, why
+):
+    config, changes = adapt.resolve(
+        _config(args), rows=383, head=HeadType.BINARY, one_machine=one_machine
+    )
+    assert config.bags == expected
+    if why:
+        assert why in changes["bags"]["why"]
+    else:
+        assert "bags" not in changes
+
+
+def test_more_bags_than_disjoint_hold_outs_are_refused_before_any_work():
+    refused = r"--bags=11 with --holdout_fraction=0.1.*at most --bags=10"
+    with pytest.raises(InputError, match=refused):
+        _config(["--bags=11"])
+    with pytest.raises(InputError, match=r"--bags \(0\) must be >= 1"):
+        _config(["--bags=0"])
+    assert _config(["--bags=11", "--eval_data=e.csv"]).bags == 11  # no hold-outs
+
+
 def test_flags_the_user_set_are_kept():
-    flags_config = _config(["--batch_size=32", "--selection=moving_average", "--patience=0"])
+    flags_config = _config(
+        ["--batch_size=32", "--selection=moving_average", "--patience=0", "--bags=1"]
+    )
     config, changes = adapt.resolve(flags_config, rows=383, head=HeadType.BINARY)
     assert config.train.batch_size == 32
     assert config.search.selection is Selection.MOVING_AVERAGE
@@ -90,7 +128,7 @@ def test_a_table_smaller_than_the_default_batch_trains_with_the_adapted_defaults
     data = make_data(tmp_path, "multiclass", n_train=150, n_eval=60)
     job = tmp_path / "job"
     result = run_task(
-        [f"--train_data={data.train}", "--label_column=target", f"--job_dir={job}"],
+        [f"--train_data={data.train}", "--label_column=target", f"--job_dir={job}", "--bags=1"],
         env=task_env(),
         timeout=240,
     )

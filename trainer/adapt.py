@@ -19,7 +19,12 @@ epochs and a batch larger than the table. So, for `rows` training rows:
   iteration is one more chance for some candidate to beat it by the hold-out's noise alone;
 - generator: a regression table below `SMALL_TABLE_ROWS` also gets the linear model of the
   plain columns among its candidates (the classic strong model of noisy rows, and the
-  simplest candidate at equal complexity).
+  simplest candidate at equal complexity);
+- bags: below `TINY_TABLE_ROWS` on one machine, `TINY_TABLE_BAGS` searches, each on its own
+  hold-out fold and seed, served as their mean (`trainer/bagging.py`): one search on a few
+  hundred rows moves with its seed and its hold-out, and the mean of five moves far less and
+  scores better. Fewer when the hold-outs (one --holdout_fraction each) or the time budget
+  (`MIN_SECS_PER_BAG` each) cannot pay for five.
 
 Every rule only applies to a flag the user did not set (`RunConfig.auto` names those), and
 every decision goes into report.json (`adapted`). The figures behind each constant are in
@@ -44,10 +49,12 @@ EPOCHS_PER_ITERATION = 30
 SMALL_TABLE_ROWS = 10_000
 TINY_TABLE_ROWS = 1_000
 TINY_TABLE_PATIENCE = 1
+TINY_TABLE_BAGS = 5
+MIN_SECS_PER_BAG = 20.0  # a default search on a few hundred rows: 18-30 s on 2 cores
 
 # The flags these rules may choose; `trainer.task` puts the ones left at their defaults in
 # `RunConfig.auto`.
-ADAPTIVE_FLAGS = ("batch_size", "max_iteration_steps", "selection", "patience", "generator")
+ADAPTIVE_FLAGS = ("batch_size", "max_iteration_steps", "selection", "patience", "generator", "bags")
 
 
 def batch_size(rows: int, default: int) -> int:
@@ -60,6 +67,23 @@ def batch_size(rows: int, default: int) -> int:
 def iteration_steps(rows: int, batch: int, default: int) -> int:
     """At most EPOCHS_PER_ITERATION epochs of `rows` in batches of `batch`, at most `default`."""
     return max(1, min(default, math.ceil(EPOCHS_PER_ITERATION * rows / batch)))
+
+
+def bags(config: RunConfig, rows: int, *, one_machine: bool) -> tuple[int, str]:
+    """How many bags the data and the job can pay for, and why."""
+    if rows >= TINY_TABLE_ROWS or not one_machine:
+        return 1, "no bagging: a cluster, or 1,000 training rows or more"
+    count, why = TINY_TABLE_BAGS, f"fewer than {TINY_TABLE_ROWS:,} training rows"
+    if not config.data.eval_data:
+        folds = int(1 / config.data.holdout_fraction + 1e-9)
+        if folds < count:
+            count, why = folds, f"{why}; {folds} disjoint hold-outs of --holdout_fraction"
+    if config.time_budget_secs:
+        affordable = max(1, int(config.time_budget_secs // MIN_SECS_PER_BAG))
+        if affordable < count:
+            count = affordable
+            why = f"{why}; {MIN_SECS_PER_BAG:g} s each in the {config.time_budget_secs:g} s budget"
+    return count, f"{why}: the mean of {count} searches on their own hold-outs and seeds"
 
 
 def with_linear(generator: Generator) -> Generator:
@@ -79,10 +103,12 @@ def _flag_value(value):
     return getattr(value, "value", value)
 
 
-def resolve(config: RunConfig, rows: int, head: HeadType) -> tuple[RunConfig, dict]:
-    """`config` with its `auto` flags chosen for `rows` training rows of a `head` task, and
-    what changed ({flag: {"value", "default", "why"}}, values as the command line writes
-    them; empty when nothing did)."""
+def resolve(
+    config: RunConfig, rows: int, head: HeadType, *, one_machine: bool = True
+) -> tuple[RunConfig, dict]:
+    """`config` with its `auto` flags chosen for `rows` training rows of a `head` task on one
+    machine or a cluster, and what changed ({flag: {"value", "default", "why"}}, values as
+    the command line writes them; empty when nothing did)."""
     small = rows < SMALL_TABLE_ROWS
     changes: dict[str, dict] = {}
 
@@ -125,6 +151,8 @@ def resolve(config: RunConfig, rows: int, head: HeadType) -> tuple[RunConfig, di
         f"a regression table of fewer than {SMALL_TABLE_ROWS:,} training rows: the linear "
         "model is a candidate too",
     )
+    bag_count, bags_why = bags(config, rows, one_machine=one_machine)
+    bag_count = choose("bags", config.bags, bag_count, bags_why)
     if batch > rows:
         raise InputError(
             f"--batch_size={batch} is larger than the {rows} training rows: every epoch would "
@@ -134,6 +162,7 @@ def resolve(config: RunConfig, rows: int, head: HeadType) -> tuple[RunConfig, di
         return config, {}
     adapted = dataclasses.replace(
         config,
+        bags=bag_count,
         train=dataclasses.replace(config.train, batch_size=batch),
         search=dataclasses.replace(
             config.search,

@@ -31,6 +31,9 @@ class DataConfig:
         return [("--train_data", self.train_data), ("--eval_data", self.eval_data)]
 
 
+# Bag b's training seed is --seed + b x this: far from the next --seed's bags.
+BAG_SEED_STRIDE = 7919
+
 OPTIMIZER_NAMES = ("adam", "sgd", "rmsprop", "adagrad")
 LEARNING_RATE_SCHEDULES = ("cosine", "constant")
 SUBNETWORK_LOSSES = ("own", "residual")
@@ -131,6 +134,16 @@ class RunConfig:
     importance: ImportanceOptions = ImportanceOptions()
     # The flags left at their defaults that `trainer.adapt` may choose from the data.
     auto: frozenset[str] = frozenset()
+    # Bagging (trainer/bagging.py): the job trains `bags` searches and serves their average;
+    # `bag` is the index of one of them (its hold-out fold and its training seed).
+    bags: int = 1
+    bag: int = 0
+
+    @property
+    def training_seed(self) -> int:
+        """Seeds initialisation and data order: --seed, moved for every bag but the first
+        (whose search is the unbagged job's). The hold-out and the scan keep `seed`."""
+        return self.seed + BAG_SEED_STRIDE * self.bag
 
     @property
     def outputs(self) -> job_dir_lib.OutputDirs:
@@ -152,6 +165,16 @@ class RunConfig:
             raise InputError(f"--steps_per_loop ({self.steps_per_loop}) must be >= 1.")
         if self.time_budget_secs is not None and not self.time_budget_secs > 0:
             raise InputError(f"--time_budget_secs ({self.time_budget_secs}) must be > 0.")
+        if self.bags < 1:
+            raise InputError(f"--bags ({self.bags}) must be >= 1 (1: no bagging).")
+        fraction = self.data.holdout_fraction
+        if not self.data.eval_data and self.bags * fraction > 1.0 + 1e-9:
+            raise InputError(
+                f"--bags={self.bags} with --holdout_fraction={fraction:g}: every bag holds out "
+                f"its own {fraction:.0%} of the rows, and {self.bags} of them are more than all "
+                f"of them. Use at most --bags={int(1 / fraction + 1e-9)}, a smaller "
+                "--holdout_fraction, or --eval_data."
+            )
 
     def fingerprint(self) -> dict:
         return {
@@ -168,4 +191,5 @@ class RunConfig:
             "holdout_fraction": None if self.data.eval_data else self.data.holdout_fraction,
             "bad_rows": self.data.input.bad_rows.value,
             "weight_column": self.data.columns.weight,
+            "bags": self.bags,
         }

@@ -220,9 +220,9 @@ def iteration_metrics(record: IterationRecord) -> dict[str, float | int]:
 
 def final_metrics(report: Mapping[str, Any]) -> dict[str, float | int | str]:
     """The exported model's metrics, the time spent training and the chosen ensemble."""
-    metrics: dict[str, float | int | str] = {
-        "training_seconds": round(sum(it["seconds"]["total"] for it in report["iterations"]), 3)
-    }
+    seconds = sum(it["seconds"]["total"] for it in report["iterations"])
+    seconds += sum(bag["training_seconds"] for bag in report.get("bags", []))
+    metrics: dict[str, float | int | str] = {"training_seconds": round(seconds, 3)}
     final = report.get("final") or {}
     for name, value in (final.get("metrics") or {}).items():
         if value is not None:

@@ -47,7 +47,7 @@ class Models:
             number=proposal.number,
             head=self.head,
             inputs=self.inputs,
-            seed=self.config.seed,
+            seed=self.config.training_seed,
             builders=proposal.builders,
             specs=proposal.specs,
             ensemblers=self.config.search.ensemblers,
@@ -98,7 +98,7 @@ class Models:
                     builder,
                     inputs=self.inputs,
                     logits_dimension=self.head.logits_dimension,
-                    seed=self.config.seed,
+                    seed=self.config.training_seed,
                     name=member.key,
                 )
                 members.append(FrozenMember(member.iteration, builder, subnetwork))

@@ -22,7 +22,7 @@ import dataclasses
 import io
 import math
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -246,14 +246,52 @@ def of_model(
     return {**result, **fitted, "seconds": time.monotonic() - started}
 
 
+def mean_of(values: Sequence[dict | None]) -> dict | None:
+    """The mean of several models' importances (a bagged job's bags, each on its own rows):
+    the mean drop per column over the models, the standard deviation over every shuffle of
+    every model; None when none has one. Only those measured with the first one's metric
+    count (a model whose rows had one class falls back to the loss)."""
+    measured = [v for v in values if v]
+    if not measured:
+        return None
+    same = [v for v in measured if v["metric"] == measured[0]["metric"]]
+    drops: dict[str, list[list[float]]] = {}
+    for value in same:
+        for column in value["columns"]:
+            drops.setdefault(column["column"], []).append(column["drops"])
+    columns: list[dict[str, Any]] = [
+        {
+            "column": name,
+            "mean_drop": float(np.mean([np.mean(d) for d in per_model])),
+            "std_drop": float(np.std(np.concatenate(per_model), ddof=1))
+            if sum(map(len, per_model)) > 1
+            else 0.0,
+            "drops": [float(x) for d in per_model for x in d],
+        }
+        for name, per_model in drops.items()
+    ]
+    columns.sort(key=lambda c: (-c["mean_drop"], c["column"]))
+    return {
+        "metric": same[0]["metric"],
+        "baseline": float(np.mean([v["baseline"] for v in same])),
+        "rows": sum(v["rows"] for v in same),
+        "weighted": same[0]["weighted"],
+        "repeats": same[0]["repeats"],
+        "models": len(same),
+        "columns": columns,
+        "seconds": sum(v["seconds"] for v in same),
+    }
+
+
 def summary(importance: dict, top: int = 5) -> str:
     """'feature importance (drop in eval auc when shuffled, 10,000 rows x 3): age 0.0412,
     ...' for the final table."""
     columns = ", ".join(f"{c['column']} {c['mean_drop']:.4f}" for c in importance["columns"][:top])
     more = len(importance["columns"]) - top
+    models = f", the mean of {importance['models']} bags" if importance.get("models") else ""
     return (
         f"feature importance (drop in eval {importance['metric']} when shuffled, "
-        f"{importance['rows']:,} rows x {importance['repeats']}): {columns}"
+        f"{importance['rows']:,} rows x {importance['repeats']}{models}): {columns}"
         + (f", ... ({more} more)" if more > 0 else "")
     )
 

@@ -14,6 +14,8 @@ Layout::
       model/                    the exported SavedModel (only the chosen ensemble)
       report.json               everything above, summarised
       report.png                the search; feature_importance.png: trainer/importance.py
+      bags/<b>/                 with --bags: bag b's own job dir (trainer/bagging.py);
+                                model/ is then the bagged model, report.json its bags
       data/                     BigQuery tables staged as CSV shards (ps clusters only:
                                 trainer/input/staging.py)
 
@@ -155,6 +157,10 @@ class JobDir:
             checkpoints=outputs.checkpoint_dir,
             logs=outputs.log_dir,
         )
+
+    def bag(self, b: int) -> str:
+        """Bag b's own job dir, in a bagged job (trainer/bagging.py)."""
+        return join(self.root, "bags", str(b))
 
     def output_flags(self) -> list[tuple[str, str]]:
         """(flag, dir) of every dir this job writes, for the preflight check."""

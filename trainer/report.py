@@ -61,7 +61,10 @@ def early_stop(config: RunConfig, records: Sequence[IterationRecord]) -> dict | 
 
 
 def table(report: dict) -> str:
-    """A plain-text table of iterations, candidates and the final metrics."""
+    """A plain-text table of iterations, candidates and the final metrics (of a bagged job:
+    `bagged_table`)."""
+    if report.get("bags"):
+        return bagged_table(report)
     metric_names: list[str] = []
     for record in report["iterations"]:
         for candidate in record["candidates"]:
@@ -88,24 +91,21 @@ def table(report: dict) -> str:
                     flag += " (simplest within --selection_margin of the lowest)"
             else:
                 flag = "diverged" if candidate["diverged"] else ""
-            objective = _fmt(candidate["objective"])
+            objective = fmt(candidate["objective"])
             if candidate.get("standard_error"):
-                objective += f" ± {_fmt(candidate['standard_error'])}"
+                objective += f" ± {fmt(candidate['standard_error'])}"
             rows.append(
                 [
                     str(record["iteration"]),
                     candidate["name"],
                     objective,
-                    *[_fmt(candidate["eval"].get(m)) for m in metric_names],
+                    *[fmt(candidate["eval"].get(m)) for m in metric_names],
                     f"{entry['parameters']:,}" if entry.get("parameters") else "-",
                     f"{entry['training_seconds']:.1f}" if "training_seconds" in entry else "-",
                     flag,
                 ]
             )
-    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in [header, *rows]]
-    lines.insert(1, "-" * len(lines[0]))
-    lines.append("")
+    lines = [*columns(header, rows), ""]
     for record in report["iterations"]:
         lines.append(_iteration_time(record))
     if report.get("budget"):
@@ -121,7 +121,7 @@ def table(report: dict) -> str:
         lines.append(f"final ensemble ({report['architecture']['ensembler']}): {members}")
     if report.get("final"):
         final = report["final"]
-        metrics = ", ".join(f"{k} {_fmt(v)}" for k, v in final["metrics"].items())
+        metrics = ", ".join(f"{k} {fmt(v)}" for k, v in final["metrics"].items())
         lines.append(
             f"exported model on {final['eval_data']} ({final['examples']} examples): {metrics}"
         )
@@ -129,6 +129,49 @@ def table(report: dict) -> str:
     if report.get("feature_importance"):
         lines.append(importance.summary(report["feature_importance"]))
     return "\n".join(lines)
+
+
+def bagged_table(report: dict) -> str:
+    """The final table of a bagged job (trainer/bagging.py): one row per bag (its metrics on
+    its own hold-out), then the bagged model's."""
+    names = list(report["bags"][0]["metrics"])
+    header = ["bag", "seed", *[f"eval {m}" for m in names], "iterations", "train s", "ensemble"]
+    rows = [
+        [
+            str(b["bag"]),
+            str(b["seed"]),
+            *[fmt(b["metrics"].get(m)) for m in names],
+            str(b["iterations"]),
+            f"{b['training_seconds']:.1f}",
+            ", ".join(b["ensemble"]),
+        ]
+        for b in report["bags"]
+    ]
+    lines = [*columns(header, rows), ""]
+    budget = report.get("budget")
+    if budget and budget["bags_trained"] < budget["bags_planned"]:
+        lines.append(
+            f"time budget {budget['seconds']:g} s: {budget['bags_trained']} of "
+            f"{budget['bags_planned']} bags trained"
+        )
+    final = report["final"]
+    metrics = ", ".join(f"{k} {fmt(v)}" for k, v in final["metrics"].items())
+    lines.append(
+        f"bagged model (the mean of {len(report['bags'])} bags) on {final['eval_data']} "
+        f"({final['examples']} examples): {metrics}"
+    )
+    lines.append(f"model: {report['model_dir']}")
+    if report.get("feature_importance"):
+        lines.append(importance.summary(report["feature_importance"]))
+    return "\n".join(lines)
+
+
+def columns(header: list[str], rows: list[list[str]]) -> list[str]:
+    """`header` and `rows` as lines of left-aligned columns, a rule under the header."""
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in [header, *rows]]
+    lines.insert(1, "-" * len(lines[0]))
+    return lines
 
 
 def _iteration_time(record: dict) -> str:
@@ -158,7 +201,7 @@ def _budget(budget: dict) -> str:
     )
 
 
-def _fmt(value) -> str:
+def fmt(value) -> str:
     if value is None:
         return "-"
     if isinstance(value, float | np.floating):

@@ -181,6 +181,15 @@ flags.DEFINE_float(
     "iterations are skipped and the running one stops early when time runs out "
     "(report.json 'budget' says what was cut). Default: no budget.",
 )
+flags.DEFINE_integer(
+    "bags",
+    1,
+    "Bagging: train this many searches, each holding out its own --holdout_fraction of the "
+    "rows (or all on --eval_data) with its own seed, and export one model serving the mean "
+    "of their predictions; the report scores it out of bag (each hold-out row by the bag "
+    "that never trained on it). Default: 5 on one machine below 1,000 training rows "
+    "(fewer if the hold-outs or --time_budget_secs cannot pay for 5), else 1.",
+)
 # -- training ---------------------------------------------------------------------------------
 flags.DEFINE_integer("batch_size", 256, "Examples per train step.")
 flags.DEFINE_float("learning_rate", 0.003, "Learning rate of the subnetworks.")
@@ -476,6 +485,7 @@ def build_config(f=FLAGS, environment: Environment | None = None) -> config_lib.
         ),
         **_output_dirs(f, environment),
         seed=f.seed,
+        bags=f.bags,
         steps_per_loop=f.steps_per_loop,
         checkpoint_every_secs=f.checkpoint_every_secs,
         time_budget_secs=f.time_budget_secs,

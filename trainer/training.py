@@ -10,7 +10,7 @@ pass reads all of it); after that, every step is resumable: finished iterations 
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import tensorflow as tf
@@ -55,6 +55,7 @@ def prepare_input(
         seed=config.seed,
         job=job,
         scan_if_new=scan_if_new,
+        holdout_fold=config.bag,
         wait_secs=wait_secs,
         open_train=open_train,
         stage_tables=stage_tables,
@@ -63,7 +64,12 @@ def prepare_input(
 
 # Settings added to the fingerprint after job dirs were written without them, and what those
 # runs did: a job dir that does not record one ran with this value.
-BEFORE_RECORDED = {"weight_decay": 0.0, "subnetwork_loss": "own", "selection_margin": 0.0}
+BEFORE_RECORDED = {
+    "weight_decay": 0.0,
+    "subnetwork_loss": "own",
+    "selection_margin": 0.0,
+    "bags": 1,
+}
 
 
 def check_resumable(config: RunConfig, job: job_dir_lib.JobDir) -> None:
@@ -98,14 +104,23 @@ def report_to_hypertune(metric: str, metrics: dict, steps: int) -> None:
 def evaluate_export(serve: Any, data: input_lib.JobInput, head: Head) -> dict:
     """Metrics of the exported model itself (`serve`: its serving function, loaded back) on
     the eval data, streamed."""
+    return evaluate_pooled([(serve, data)], head, data.describe_eval())
+
+
+def evaluate_pooled(
+    parts: Sequence[tuple[Any, input_lib.JobInput]], head: Head, eval_data: str
+) -> dict:
+    """Metrics over several (serving function, its eval rows) parts pooled, as one set of
+    predictions (a bagged job's out-of-bag metrics: each bag on its own hold-out)."""
     metrics = Metrics(head)
-    for batch in data.eval_raw(with_weight=True):
-        features, labels = batch[:2]
-        weights = batch[2].numpy() if len(batch) > 2 else None
-        metrics.update(labels.numpy(), serve(**features)["logits"].numpy(), weights)
-    weight = data.schema.weight
+    for serve, data in parts:
+        for batch in data.eval_raw(with_weight=True):
+            features, labels = batch[:2]
+            weights = batch[2].numpy() if len(batch) > 2 else None
+            metrics.update(labels.numpy(), serve(**features)["logits"].numpy(), weights)
+    weight = parts[0][1].schema.weight
     return {
-        "eval_data": data.describe_eval(),
+        "eval_data": eval_data,
         "examples": metrics.count,
         **({"weight_column": weight.name, "weight": metrics.weight} if weight else {}),
         "metrics": metrics.result(),
@@ -129,7 +144,7 @@ def feature_importance(
             data.eval_raw(with_weight=True),
             head,
             config.importance,
-            seed=config.seed,
+            seed=config.training_seed,
             seconds=seconds,
         )
     )
@@ -145,7 +160,7 @@ def feature_importance(
     return value
 
 
-def _bad_rows(summary: Mapping) -> dict:
+def bad_rows(summary: Mapping) -> dict:
     """The policy, and the bad rows of each file that had any."""
     files = {
         key: {f["path"]: f["bad_rows"] for f in summary[key]["files"] if f["bad_rows"]}
@@ -180,7 +195,7 @@ def _train(
         runtime=runtime,
         data=data,
         batch_size=config.train.batch_size,
-        seed=config.seed,
+        seed=config.training_seed,
         steps_per_loop=config.steps_per_loop,
         stall_secs=config.distribution.stall_secs,
         chunk_secs=config.distribution.chunk_secs,
@@ -207,7 +222,7 @@ def _train(
             job=job,
             input_summary={
                 **data.reads(list(loops.readers())),
-                "bad_rows": _bad_rows(summary),
+                "bad_rows": bad_rows(summary),
                 "statistics": summary.get("statistics"),
             },
             timing={
@@ -345,9 +360,31 @@ def run(
             f"{', '.join(metrics)}."
         )
     flags_config = config
-    config, adapted = adapt.resolve(config, data.train_rows, data.schema.label.head)
+    config, adapted = adapt.resolve(
+        config, data.train_rows, data.schema.label.head, one_machine=not cluster.is_distributed
+    )
     for flag, change in adapted.items():
         logging.info("--%s=%s (%s).", flag, change["value"], change["why"])
+    if config.bags > 1:
+        if cluster.is_distributed:
+            raise InputError(
+                f"--bags={config.bags} trains its bags one after the other on one machine; a "
+                "cluster trains one search. Drop --bags, or run on one machine."
+            )
+        from trainer import bagging  # (it runs each bag through this function)
+
+        _start_job_dir(flags_config, job, data)
+        return bagging.run(
+            flags_config,
+            config,
+            data,
+            job,
+            run_one=run,
+            budget=budget,
+            adapted=adapted,
+            input_seconds=input_seconds,
+            tracker=tracker,
+        )
     runtime = runtime or _runtime(config, cluster)
     if cluster.is_chief:  # from here on the job dir is written, by the chief alone
         _start_job_dir(flags_config, job, data)  # a resume compares the flags, not the choices

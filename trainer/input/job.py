@@ -131,6 +131,7 @@ def prepare(
     seed: int,
     job: job_dir_lib.JobDir,
     scan_if_new: bool,
+    holdout_fold: int = 0,
     wait_secs: float = 0.0,
     open_train: bool = True,
     stage_tables: bool = False,
@@ -143,7 +144,8 @@ def prepare(
     servers, whose workers cannot run the table reader nor the JSON Lines converter) the
     chief of a new job first stages each table and each JSON Lines input into `JOB_DIR/data`
     (`trainer/input/staging.py`), and the job reads those files; bad input found after
-    staging deletes them."""
+    staging deletes them. `holdout_fold`: which of the seed's disjoint hold-outs (a bag's,
+    `trainer/bagging.py`)."""
     schema = None
     if job.exists():
         schema = Schema.from_json(job_dir_lib.read_text(job.schema), path=job.schema)
@@ -167,7 +169,7 @@ def prepare(
         return source
 
     eval_source = open_input(eval_data, "--eval_data", "eval") if eval_data else None
-    holdout = None if eval_data else Holdout(holdout_fraction, seed)
+    holdout = None if eval_data else Holdout(holdout_fraction, seed, holdout_fold)
     train = open_input(train_data, "--train_data", "train") if open_train or holdout else None
     if train is not None and train.session is not None:
         columns = bigquery.table_choices(train, columns)

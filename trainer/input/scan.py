@@ -40,17 +40,28 @@ _HOLDOUT_BUCKETS = 1_000_000
 class Holdout:
     """Rows held out of the training data for evaluation, chosen by a keyed hash of each row's
     own text: the same rows on every replica, on resume, in any file order or sharding. Rows
-    with the same text go to the same side."""
+    with the same text go to the same side.
+
+    `fold` picks which `fraction` of the hash range is held out: the folds of one seed are
+    disjoint, so the bags of a bagged job (trainer/bagging.py) each hold out other rows."""
 
     fraction: float
     seed: int
+    fold: int = 0
+
+    def __post_init__(self):
+        if (self.fold + 1) * self.fraction > 1.0 + 1e-9:
+            raise ValueError(f"hold-out fold {self.fold} of {self.fraction:.0%} is past the rows.")
 
     def held_out(self, text: tf.Tensor) -> tf.Tensor:
         bucket = tf.strings.to_hash_bucket_strong(text, _HOLDOUT_BUCKETS, key=[self.seed, 0x5EED])
-        return bucket < int(round(self.fraction * _HOLDOUT_BUCKETS))
+        low = int(round(self.fold * self.fraction * _HOLDOUT_BUCKETS))
+        high = int(round((self.fold + 1) * self.fraction * _HOLDOUT_BUCKETS))
+        return (bucket >= low) & (bucket < high) if low else bucket < high
 
     def describe(self) -> str:
-        return f"{self.fraction:.0%} of the training rows held out"
+        which = f" (fold {self.fold})" if self.fold else ""
+        return f"{self.fraction:.0%} of the training rows held out{which}"
 
 
 # -- the passes -----------------------------------------------------------------------------
