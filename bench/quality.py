@@ -68,6 +68,7 @@ import time
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from importlib import metadata
+from typing import Any
 
 import numpy as np
 
@@ -492,9 +493,21 @@ def evaluate_export(job_dir: str, trainer_argv: Sequence[str], task: str, test: 
     warnings.simplefilter("ignore", FutureWarning)  # google-api-core's, on importing trainer
     import tensorflow as tf
 
+    def score(model_dir: str) -> dict:
+        serving = tf.saved_model.load(model_dir).signatures["serving_default"]
+        signature = serving.structured_input_signature[1]
+        return test_score(task, test, signature, lambda batch: serving(**batch))
+
+    result: dict[str, Any] = {"export": score(os.path.join(job_dir, "model"))}
+    bags = os.path.join(job_dir, "bags")
+    if os.path.isdir(bags):  # a bagged job: each bag's own export too (bag 0: the same search
+        # as --bags=1); its members are the bags'
+        count = len(os.listdir(bags))
+        result["bags_test"] = [score(os.path.join(bags, str(b), "model")) for b in range(count)]
+        result["members_test"] = {"error": "a bagged job: see bags_test"}
+        return result
     serving = tf.saved_model.load(os.path.join(job_dir, "model")).signatures["serving_default"]
     signature = serving.structured_input_signature[1]
-    result = {"export": test_score(task, test, signature, lambda batch: serving(**batch))}
     try:
         result["members_test"] = _member_scores(task, test, trainer_argv, signature)
     except Exception as e:  # the trainer's internals moved: the export's metrics still count
@@ -621,21 +634,38 @@ def run_ours(
             best=best, ensemble_beats_best_member=beats(evaluated["export"][metric], best, metric)
         )
     holdout = report["final"]["metrics"]
-    return {
+    common = {
         **evaluated["export"],
         "seconds": seconds,
+        "members_test": members_test,
+        "adapted": report.get("adapted"),
+        "budget": report.get("budget"),
+    }
+    if "bags" in report:  # iterations and members: all the bags' together
+        bags = report["bags"]
+        return {
+            **common,
+            "iterations": sum(b["iterations"] for b in bags),
+            "steps": sum(b["steps"] for b in bags),
+            "members": [f"bag{b['bag']}/{key}" for b in bags for key in b["ensemble"]],
+            "bags_test": [bag[metric] for bag in evaluated["bags_test"]],
+            "holdout": {
+                "data": report["final"]["eval_data"],
+                "ensemble": _holdout_metric(holdout, metric),
+                "bags": [_holdout_metric(b["metrics"], metric) for b in bags],
+            },
+        }
+    return {
+        **common,
         "iterations": len(report["iterations"]),
         "chosen": [r["chosen"] for r in report["iterations"]],
         "steps": sum(r["steps"] for r in report["iterations"]),
         "members": [m["key"] for m in report["architecture"]["members"]],
-        "members_test": members_test,
         "holdout": {
             "data": report["final"]["eval_data"],
             "ensemble": _holdout_metric(holdout, metric),
             "members": holdout_members(report, metric),
         },
-        "adapted": report.get("adapted"),
-        "budget": report.get("budget"),
     }
 
 
@@ -671,6 +701,19 @@ def summarize(runs: list[dict], datasets: dict[str, dict]) -> list[dict]:
             if method == "ours" and done:
                 row["iterations_mean"] = statistics.fmean(r["iterations"] for r in done)
                 row["members_mean"] = statistics.fmean(len(r["members"]) for r in done)
+                bagged = [r for r in done if "bags_test" in r]
+                if bagged:  # bag 0 alone is the search --bags=1 runs; every bag alone
+                    first = [r["bags_test"][0] for r in bagged]
+                    alone = [v for r in bagged for v in r["bags_test"]]
+                    row["bags"] = {
+                        "seeds": len(bagged),
+                        "bags_mean": statistics.fmean(len(r["bags_test"]) for r in bagged),
+                        "bag_0_mean": statistics.fmean(first),
+                        "bag_0_sd": statistics.stdev(first) if len(first) > 1 else 0.0,
+                        "one_bag_mean": statistics.fmean(alone),
+                        "one_bag_sd": statistics.stdev(alone) if len(alone) > 1 else 0.0,
+                        "one_bag_runs": len(alone),
+                    }
                 evaluated = [r for r in done if "ensemble_beats_best_member" in r["members_test"]]
                 row["ensemble_beats_best_member"] = {
                     "seeds": len(evaluated),
@@ -731,6 +774,8 @@ def table(results: dict) -> str:
         "process; baselines: fit + predict; the mean is in quality.json). accuracy: higher is "
         "better; rmse: lower is better.\n"
         "beats linear? / HGB?: ours' mean against theirs (tie: equal means).\n"
+        "ours below 1,000 rows: the mean of 5 bags (--bags, trainer/bagging.py); each bag "
+        "alone is in quality.json (`bags`; bag 0 is the search --bags=1 runs).\n"
         "ens > best member: seeds whose exported ensemble beat its best member alone on the "
         "test rows (single: one-member ensembles, which cannot)."
     )
@@ -1019,6 +1064,9 @@ def _progress(run: dict, metric: str) -> str:
         test = run["members_test"]
         members = test.get("members") or f"{run['members']} (not evaluated: {test.get('error')})"
         extra = f", {run['iterations']} iterations, members {members}"
+        if "bags_test" in run:
+            bags = ", ".join(f"{v:.4f}" for v in run["bags_test"])
+            extra = f", {len(run['bags_test'])} bags alone {bags}, {run['iterations']} iterations"
     return f"{head} {metric} {run[metric]:.4f} in {run['seconds']:.1f} s{extra}"
 
 

@@ -326,6 +326,11 @@ def run(
             "synchronously, every worker on everything. Use "
             "--placement=replication or add parameter servers."
         )
+    if config.bags > 1 and cluster.is_distributed:
+        raise InputError(
+            f"--bags={config.bags} trains its bags one after the other on one machine; a "
+            "cluster trains one search. Drop --bags, or run on one machine."
+        )
     check_resumable(config, job)
     if config.time_budget_secs and cluster.is_distributed and not cluster.has_ps:
         raise InputError(
@@ -366,11 +371,6 @@ def run(
     for flag, change in adapted.items():
         logging.info("--%s=%s (%s).", flag, change["value"], change["why"])
     if config.bags > 1:
-        if cluster.is_distributed:
-            raise InputError(
-                f"--bags={config.bags} trains its bags one after the other on one machine; a "
-                "cluster trains one search. Drop --bags, or run on one machine."
-            )
         from trainer import bagging  # (it runs each bag through this function)
 
         _start_job_dir(flags_config, job, data)

@@ -172,6 +172,7 @@ def test_a_resume_on_other_files_is_refused(tmp_path):
         f"--train_data={tmp_path / 'part-*.csv'}",
         "--label_column=target",
         f"--job_dir={tmp_path / 'job'}",
+        "--bags=1",
         "--max_iterations=1",
         "--max_iteration_steps=20",
     ]

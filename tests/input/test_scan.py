@@ -3,6 +3,7 @@ counts and the hold-out, and bad rows stopping the job (naming file and line) or
 
 import numpy as np
 import pytest
+import tensorflow as tf
 
 from tests.input.support import write, write_rows, write_tfrecord
 from trainer import schema as S
@@ -233,6 +234,18 @@ def test_holdout_counts_are_stable_and_near_the_fraction(tmp_path):
     assert first["holdout_rows"] == again["holdout_rows"]
     assert abs(first["holdout_rows"] - 1000) < 100
     assert other["holdout_rows"] != first["holdout_rows"]
+
+
+def test_the_folds_of_one_seed_hold_out_disjoint_rows_and_fold_0_is_the_plain_hold_out():
+    text = tf.constant([f"{i},{i % 7},{i % 2}" for i in range(20_000)])
+    plain = scan.Holdout(0.1, seed=3).held_out(text).numpy()
+    folds = np.stack([scan.Holdout(0.1, seed=3, fold=f).held_out(text).numpy() for f in range(10)])
+    np.testing.assert_array_equal(folds[0], plain)
+    assert (folds.sum(axis=0) == 1).all()  # every row in exactly one of the ten folds
+    assert all(abs(n - 2000) < 200 for n in folds.sum(axis=1))
+    assert "(fold 4)" in scan.Holdout(0.1, seed=3, fold=4).describe()
+    with pytest.raises(ValueError, match="past the rows"):
+        scan.Holdout(0.25, seed=3, fold=4)
 
 
 # -- eval data --------------------------------------------------------------------------------

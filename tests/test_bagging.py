@@ -1,0 +1,197 @@
+"""Bagging (trainer/bagging.py): K searches on their own hold-outs and seeds, served as their
+mean."""
+
+from __future__ import annotations
+
+import csv
+import shutil
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tests.support import load_report, make_data, parsed_flags, run_task, task_env
+from trainer import bagging, importance, task, training
+from trainer.cluster import CHIEF, PS, WORKER, Cluster
+from trainer.config import BAG_SEED_STRIDE
+from trainer.errors import InputError
+from trainer.heads import Head
+from trainer.schema import HeadType, Label
+
+QUICK = ["--max_iterations=1", "--max_iteration_steps=60", "--feature_importance_repeats=1"]
+
+
+def _outputs(**values):
+    return {k: tf.constant(v, tf.float32) for k, v in values.items()}
+
+
+def test_the_mean_of_classifiers_is_their_mean_probability_and_its_logits_give_it_back():
+    binary = Head(Label("y", HeadType.BINARY, ("no", "yes")))
+    mean = bagging.mean_outputs(
+        binary,
+        [
+            _outputs(probabilities=[[0.9, 0.1], [0.2, 0.8]]),
+            _outputs(probabilities=[[0.5, 0.5], [0.0, 1.0]]),
+        ],
+    )
+    np.testing.assert_allclose(mean["probabilities"], [[0.7, 0.3], [0.1, 0.9]], atol=1e-6)
+    np.testing.assert_allclose(tf.sigmoid(mean["logits"][:, 0]), [0.3, 0.9], atol=1e-6)
+    assert mean["classes"].numpy().tolist() == [b"no", b"yes"]
+
+    three = Head(Label("y", HeadType.MULTICLASS, ("a", "b", "c")))
+    mean = bagging.mean_outputs(
+        three,
+        [_outputs(probabilities=[[0.6, 0.3, 0.1]]), _outputs(probabilities=[[0.0, 0.2, 0.8]])],
+    )
+    np.testing.assert_allclose(mean["probabilities"], [[0.3, 0.25, 0.45]], atol=1e-6)
+    np.testing.assert_allclose(tf.nn.softmax(mean["logits"]), [[0.3, 0.25, 0.45]], atol=1e-6)
+    assert mean["classes"].numpy().tolist() == [b"c"]
+
+
+def test_the_mean_of_regressions_is_their_mean_prediction_on_the_heads_scale():
+    head = Head(Label("y", HeadType.REGRESSION, mean=2.0, std=4.0))
+    mean = bagging.mean_outputs(
+        head, [_outputs(predictions=[10.0, -2.0]), _outputs(predictions=[6.0, 0.0])]
+    )
+    np.testing.assert_allclose(mean["predictions"], [8.0, -1.0], atol=1e-6)
+    np.testing.assert_allclose(mean["logits"][:, 0], [1.5, -0.75], atol=1e-6)  # (8 - 2) / 4
+
+
+def test_the_mean_importance_of_the_bags_averages_each_column_over_them():
+    def one(drops: dict[str, list[float]], rows: int) -> dict:
+        columns = [
+            {"column": c, "mean_drop": float(np.mean(d)), "std_drop": 0.0, "drops": d}
+            for c, d in drops.items()
+        ]
+        return {
+            "metric": "auc",
+            "baseline": 0.9,
+            "rows": rows,
+            "weighted": False,
+            "repeats": 2,
+            "seed": 1,
+            "columns": columns,
+            "seconds": 1.0,
+        }
+
+    mean = importance.mean_of(
+        [
+            one({"a": [0.1, 0.3], "b": [0.0, 0.0]}, 30),
+            None,
+            one({"a": [0.0, 0.0], "b": [0.2, 0.4]}, 20),
+        ]
+    )
+    assert mean is not None
+    assert [c["column"] for c in mean["columns"]] == ["b", "a"]  # 0.15 against 0.1
+    assert mean["columns"][0]["mean_drop"] == pytest.approx(0.15)
+    assert mean["columns"][1]["drops"] == [0.1, 0.3, 0.0, 0.0]
+    assert (mean["rows"], mean["models"]) == (50, 2)
+    assert "the mean of 2 bags" in importance.summary(mean)
+    assert importance.mean_of([None, None]) is None
+
+
+def test_bags_on_a_cluster_are_refused_before_the_input_is_read(tmp_path):
+    with parsed_flags(
+        [
+            f"--train_data={tmp_path}/missing.csv",
+            "--label_column=y",
+            f"--job_dir={tmp_path}/job",
+            "--bags=3",
+        ]
+    ) as f:
+        config = task.build_config(f)
+    cluster = Cluster(
+        CHIEF, 0, {CHIEF: ("localhost:1",), WORKER: ("localhost:2",), PS: ("localhost:3",)}
+    )
+    with pytest.raises(InputError, match=r"--bags=3 trains its bags one after the other"):
+        training.run(config, cluster)
+    assert not (tmp_path / "job").exists()
+
+
+def _rows(path) -> tuple[dict[str, tf.Tensor], np.ndarray]:
+    with open(path) as f:
+        rows = list(csv.DictReader(f))
+    features = {
+        "x1": tf.constant([float(r["x1"]) for r in rows]),
+        "x2": tf.constant([float(r["x2"]) for r in rows]),
+        "color": tf.constant([r["color"] for r in rows]),
+    }
+    return features, np.array([r["target"] for r in rows])
+
+
+def _serve(path):
+    return tf.saved_model.load(str(path)).signatures["serving_default"]
+
+
+def test_a_bagged_job_serves_the_mean_of_its_bags_and_scores_them_out_of_bag(tmp_path):
+    data = make_data(tmp_path, "binary", n_train=400, n_eval=50)
+    job = tmp_path / "job"
+    args = [
+        f"--train_data={data.train}",
+        "--label_column=target",
+        f"--job_dir={job}",
+        "--bags=3",
+        *QUICK,
+    ]
+    result = run_task(args, env=task_env(), timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = load_report(job)
+
+    bags = report["bags"]
+    assert [b["bag"] for b in bags] == [0, 1, 2]
+    assert [b["seed"] for b in bags] == [42, 42 + BAG_SEED_STRIDE, 42 + 2 * BAG_SEED_STRIDE]
+    for b in bags:
+        own = load_report(job / "bags" / str(b["bag"]))
+        assert own["final"]["metrics"] == b["metrics"]
+        assert (job / "bags" / str(b["bag"]) / "model" / "saved_model.pb").exists()
+    # Disjoint hold-outs: the out-of-bag rows are every bag's hold-out, each counted once.
+    assert report["final"]["examples"] == sum(b["examples"] for b in bags)
+    assert report["final"]["eval_data"].startswith("out of bag: 30% of the training rows")
+    assert "fold 1" in bags[1]["eval_data"] and "fold" not in bags[0]["eval_data"]
+    assert report["feature_importance"]["models"] == 3
+    assert "bagged model (the mean of 3 bags) on out of bag" in result.stdout
+
+    features, _ = _rows(data.train)
+    bagged = _serve(job / "model")(**features)
+    each = [_serve(job / "bags" / str(b) / "model")(**features) for b in range(3)]
+    mean = np.mean([o["probabilities"].numpy() for o in each], axis=0)
+    np.testing.assert_allclose(bagged["probabilities"].numpy(), mean, atol=1e-5)
+    assert set(bagged) == set(each[0])  # the same outputs as one search's export
+    assert len({o["probabilities"].numpy().tobytes() for o in each}) == 3  # three other models
+
+    # A resume keeps the finished bags and trains only what is missing.
+    shutil.rmtree(job / "bags" / "2")
+    shutil.rmtree(job / "model")
+    again = run_task(args, env=task_env(), timeout=300)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "Bag 1 of 3: done before" in again.stderr and "Bag 2 of 3: done before" in again.stderr
+    assert f"Bag 3 of 3: seed {42 + 2 * BAG_SEED_STRIDE}" in again.stderr
+    resumed = load_report(job)
+    assert [b["metrics"] for b in resumed["bags"][:2]] == [b["metrics"] for b in bags[:2]]
+    assert (job / "model" / "saved_model.pb").exists()
+
+
+@pytest.mark.slow
+def test_a_bagged_regression_on_eval_data_is_scored_as_one_model_on_it(tmp_path):
+    data = make_data(tmp_path, "regression", n_train=300, n_eval=80)
+    job = tmp_path / "job"
+    args = [
+        f"--train_data={data.train}",
+        f"--eval_data={data.eval}",
+        "--label_column=target",
+        f"--job_dir={job}",
+        "--bags=2",
+        *QUICK,
+    ]
+    result = run_task(args, env=task_env(), timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = load_report(job)
+    assert report["final"]["examples"] == 80 and report["final"]["eval_data"] == str(data.eval)
+    assert [b["examples"] for b in report["bags"]] == [80, 80]  # every bag on the eval data
+
+    features, labels = _rows(data.eval)
+    bagged = _serve(job / "model")(**features)["predictions"].numpy()
+    each = [_serve(job / "bags" / str(b) / "model")(**features)["predictions"] for b in range(2)]
+    np.testing.assert_allclose(bagged, np.mean(each, axis=0), rtol=1e-5, atol=1e-5)
+    mse = float(np.mean((bagged - labels.astype(float)) ** 2))
+    assert report["final"]["metrics"]["mse"] == pytest.approx(mse, rel=1e-4)
