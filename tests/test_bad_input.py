@@ -42,6 +42,13 @@ def _cases(tmp_path):
             [f"--train_data={_write(tmp_path, 'h.csv', HEADER, [])}", "--label_column=target"],
             "no data rows",
         ),
+        "a column no serving signature can name": (
+            [
+                f"--train_data={_write(tmp_path, 's.csv', ['x 1', 'x-2', *HEADER[2:]], rows)}",
+                "--label_column=target",
+            ],
+            "column(s) ['x 1', 'x-2'] of",
+        ),
         "missing file": (
             [f"--train_data={tmp_path / 'nope.csv'}", "--label_column=target"],
             "matches no file",

@@ -15,6 +15,7 @@ import dataclasses
 import enum
 import json
 import math
+import re
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -32,6 +33,10 @@ _MAX_INTEGER_CLASSES = 10
 # Labels with more distinct values than this are not classes this trainer learns.
 MAX_CLASSES = 1000
 SCHEMA_VERSION = 2
+# A feature column is an input of the exported model's serving signature, named by it; a name
+# outside this TensorFlow renames there (`a-b` is served as `a_b`) or cannot export at all (a
+# space, a leading underscore).
+SERVING_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
 
 
 class Kind(str, enum.Enum):
@@ -341,6 +346,22 @@ def check_choices(header: Sequence[str], choices: ColumnChoices, *, source: str)
             "--categorical_columns; name each column once."
         )
     check_weight(header, choices, source=source)
+    features = [c for c in header if c not in (choices.label, choices.weight, *choices.ignore)]
+    unservable = [c for c in features if not SERVING_NAME.fullmatch(c)]
+    if unservable:
+        renamed = ", ".join(f"{c!r} -> {_servable(c)!r}" for c in unservable[:3])
+        raise InputError(
+            f"column(s) {unservable} of {source} cannot name an input of the exported model "
+            "(its serving signature takes each feature by its column name, and TensorFlow "
+            "keeps only names of letters, digits and underscores that start with a letter). "
+            f"Rename them in the data (e.g. {renamed}), or leave them out with --ignore_columns."
+        )
+
+
+def _servable(name: str) -> str:
+    """A serving name close to `name`, for the error message."""
+    cleaned = re.sub(r"[^A-Za-z0-9_]", "_", name).lstrip("_")
+    return cleaned if cleaned[:1].isalpha() else f"c_{cleaned}"
 
 
 def check_weight(header: Sequence[str], choices: ColumnChoices, *, source: str) -> None:

@@ -116,6 +116,15 @@ def test_bad_column_choices(tmp_path, choices, match):
         assert "a, b, y" in str(info.value)  # lists the columns the data has
 
 
+def test_feature_names_must_be_serving_names_but_the_label_and_ignored_columns_need_not(tmp_path):
+    with pytest.raises(InputError, match=r"\['_a', 'b c'\].*'_a' -> 'a', 'b c' -> 'b_c'"):
+        infer(tmp_path, ["_a", "b c", "y"], [[1, "u", 0], [2, "v", 1]])
+    schema = infer(
+        tmp_path, ["a", "b c", "y-1"], [[1, "u", 0], [2, "v", 1]], "y-1", ignore=("b c",)
+    )
+    assert [c.name for c in schema.columns] == ["a"]
+
+
 def test_no_feature_columns_is_an_error(tmp_path):
     with pytest.raises(InputError, match="no feature columns besides the label 'y'"):
         infer(tmp_path, ["x", "y"], [[1, 0], [2, 1]], ignore=("x",))
