@@ -100,6 +100,22 @@ def run_task(
     )
 
 
+def predict_csv(model_dir, csv_path) -> tuple[dict, list[str]]:
+    """The exported model's outputs on the raw columns of a CSV file of HEADER, and its
+    targets."""
+    import tensorflow as tf
+
+    serve = tf.saved_model.load(str(model_dir)).signatures["serving_default"]
+    with open(csv_path) as f:
+        rows = list(csv.DictReader(f))
+    features = {
+        "x1": tf.constant([float(r["x1"]) for r in rows]),
+        "x2": tf.constant([float(r["x2"]) for r in rows]),
+        "color": tf.constant([r["color"] for r in rows]),
+    }
+    return serve(**features), [r["target"] for r in rows]
+
+
 def load_report(job_dir: Path) -> dict:
     return json.loads((job_dir / "report.json").read_text())
 

@@ -3,14 +3,13 @@ mean."""
 
 from __future__ import annotations
 
-import csv
 import shutil
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from tests.support import load_report, make_data, parsed_flags, run_task, task_env
+from tests.support import load_report, make_data, parsed_flags, predict_csv, run_task, task_env
 from trainer import bagging, importance, task, training
 from trainer.cluster import CHIEF, PS, WORKER, Cluster
 from trainer.config import BAG_SEED_STRIDE
@@ -108,33 +107,29 @@ def test_bags_on_a_cluster_are_refused_before_the_input_is_read(tmp_path):
     assert not (tmp_path / "job").exists()
 
 
-def _rows(path) -> tuple[dict[str, tf.Tensor], np.ndarray]:
-    with open(path) as f:
-        rows = list(csv.DictReader(f))
-    features = {
-        "x1": tf.constant([float(r["x1"]) for r in rows]),
-        "x2": tf.constant([float(r["x2"]) for r in rows]),
-        "color": tf.constant([r["color"] for r in rows]),
-    }
-    return features, np.array([r["target"] for r in rows])
+def _bagged_job(
+    tmp_path, kind: str, n_train: int, n_eval: int, *flags: str, eval_data: bool = False
+):
+    """A bagged job on generated rows (evaluated on the eval rows with `eval_data`, else on
+    hold-outs): its data, job dir, flags and trainer process."""
+    data = make_data(tmp_path, kind, n_train=n_train, n_eval=n_eval)
+    job = tmp_path / "job"
+    args = [f"--train_data={data.train}", "--label_column=target", f"--job_dir={job}", *flags]
+    if eval_data:
+        args.append(f"--eval_data={data.eval}")
+    result = run_task([*args, *QUICK], env=task_env(), timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return data, job, [*args, *QUICK], result
 
 
-def _serve(path):
-    return tf.saved_model.load(str(path)).signatures["serving_default"]
+def _outputs_of_bags(job, csv_path, bags: int) -> tuple[dict, list[dict]]:
+    """The bagged model's outputs on a CSV file's rows, and each bag's."""
+    bagged, _ = predict_csv(job / "model", csv_path)
+    return bagged, [predict_csv(job / "bags" / str(b) / "model", csv_path)[0] for b in range(bags)]
 
 
 def test_a_bagged_job_serves_the_mean_of_its_bags_and_scores_them_out_of_bag(tmp_path):
-    data = make_data(tmp_path, "binary", n_train=400, n_eval=50)
-    job = tmp_path / "job"
-    args = [
-        f"--train_data={data.train}",
-        "--label_column=target",
-        f"--job_dir={job}",
-        "--bags=3",
-        *QUICK,
-    ]
-    result = run_task(args, env=task_env(), timeout=300)
-    assert result.returncode == 0, result.stderr[-3000:]
+    data, job, args, result = _bagged_job(tmp_path, "binary", 400, 50, "--bags=3")
     report = load_report(job)
 
     bags = report["bags"]
@@ -151,9 +146,7 @@ def test_a_bagged_job_serves_the_mean_of_its_bags_and_scores_them_out_of_bag(tmp
     assert report["feature_importance"]["models"] == 3
     assert "bagged model (the mean of 3 bags) on out of bag" in result.stdout
 
-    features, _ = _rows(data.train)
-    bagged = _serve(job / "model")(**features)
-    each = [_serve(job / "bags" / str(b) / "model")(**features) for b in range(3)]
+    bagged, each = _outputs_of_bags(job, data.train, 3)
     mean = np.mean([o["probabilities"].numpy() for o in each], axis=0)
     np.testing.assert_allclose(bagged["probabilities"].numpy(), mean, atol=1e-5)
     assert set(bagged) == set(each[0])  # the same outputs as one search's export
@@ -174,24 +167,18 @@ def test_a_bagged_job_serves_the_mean_of_its_bags_and_scores_them_out_of_bag(tmp
 @pytest.mark.slow
 def test_a_bagged_regression_on_eval_data_is_scored_as_one_model_on_it(tmp_path):
     data = make_data(tmp_path, "regression", n_train=300, n_eval=80)
-    job = tmp_path / "job"
-    args = [
-        f"--train_data={data.train}",
-        f"--eval_data={data.eval}",
-        "--label_column=target",
-        f"--job_dir={job}",
-        "--bags=2",
-        *QUICK,
-    ]
-    result = run_task(args, env=task_env(), timeout=300)
-    assert result.returncode == 0, result.stderr[-3000:]
+    data, job, _, _ = _bagged_job(
+        tmp_path, "regression", 300, 80, f"--eval_data={data.eval}", "--bags=2"
+    )
     report = load_report(job)
     assert report["final"]["examples"] == 80 and report["final"]["eval_data"] == str(data.eval)
     assert [b["examples"] for b in report["bags"]] == [80, 80]  # every bag on the eval data
 
-    features, labels = _rows(data.eval)
-    bagged = _serve(job / "model")(**features)["predictions"].numpy()
-    each = [_serve(job / "bags" / str(b) / "model")(**features)["predictions"] for b in range(2)]
-    np.testing.assert_allclose(bagged, np.mean(each, axis=0), rtol=1e-5, atol=1e-5)
-    mse = float(np.mean((bagged - labels.astype(float)) ** 2))
+    bagged, each = _outputs_of_bags(job, data.eval, 2)
+    predictions = bagged["predictions"].numpy()
+    np.testing.assert_allclose(
+        predictions, np.mean([o["predictions"] for o in each], axis=0), rtol=1e-5, atol=1e-5
+    )
+    labels = np.array(predict_csv(job / "model", data.eval)[1], float)
+    mse = float(np.mean((predictions - labels) ** 2))
     assert report["final"]["metrics"]["mse"] == pytest.approx(mse, rel=1e-4)

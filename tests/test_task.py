@@ -9,20 +9,15 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tests.support import ABSL_PREFIX, FAST_FLAGS, load_report, make_data, run_task, task_env
-
-
-def _predict(model_dir, csv_path):
-    """Serves the exported model on the raw columns of a CSV file."""
-    serve = tf.saved_model.load(str(model_dir)).signatures["serving_default"]
-    with open(csv_path) as f:
-        rows = list(csv.DictReader(f))
-    features = {
-        "x1": tf.constant([float(r["x1"]) for r in rows]),
-        "x2": tf.constant([float(r["x2"]) for r in rows]),
-        "color": tf.constant([r["color"] for r in rows]),
-    }
-    return serve(**features), [r["target"] for r in rows]
+from tests.support import (
+    ABSL_PREFIX,
+    FAST_FLAGS,
+    load_report,
+    make_data,
+    predict_csv,
+    run_task,
+    task_env,
+)
 
 
 def test_every_head_trains_exports_and_reports(any_head, tmp_path):
@@ -67,7 +62,7 @@ def test_every_head_trains_exports_and_reports(any_head, tmp_path):
     assert not ABSL_PREFIX.search(result.stderr), result.stderr[-3000:]
     assert "Warning" not in result.stderr, result.stderr[-3000:]
 
-    outputs, targets = _predict(job / "model", data.eval)
+    outputs, targets = predict_csv(job / "model", data.eval)
     metrics = report["final"]["metrics"]
     if kind == "regression":
         predicted = outputs["predictions"].numpy()
