@@ -9,7 +9,15 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tests.support import load_report, make_data, parsed_flags, predict_csv, run_task, task_env
+from tests.support import (
+    FAST_FLAGS,
+    load_report,
+    make_data,
+    parsed_flags,
+    predict_csv,
+    run_task,
+    task_env,
+)
 from trainer import bagging, importance, task, training
 from trainer.cluster import CHIEF, PS, WORKER, Cluster
 from trainer.config import BAG_SEED_STRIDE
@@ -182,3 +190,20 @@ def test_a_bagged_regression_on_eval_data_is_scored_as_one_model_on_it(tmp_path)
     labels = np.array(predict_csv(job / "model", data.eval)[1], float)
     mse = float(np.mean((predictions - labels) ** 2))
     assert report["final"]["metrics"]["mse"] == pytest.approx(mse, rel=1e-4)
+
+
+def test_a_job_begun_as_one_search_resumes_as_one_when_the_default_would_bag_it(tmp_path):
+    """A job dir written before --bags existed (or with --bags=1) holds one search's
+    iterations: a resume with the default must not start bags beside them."""
+    data = make_data(tmp_path, "binary", n_train=300, n_eval=50)
+    job = tmp_path / "job"
+    args = [f"--train_data={data.train}", "--label_column=target", f"--job_dir={job}"]
+    one = [f for f in FAST_FLAGS if f != "--bags=1"]  # FAST_FLAGS without --bags
+    first = run_task([*args, *FAST_FLAGS, "--max_iterations=1"], env=task_env())
+    assert first.returncode == 0, first.stderr[-3000:]
+    again = run_task([*args, *one], env=task_env(), timeout=300)  # 2 iterations, no --bags
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "it resumes as one (no bags)" in again.stderr
+    report = load_report(job)
+    assert "bags" not in report and len(report["iterations"]) == 2
+    assert not (job / "bags").exists()

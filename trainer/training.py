@@ -9,6 +9,7 @@ pass reads all of it); after that, every step is resumable: finished iterations 
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -368,6 +369,9 @@ def run(
     config, adapted = adapt.resolve(
         config, data.train_rows, data.schema.label.head, one_machine=not cluster.is_distributed
     )
+    if "bags" in adapted and job.records():  # a job dir of one search, from before --bags
+        config, _ = dataclasses.replace(config, bags=1), adapted.pop("bags")
+        logging.info("The job in --job_dir began as one search: it resumes as one (no bags).")
     for flag, change in adapted.items():
         logging.info("--%s=%s (%s).", flag, change["value"], change["why"])
     if config.bags > 1:
