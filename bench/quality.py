@@ -493,21 +493,21 @@ def evaluate_export(job_dir: str, trainer_argv: Sequence[str], task: str, test: 
     warnings.simplefilter("ignore", FutureWarning)  # google-api-core's, on importing trainer
     import tensorflow as tf
 
-    def score(model_dir: str) -> dict:
+    def score(model_dir: str) -> tuple[dict, dict]:
+        """The export's test metrics, and its serving signature's inputs."""
         serving = tf.saved_model.load(model_dir).signatures["serving_default"]
         signature = serving.structured_input_signature[1]
-        return test_score(task, test, signature, lambda batch: serving(**batch))
+        return test_score(task, test, signature, lambda batch: serving(**batch)), signature
 
-    result: dict[str, Any] = {"export": score(os.path.join(job_dir, "model"))}
+    export, signature = score(os.path.join(job_dir, "model"))
+    result: dict[str, Any] = {"export": export}
     bags = os.path.join(job_dir, "bags")
     if os.path.isdir(bags):  # a bagged job: each bag's own export too (bag 0: the same search
         # as --bags=1); its members are the bags'
         count = len(os.listdir(bags))
-        result["bags_test"] = [score(os.path.join(bags, str(b), "model")) for b in range(count)]
+        result["bags_test"] = [score(os.path.join(bags, str(b), "model"))[0] for b in range(count)]
         result["members_test"] = {"error": "a bagged job: see bags_test"}
         return result
-    serving = tf.saved_model.load(os.path.join(job_dir, "model")).signatures["serving_default"]
-    signature = serving.structured_input_signature[1]
     try:
         result["members_test"] = _member_scores(task, test, trainer_argv, signature)
     except Exception as e:  # the trainer's internals moved: the export's metrics still count

@@ -22,7 +22,6 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
 
 import tensorflow as tf
 from absl import logging
@@ -153,17 +152,22 @@ def _same_label(schema: Schema, bags: Sequence[str]) -> None:
             )
 
 
-def evaluate(data: input_lib.JobInput, serve: Any, bag_serves: Sequence[Any], head: Head) -> dict:
-    """The bagged model's metrics: out of bag on the hold-outs (bag b's export on fold b,
-    pooled), or the bagged model itself on --eval_data."""
+def evaluate(data: input_lib.JobInput, job: job_dir_lib.JobDir, bags: Sequence[str]) -> dict:
+    """The bagged model's metrics: out of bag on the hold-outs (bag b's export, from job dir
+    `bags[b]`, on fold b, pooled), or the bagged model itself on --eval_data. Loads only the
+    exports it evaluates."""
     from trainer import training  # (training runs the bags)
 
+    head = Head(data.schema.label)
     if data.holdout is None:
-        return training.evaluate_export(serve, data, head)
+        return training.evaluate_export(export_lib.load_serving_fn(job.model), data, head)
     holdout = data.holdout
     parts = [
-        (bag_serve, dataclasses.replace(data, holdout=dataclasses.replace(holdout, fold=b)))
-        for b, bag_serve in enumerate(bag_serves)
+        (
+            export_lib.load_serving_fn(job_dir_lib.JobDir(root).model),
+            dataclasses.replace(data, holdout=dataclasses.replace(holdout, fold=b)),
+        )
+        for b, root in enumerate(bags)
     ]
     folds = len(parts) * holdout.fraction
     described = (
@@ -213,14 +217,11 @@ def run(
     reports = train_bags(flags_config, config.bags, job, run_one, budget)
     roots = [r["job_dir"] for r in reports]
     _same_label(data.schema, roots)
-    head = Head(data.schema.label)
     if not job.has_model():
         models = [job_dir_lib.JobDir(root).model for root in roots]
         export_lib.export(BaggedModel(models, data.schema), job)
         logging.info("Exported the mean of %d bags to %s", len(models), job.model)
-    serve = export_lib.load_serving_fn(job.model)
-    bag_serves = [export_lib.load_serving_fn(job_dir_lib.JobDir(r).model) for r in roots]
-    final = evaluate(data, serve, bag_serves, head)
+    final = evaluate(data, job, roots)
     importance = importance_lib.mean_of([r.get("feature_importance") for r in reports])
     bags = [
         summary(b, r, dataclasses.replace(flags_config, bag=b).training_seed)
@@ -257,7 +258,7 @@ def run(
         job_dir_lib.write_atomically(job.importance_png, importance_lib.plot(importance))
     if config.hypertune_metric is not None:
         training.report_to_hypertune(
-            config.hypertune_metric or head.objective_metric,
+            config.hypertune_metric or Head(data.schema.label).objective_metric,
             final["metrics"],
             sum(b["steps"] for b in bags),
         )

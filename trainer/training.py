@@ -370,7 +370,8 @@ def run(
         config, data.train_rows, data.schema.label.head, one_machine=not cluster.is_distributed
     )
     if "bags" in adapted and job.records():  # a job dir of one search, from before --bags
-        config, _ = dataclasses.replace(config, bags=1), adapted.pop("bags")
+        config = dataclasses.replace(config, bags=1)
+        del adapted["bags"]
         logging.info("The job in --job_dir began as one search: it resumes as one (no bags).")
     for flag, change in adapted.items():
         logging.info("--%s=%s (%s).", flag, change["value"], change["why"])
