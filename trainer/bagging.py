@@ -48,7 +48,11 @@ def mean_outputs(head: Head, outputs: Sequence[dict[str, tf.Tensor]]) -> dict[st
     """The serving outputs of the mean of several models' outputs: the mean probability of
     each class (or predicted value), and logits that give it back through the head."""
     if head.type is HeadType.REGRESSION:
-        value = tf.add_n([o["predictions"] for o in outputs]) / len(outputs)
+        values = tf.stack([o["predictions"] for o in outputs])
+        value = tf.reduce_mean(values, 0)
+        if len(outputs) >= 3:
+            trimmed = tf.reduce_sum(values, 0) - tf.reduce_max(values, 0) - tf.reduce_min(values, 0)
+            value = trimmed / (len(outputs) - 2)
         logits = ((value - head.label.mean) / head.label.std)[:, None]
     else:
         probabilities = tf.add_n([o["probabilities"] for o in outputs]) / len(outputs)
