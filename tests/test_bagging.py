@@ -34,7 +34,7 @@ def _outputs(**values):
 
 def test_the_mean_of_classifiers_is_their_mean_probability_and_its_logits_give_it_back():
     binary = Head(Label("y", HeadType.BINARY, ("no", "yes")))
-    mean = bagging.mean_outputs(
+    mean = bagging.bagged_outputs(
         binary,
         [
             _outputs(probabilities=[[0.9, 0.1], [0.2, 0.8]]),
@@ -46,7 +46,7 @@ def test_the_mean_of_classifiers_is_their_mean_probability_and_its_logits_give_i
     assert mean["classes"].numpy().tolist() == [b"no", b"yes"]
 
     three = Head(Label("y", HeadType.MULTICLASS, ("a", "b", "c")))
-    mean = bagging.mean_outputs(
+    mean = bagging.bagged_outputs(
         three,
         [_outputs(probabilities=[[0.6, 0.3, 0.1]]), _outputs(probabilities=[[0.0, 0.2, 0.8]])],
     )
@@ -55,13 +55,24 @@ def test_the_mean_of_classifiers_is_their_mean_probability_and_its_logits_give_i
     assert mean["classes"].numpy().tolist() == [b"c"]
 
 
-def test_the_mean_of_regressions_is_their_mean_prediction_on_the_heads_scale():
+def test_two_regressions_serve_their_mean_prediction_on_the_heads_scale():
     head = Head(Label("y", HeadType.REGRESSION, mean=2.0, std=4.0))
-    mean = bagging.mean_outputs(
+    mean = bagging.bagged_outputs(
         head, [_outputs(predictions=[10.0, -2.0]), _outputs(predictions=[6.0, 0.0])]
     )
     np.testing.assert_allclose(mean["predictions"], [8.0, -1.0], atol=1e-6)
     np.testing.assert_allclose(mean["logits"][:, 0], [1.5, -0.75], atol=1e-6)  # (8 - 2) / 4
+
+
+def test_three_or_more_regressions_drop_each_rows_highest_and_lowest_prediction():
+    head = Head(Label("y", HeadType.REGRESSION, mean=0.0, std=1.0))
+    bags = [[1.0, 5.0], [2.0, -40.0], [90.0, 6.0], [3.0, 7.0], [4.0, 5.0]]
+    served = bagging.bagged_outputs(head, [_outputs(predictions=p) for p in bags])
+    # Row 0 drops 1 and 90 (mean of 2, 3, 4); row 1 drops -40 and 7 (mean of 5, 6, 5).
+    np.testing.assert_allclose(served["predictions"], [3.0, 16 / 3], atol=1e-5)
+    # Ties: one copy of the extreme goes, the other stays.
+    three = bagging.trimmed_mean(tf.constant([[1.0], [1.0], [4.0]]))
+    np.testing.assert_allclose(three, [1.0], atol=1e-6)
 
 
 def test_the_mean_importance_of_the_bags_averages_each_column_over_them():
@@ -152,7 +163,7 @@ def test_a_bagged_job_serves_the_mean_of_its_bags_and_scores_them_out_of_bag(tmp
     assert report["final"]["eval_data"].startswith("out of bag: 30% of the training rows")
     assert "fold 1" in bags[1]["eval_data"] and "fold" not in bags[0]["eval_data"]
     assert report["feature_importance"]["models"] == 3
-    assert "bagged model (the mean of 3 bags) on out of bag" in result.stdout
+    assert "bagged model (3 bags) on out of bag" in result.stdout
 
     bagged, each = _outputs_of_bags(job, data.train, 3)
     mean = np.mean([o["probabilities"].numpy() for o in each], axis=0)
@@ -176,17 +187,16 @@ def test_a_bagged_job_serves_the_mean_of_its_bags_and_scores_them_out_of_bag(tmp
 def test_a_bagged_regression_on_eval_data_is_scored_as_one_model_on_it(tmp_path):
     data = make_data(tmp_path, "regression", n_train=300, n_eval=80)
     data, job, _, _ = _bagged_job(
-        tmp_path, "regression", 300, 80, f"--eval_data={data.eval}", "--bags=2"
+        tmp_path, "regression", 300, 80, f"--eval_data={data.eval}", "--bags=3"
     )
     report = load_report(job)
     assert report["final"]["examples"] == 80 and report["final"]["eval_data"] == str(data.eval)
-    assert [b["examples"] for b in report["bags"]] == [80, 80]  # every bag on the eval data
+    assert [b["examples"] for b in report["bags"]] == [80, 80, 80]  # every bag on the eval data
 
-    bagged, each = _outputs_of_bags(job, data.eval, 2)
+    bagged, each = _outputs_of_bags(job, data.eval, 3)
     predictions = bagged["predictions"].numpy()
-    np.testing.assert_allclose(
-        predictions, np.mean([o["predictions"] for o in each], axis=0), rtol=1e-5, atol=1e-5
-    )
+    middle = np.sort([o["predictions"].numpy() for o in each], axis=0)[1]  # 3 bags: trimmed
+    np.testing.assert_allclose(predictions, middle, rtol=1e-5, atol=1e-5)
     labels = np.array(predict_csv(job / "model", data.eval)[1], float)
     mse = float(np.mean((predictions - labels) ** 2))
     assert report["final"]["metrics"]["mse"] == pytest.approx(mse, rel=1e-4)

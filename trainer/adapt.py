@@ -21,7 +21,7 @@ epochs and a batch larger than the table. So, for `rows` training rows:
   plain columns among its candidates (the classic strong model of noisy rows, and the
   simplest candidate at equal complexity);
 - bags: below `TINY_TABLE_ROWS` on one machine, `TINY_TABLE_BAGS` searches, each on its own
-  hold-out fold and seed, served as their mean (`trainer/bagging.py`): one search on a few
+  hold-out fold and seed, served together (`trainer/bagging.py`): one search on a few
   hundred rows moves with its seed and its hold-out, and the mean of five moves far less and
   scores better. Fewer when the hold-outs (one --holdout_fraction each) or the time budget
   (`MIN_SECS_PER_BAG` each) cannot pay for five.

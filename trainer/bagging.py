@@ -8,8 +8,8 @@ whole job of its own in `JOB_DIR/bags/<b>/` (checkpoints, model, report; resumab
 job) that holds out fold b of the rows (the folds of one --seed are disjoint,
 `trainer.input.scan.Holdout`) and trains with its own seed (`RunConfig.training_seed`). The
 bagged model (`JOB_DIR/model`) loads the K exports and serves the mean of their probabilities
-(classification) or predictions (regression), with the same signature and outputs as one
-export.
+(classification) or the trimmed mean of their predictions (regression, `trimmed_mean`), with
+the same signature and outputs as one export.
 
 Its metrics in report.json are out of bag: each hold-out row predicted by the one bag that
 did not train on it, pooled (with --eval_data: the bagged model itself on it). That is the
@@ -44,15 +44,28 @@ COMBINE_SECS_PER_BAG = 1.5
 _TINY = 1e-7  # probabilities are kept off 0 and 1 before their logarithm
 
 
-def mean_outputs(head: Head, outputs: Sequence[dict[str, tf.Tensor]]) -> dict[str, tf.Tensor]:
-    """The serving outputs of the mean of several models' outputs: the mean probability of
-    each class (or predicted value), and logits that give it back through the head."""
+def trimmed_mean(values: tf.Tensor) -> tf.Tensor:
+    """The mean over axis 0 of `values` (one row per bag) without each column's highest and
+    lowest value, from 3 rows on; the plain mean of fewer.
+
+    A search on a hold-out of a few dozen rows now and then keeps a network that the hold-out
+    flattered: on diabetes (5 seeds x 5 bags, README "Quality") single bags scored up to 66.4
+    RMSE where the others of the same run scored 55.7-59.7, and a mean of predicted values
+    carries such a bag. Without each row's extremes the bagged RMSE went from 56.61 to 56.33
+    (Ridge: 56.46), and friedman_small, whose bags are all networks, kept its 1.70."""
+    count = values.shape[0]
+    if count < 3:
+        return tf.reduce_mean(values, axis=0)
+    extremes = tf.reduce_max(values, axis=0) + tf.reduce_min(values, axis=0)
+    return (tf.reduce_sum(values, axis=0) - extremes) / (count - 2)
+
+
+def bagged_outputs(head: Head, outputs: Sequence[dict[str, tf.Tensor]]) -> dict[str, tf.Tensor]:
+    """The serving outputs of several models together: the mean probability of each class
+    (regression: the trimmed mean of the predicted values), and logits that give it back
+    through the head. Probabilities keep the plain mean, which sums to 1 over the classes."""
     if head.type is HeadType.REGRESSION:
-        values = tf.stack([o["predictions"] for o in outputs])
-        value = tf.reduce_mean(values, 0)
-        if len(outputs) >= 3:
-            trimmed = tf.reduce_sum(values, 0) - tf.reduce_max(values, 0) - tf.reduce_min(values, 0)
-            value = trimmed / (len(outputs) - 2)
+        value = trimmed_mean(tf.stack([o["predictions"] for o in outputs]))
         logits = ((value - head.label.mean) / head.label.std)[:, None]
     else:
         probabilities = tf.add_n([o["probabilities"] for o in outputs]) / len(outputs)
@@ -62,7 +75,7 @@ def mean_outputs(head: Head, outputs: Sequence[dict[str, tf.Tensor]]) -> dict[st
 
 
 class BaggedModel(tf.Module):
-    """Raw columns -> every bag's export -> the mean of their outputs (`mean_outputs`)."""
+    """Raw columns -> every bag's export -> their outputs together (`bagged_outputs`)."""
 
     def __init__(self, models: Sequence[str], schema: Schema):
         super().__init__(name="adanet_bags")
@@ -72,7 +85,7 @@ class BaggedModel(tf.Module):
         self.serve = tf.function(self._serve, input_signature=[signature])
 
     def _serve(self, features):
-        return mean_outputs(self._head, [bag.serve(features) for bag in self.bags])
+        return bagged_outputs(self._head, [bag.serve(features) for bag in self.bags])
 
 
 def bag_config(config: RunConfig, job: job_dir_lib.JobDir, bag: int, seconds: float | None):
@@ -224,7 +237,7 @@ def run(
     if not job.has_model():
         models = [job_dir_lib.JobDir(root).model for root in roots]
         export_lib.export(BaggedModel(models, data.schema), job)
-        logging.info("Exported the mean of %d bags to %s", len(models), job.model)
+        logging.info("Exported the bagged model of %d bags to %s", len(models), job.model)
     final = evaluate(data, job, roots)
     importance = importance_lib.mean_of([r.get("feature_importance") for r in reports])
     bags = [

@@ -157,7 +157,7 @@ def bagged_table(report: dict) -> str:
     final = report["final"]
     metrics = ", ".join(f"{k} {fmt(v)}" for k, v in final["metrics"].items())
     lines.append(
-        f"bagged model (the mean of {len(report['bags'])} bags) on {final['eval_data']} "
+        f"bagged model ({len(report['bags'])} bags) on {final['eval_data']} "
         f"({final['examples']} examples): {metrics}"
     )
     lines.append(f"model: {report['model_dir']}")

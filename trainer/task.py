@@ -186,7 +186,8 @@ flags.DEFINE_integer(
     1,
     "Bagging: train this many searches, each holding out its own --holdout_fraction of the "
     "rows (or all on --eval_data) with its own seed, and export one model serving the mean "
-    "of their predictions; the report scores it out of bag (each hold-out row by the bag "
+    "of their probabilities (regression: of each row's predictions without its highest and "
+    "lowest, from 3 bags on); the report scores it out of bag (each hold-out row by the bag "
     "that never trained on it). Default: 5 on one machine below 1,000 training rows "
     "(fewer if the hold-outs or --time_budget_secs cannot pay for 5), else 1.",
 )
