@@ -1,5 +1,5 @@
-"""Bagging (trainer/bagging.py): K searches on their own hold-outs and seeds, served as their
-mean."""
+"""Bagging (trainer/bagging.py): K searches on their own hold-outs and seeds, served as one
+model."""
 
 from __future__ import annotations
 

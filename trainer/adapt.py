@@ -83,7 +83,7 @@ def bags(config: RunConfig, rows: int, *, one_machine: bool) -> tuple[int, str]:
         if affordable < count:
             count = affordable
             why = f"{why}; {MIN_SECS_PER_BAG:g} s each in the {config.time_budget_secs:g} s budget"
-    return count, f"{why}: the mean of {count} searches on their own hold-outs and seeds"
+    return count, f"{why}: {count} searches on their own hold-outs and seeds, served as one model"
 
 
 def with_linear(generator: Generator) -> Generator:

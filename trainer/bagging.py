@@ -13,7 +13,7 @@ the same signature and outputs as one export.
 
 Its metrics in report.json are out of bag: each hold-out row predicted by the one bag that
 did not train on it, pooled (with --eval_data: the bagged model itself on it). That is the
-figure of one bag on unseen rows, so it understates the mean of K; the test rows of
+figure of one bag on unseen rows, so it understates the bagged model; the test rows of
 bench/quality.py measure the bagged model itself.
 """
 
