@@ -16,7 +16,7 @@ from trainer import job_dir as job_dir_lib
 from trainer import task, training
 from trainer.config import TrainOptions
 from trainer.factory import Models
-from trainer.features import Preprocessor, encoded
+from trainer.features import PREVIOUS_OUTPUTS, Preprocessor, encoded
 from trainer.heads import Head
 from trainer.iteration import Iteration
 from trainer.model import Builder, DNNBuilder, Inputs
@@ -290,3 +290,40 @@ def test_a_residual_subnetwork_loss_is_that_of_the_previous_ensemble_grown_by_it
     outputs = [m.subnetwork(features) for m in previous.members] + [second.subnetworks[0](features)]
     expected = float(tf.reduce_mean(HEAD.loss(labels, grown(outputs))))
     assert float(second._losses(features, labels, [0], [])[1][0]) == pytest.approx(expected)
+
+
+def test_the_previous_members_outputs_computed_once_train_as_the_members_do():
+    """An in-memory table carries the frozen previous members' outputs (computed once per
+    iteration, in chunks); a step that reads them computes the same losses, and trains the
+    same weights, as one that runs the members."""
+    first = _iteration([DNNBuilder(1, 8)])
+    first.train(_batches(), 20)
+    previous = first.freeze(0)
+    derived = _iteration([DNNBuilder(2, 8)], previous=previous).previous_outputs()
+    assert derived is not None and derived.bytes_per_example == 4 * (8 + 1)
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(256, 4)).astype(np.float32)
+    y = (x[:, 0] > 0).astype(np.int64)
+    features = derived(encoded(x), chunk=100)
+    ((last, logits),) = features[PREVIOUS_OUTPUTS]
+    member = previous.members[0].subnetwork(encoded(x))
+    np.testing.assert_allclose(last, member[0], rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(logits, member[1], rtol=1e-6, atol=1e-6)
+
+    def trained(table):
+        second = _iteration([DNNBuilder(2, 8)], previous=previous, subnetwork_loss="residual")
+        batch = tf.nest.map_structure(lambda v: v[:8], table)
+        losses = [t.numpy() for t in second._losses(batch, y[:8], [0], [0, 1])]
+        second.train(iter(tf.data.Dataset.from_tensor_slices((table, y)).repeat().batch(8)), 30)
+        weights = [v.numpy() for v in second.subnetworks[0].trainable_variables]
+        return [*losses, *weights, second.moving_average_objectives()]
+
+    computed, carried = trained(dict(encoded(x))), trained(features)
+    for a, b in zip(computed, carried):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    # The step reads the carried outputs, not the members: other outputs, other losses.
+    zeros = {
+        **features,
+        PREVIOUS_OUTPUTS: tf.nest.map_structure(tf.zeros_like, features[PREVIOUS_OUTPUTS]),
+    }
+    assert not np.allclose(trained(zeros)[0], computed[0])

@@ -22,6 +22,11 @@ Encoded = Mapping[str, tf.Tensor]
 # weight, [batch] float32, under this key: the loss and the metrics read it, the model never
 # does (the exported model's preprocessor makes no weight).
 WEIGHT = "weight"
+# An in-memory training table's rows may also carry the frozen previous ensemble's members'
+# outputs, a tuple of (last layer, logits) per member, under this key: computed once per
+# iteration (`Iteration.previous_outputs`), read by the forward pass instead of running the
+# members at every step.
+PREVIOUS_OUTPUTS = "previous_outputs"
 
 
 def encoded(dense: tf.Tensor, ids: tf.Tensor | None = None) -> dict[str, tf.Tensor]:

@@ -26,9 +26,10 @@ from trainer.ensemble.objective import (
     moving_average_update,
     training_objective,
 )
-from trainer.features import WEIGHT, Encoded
+from trainer.features import PREVIOUS_OUTPUTS, WEIGHT, Encoded
 from trainer.frozen import PREVIOUS, FrozenEnsemble, FrozenMember, compile_encoded, member_key
 from trainer.heads import Head
+from trainer.input.pipeline import Derived
 from trainer.model import Builder, Inputs, Subnetwork
 from trainer.model.embedding import LazyAdam
 from trainer.optimizers import Optimizer, cosine_decay, tf_variable
@@ -229,11 +230,12 @@ class Iteration:
         Subnetworks in `trained` run in training mode; the others that `candidates` need run
         in inference mode (a worker that trains only mixture weights reads them).
         """
-        previous = (
-            [m.subnetwork(features, training=False) for m in self.previous.members]
-            if self.previous
-            else []
-        )
+        if PREVIOUS_OUTPUTS in features:  # computed once for a table in memory
+            previous = list(features[PREVIOUS_OUTPUTS])
+        elif self.previous:
+            previous = [m.subnetwork(features, training=False) for m in self.previous.members]
+        else:
+            previous = []
         needed = sorted(
             set(trained).union(*(self.candidates[c].new_subnetworks for c in candidates))
         )
@@ -247,6 +249,21 @@ class Iteration:
             ]
             logits[c] = candidate.weights(outputs)
         return new, logits, previous
+
+    def previous_outputs(self) -> Derived | None:
+        """The frozen previous members' outputs on encoded rows, as columns a training table
+        held in memory computes once (they never change within an iteration): a step then
+        runs only the new subnetworks, and a late iteration costs about what the first did.
+        None without a previous ensemble."""
+        if self.previous is None:
+            return None
+        members = [m.subnetwork for m in self.previous.members]
+
+        def outputs(features):
+            return {PREVIOUS_OUTPUTS: tuple(m(features, training=False) for m in members)}
+
+        width = sum(m.last_layer_dim + self.head.logits_dimension for m in members)
+        return Derived(outputs, bytes_per_example=4 * width)
 
     # -- training -------------------------------------------------------------------------
     def active(self) -> tuple[list[int], list[int]]:

@@ -24,7 +24,7 @@ from absl import logging
 
 from trainer import distributed
 from trainer.input.job import JobInput
-from trainer.input.pipeline import Shard
+from trainer.input.pipeline import Derived, Shard
 from trainer.iteration import Iteration
 from trainer.record import UnitRecord
 
@@ -375,7 +375,7 @@ class LoopMaker:
         seed = (self.seed * 1_000_003 + iteration.number * 10_007 + step) % 2**31
         iterator = iter(
             self.runtime.strategy.distribute_datasets_from_function(
-                lambda context: self._replica_batches(context, seed)
+                lambda context: self._replica_batches(context, seed, iteration.previous_outputs())
             )
         )
         return LocalLoop(
@@ -386,9 +386,12 @@ class LoopMaker:
             replicas=self.readers(),
         )
 
-    def _replica_batches(self, context: tf.distribute.InputContext, seed: int) -> tf.data.Dataset:
+    def _replica_batches(
+        self, context: tf.distribute.InputContext, seed: int, derived: Derived | None
+    ) -> tf.data.Dataset:
         """The batches of one input pipeline (of each host, under a synchronous strategy): its
-        shard of the training rows, in batches of the per-replica size."""
+        shard of the training rows, in batches of the per-replica size (held in memory, with
+        the `derived` columns, when they fit)."""
         readers = context.num_input_pipelines
         return self.data.training(
             readers=readers,
@@ -397,6 +400,7 @@ class LoopMaker:
             ),
             batch_size=context.get_per_replica_batch_size(self.batch_size),
             seed=seed,
+            derived=derived,
         )
 
     def _per_worker_iterator(self):

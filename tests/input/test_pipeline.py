@@ -11,13 +11,14 @@ import tensorflow as tf
 from tests.input.support import write_rows
 from trainer import schema as S
 from trainer.input import files, pipeline, scan
-from trainer.input.options import BadRows
+from trainer.input.job import JobInput
+from trainer.input.options import BadRows, InputOptions
 from trainer.input.pipeline import Pipeline, Selection, Shard, Side
 
 HEADER = ["id", "x", "c", "y"]
 
 
-def make(tmp_path, *, files_count=3, rows=600, bad_rows=BadRows.ERROR, extra=()):
+def make(tmp_path, *, files_count=3, rows=600, bad_rows=BadRows.ERROR, extra=(), holdout=None):
     """`files_count` CSV files; column id numbers the rows (0..rows-1)."""
     all_rows = [[i, i % 13 / 13, "abc"[i % 3], i % 2] for i in range(rows)]
     paths = [
@@ -26,7 +27,7 @@ def make(tmp_path, *, files_count=3, rows=600, bad_rows=BadRows.ERROR, extra=())
     ]
     source = files.open_source(",".join(paths), flag="--train_data")
     schema = scan.scan_training(
-        source, S.ColumnChoices("y", numeric=("id",)), bad_rows=bad_rows, holdout=None
+        source, S.ColumnChoices("y", numeric=("id",)), bad_rows=bad_rows, holdout=holdout
     )
     return source, schema
 
@@ -140,3 +141,61 @@ def test_bad_rows_are_skipped_or_fail_the_pass(tmp_path):
     assert sorted(ids(Pipeline(source, schema, BadRows.SKIP).raw())) == list(range(100))
     with pytest.raises(tf.errors.InvalidArgumentError, match="a row that cannot be used"):
         ids(Pipeline(source, schema, BadRows.ERROR).raw())
+
+
+def _job_input(tmp_path, *, cache_mb=256.0):
+    holdout = scan.Holdout(0.25, seed=1)
+    source, schema = make(tmp_path, files_count=2, rows=300, holdout=holdout)
+    options = InputOptions(cache_mb=cache_mb)
+    return JobInput(schema, source, source, holdout, options)
+
+
+def _dense_rows(dataset):
+    return sorted(map(tuple, np.concatenate([f["dense"].numpy() for f, _ in dataset]).round(5)))
+
+
+def test_a_job_reads_and_encodes_a_table_that_fits_in_memory_once(tmp_path, monkeypatch):
+    """The eval rows and the training rows are read once per process, however many
+    evaluations and iterations ask for them, and give the rows the files give."""
+    streamed = _dense_rows(_job_input(tmp_path, cache_mb=0).eval_encoded())
+    data = _job_input(tmp_path)
+    reads = collections.Counter()
+    table = Pipeline.table
+
+    def counted(self, selection, *, rows):
+        reads[selection.side] += 1
+        return table(self, selection, rows=rows)
+
+    monkeypatch.setattr(Pipeline, "table", counted)
+    for _ in range(3):
+        assert _dense_rows(data.eval_encoded()) == streamed
+        batches = data.training(readers=1, shard=None, batch_size=16, seed=3)
+        assert next(iter(batches))[0]["dense"].shape == (16, data.schema.dense_width)
+    assert len(_dense_rows(data.train_encoded())) == data.train_rows
+    assert reads == {Side.HELD_OUT: 1, Side.TRAIN: 1}
+    assert len(streamed) == data.eval_rows and 50 < len(streamed) < 100
+
+
+def test_derived_columns_join_a_table_in_memory_when_they_fit(tmp_path):
+    """Columns derived from the encoded rows (the previous members' outputs) are computed
+    once, in chunks, and batched with their rows; past the memory budget they are left out
+    (the forward pass then computes them)."""
+
+    def derive(features):
+        return {"twice": (2 * features["dense"], features["dense"][:, :1])}
+
+    data = _job_input(tmp_path, cache_mb=1.0)
+    width = data.schema.dense_width
+    derived = pipeline.Derived(derive, bytes_per_example=4 * (width + 1))
+    table, _ = next(iter(Pipeline(data.train_source, data.schema).table(Selection(), rows=300)))
+    joined = derived(table, chunk=7)  # 43 chunks of 7 rows (the last of 6), joined
+    np.testing.assert_array_equal(joined["twice"][0].numpy(), 2 * table["dense"].numpy())
+    assert joined["twice"][1].shape == (300, 1)
+    batch, _ = next(
+        iter(data.training(readers=1, shard=None, batch_size=16, seed=3, derived=derived))
+    )
+    np.testing.assert_array_equal(batch["twice"][0].numpy(), 2 * batch["dense"].numpy())
+    np.testing.assert_array_equal(batch["twice"][1].numpy(), batch["dense"].numpy()[:, :1])
+    over = pipeline.Derived(derive, bytes_per_example=1 << 20)  # 1 MB a row
+    batch, _ = next(iter(data.training(readers=1, shard=None, batch_size=16, seed=3, derived=over)))
+    assert set(batch) == {"dense"}

@@ -17,7 +17,16 @@ from trainer.input import bigquery, scan, staging
 from trainer.input import files as files_lib
 from trainer.input.files import Source
 from trainer.input.options import InputOptions
-from trainer.input.pipeline import Pipeline, Selection, Shard, Side, shard_plan
+from trainer.input.pipeline import (
+    EVAL_BATCH_SIZE,
+    Derived,
+    Pipeline,
+    Selection,
+    Shard,
+    Side,
+    in_memory,
+    shard_plan,
+)
 from trainer.input.scan import Holdout
 from trainer.schema import ColumnChoices, Schema
 
@@ -33,6 +42,8 @@ class JobInput:
     eval: Source
     holdout: Holdout | None
     options: InputOptions
+    # The encoded tables this process holds in memory (`_table`), built on first use.
+    _tables: dict = dataclasses.field(default_factory=dict, init=False, repr=False, compare=False)
 
     @property
     def train_source(self) -> Source:
@@ -47,7 +58,11 @@ class JobInput:
         return Selection(self.holdout, Side.HELD_OUT) if self.holdout else Selection()
 
     def eval_encoded(self) -> tf.data.Dataset:
-        """One pass over the eval rows, encoded."""
+        """One pass over the eval rows, encoded: from memory when they fit the memory budget
+        (read and encoded once per process, however many evaluations the job runs)."""
+        if self._fits(self.eval_rows):
+            table = self._table(self.eval, self.eval_selection, self.eval_rows)
+            return tf.data.Dataset.from_tensor_slices(table).batch(EVAL_BATCH_SIZE)
         return self._pipeline(self.eval).encoded(self.eval_selection)
 
     def eval_raw(self, *, with_weight: bool = False) -> tf.data.Dataset:
@@ -78,12 +93,14 @@ class JobInput:
 
     def train_encoded(self) -> tf.data.Dataset:
         """One pass over the training rows (for selection on the training data)."""
+        if self.is_cached(readers=1):
+            table = self._table(self.train_source, self.train_selection(), self.train_rows)
+            return tf.data.Dataset.from_tensor_slices(table).batch(EVAL_BATCH_SIZE)
         return self._pipeline(self.train_source).encoded(self.train_selection())
 
     def is_cached(self, readers: int) -> bool:
         """Whether a reader's share of the encoded training rows fits the memory budget."""
-        share = math.ceil(self.train_rows / max(readers, 1))
-        return share * self.schema.bytes_per_example() <= self.options.cache_bytes
+        return self._fits(math.ceil(self.train_rows / max(readers, 1)))
 
     def training(
         self,
@@ -93,8 +110,20 @@ class JobInput:
         batch_size: int,
         seed: int,
         in_process: bool = True,
+        derived: Derived | None = None,
     ) -> tf.data.Dataset:
-        """Endless shuffled training batches for one of `readers` readers (see Pipeline)."""
+        """Endless shuffled training batches for one of `readers` readers (see Pipeline).
+        In this process (not a parameter-server worker's dataset), a share that fits the
+        memory budget is read and encoded once and kept for every later iteration; the
+        `derived` columns are added to it when they fit the budget too."""
+        if in_process and self.is_cached(readers):
+            features, labels = self._table(
+                self.train_source, self.train_selection(shard), self.train_rows
+            )
+            share = math.ceil(self.train_rows / max(readers, 1))
+            if derived is not None and self._fits(share, derived.bytes_per_example):
+                features = derived(features)
+            return in_memory(tf.data.Dataset.from_tensors((features, labels)), batch_size, seed)
         return self._pipeline(self.train_source, in_process=in_process).training(
             self.train_selection(shard),
             batch_size=batch_size,
@@ -119,6 +148,21 @@ class JobInput:
 
     def _pipeline(self, source: Source, *, in_process: bool = True) -> Pipeline:
         return Pipeline(source, self.schema, self.options.bad_rows, in_process)
+
+    def _fits(self, rows: int, extra_bytes: int = 0) -> bool:
+        """Whether `rows` encoded rows (and `extra_bytes` more per row) fit the memory budget
+        (`--cache_mb`)."""
+        per_row = self.schema.bytes_per_example() + extra_bytes
+        return rows * per_row <= self.options.cache_bytes
+
+    def _table(self, source: Source, selection: Selection, rows: int) -> tuple:
+        """The rows `selection` takes of `source` (at most `rows`), encoded, as tensors this
+        process keeps: read once, the first time they are asked for."""
+        key = (source, selection)
+        if key not in self._tables:
+            table = self._pipeline(source).table(selection, rows=rows)
+            self._tables[key] = table.get_single_element()
+        return self._tables[key]
 
 
 def prepare(

@@ -54,6 +54,25 @@ def _untuned(dataset: tf.data.Dataset) -> tf.data.Dataset:
     return dataset.with_options(options)
 
 
+@dataclasses.dataclass(frozen=True)
+class Derived:
+    """Columns computed from an in-memory table's encoded rows once, then batched with them:
+    `fn(features of some rows) -> {key: a tensor, or a tuple of them, per row}`, and the
+    memory they take per row."""
+
+    fn: Callable[[dict], dict]
+    bytes_per_example: int
+
+    def __call__(self, features: dict, *, chunk: int = EVAL_BATCH_SIZE) -> dict:
+        """`features` with the derived columns, computed `chunk` rows at a time."""
+        rows = int(tf.shape(features["dense"])[0])
+        parts = [
+            self.fn({k: v[start : start + chunk] for k, v in features.items()})
+            for start in range(0, rows, chunk)
+        ]
+        return {**features, **tf.nest.map_structure(lambda *p: tf.concat(p, 0), *parts)}
+
+
 class Side(str, enum.Enum):
     """Which rows of a source with a hold-out a dataset takes."""
 
@@ -266,6 +285,12 @@ class Pipeline:
             deterministic=False,
         )
 
+    def table(self, selection: Selection, *, rows: int) -> tf.data.Dataset:
+        """The selected rows (at most `rows`), encoded, as one element `(features, labels)`:
+        read in the files' order, so that the same seed permutes them the same way."""
+        encoded = self.encoded(selection, batch_size=PARSE_BLOCK_ROWS, deterministic=True)
+        return encoded.rebatch(max(rows, 1)).take(1)
+
     def _pass(
         self, selection: Selection, fn: Callable, *, batch_size: int, deterministic: bool
     ) -> tf.data.Dataset:
@@ -295,13 +320,7 @@ class Pipeline:
         `shuffle_buffer` rows is shuffled whole.
         """
         if cache_rows is not None:
-            # Read in a fixed order: the same seed gives the same batches.
-            return _in_memory(
-                self.encoded(selection, batch_size=PARSE_BLOCK_ROWS, deterministic=True),
-                rows=cache_rows,
-                batch_size=batch_size,
-                seed=seed,
-            )
+            return in_memory(self.table(selection, rows=cache_rows).cache(), batch_size, seed)
         files = (
             selection.files(self.source)
             .shuffle(len(self.source.files), seed=seed, reshuffle_each_iteration=True)
@@ -337,12 +356,10 @@ class Pipeline:
         )
 
 
-def _in_memory(
-    encoded: tf.data.Dataset, *, rows: int, batch_size: int, seed: int
-) -> tf.data.Dataset:
-    """All of `encoded` as one cached element, then endless batches gathered from it in a
-    new permutation per epoch (epoch e of seed s permutes with the stateless seed (s, e))."""
-    table = encoded.unbatch().batch(max(rows, 1)).take(1).cache()
+def in_memory(table: tf.data.Dataset, batch_size: int, seed: int) -> tf.data.Dataset:
+    """Endless batches gathered from `table`'s one element (`Pipeline.table`, cached, or its
+    tensors held by the process), in a new permutation per epoch (epoch e of seed s permutes
+    with the stateless seed (s, e))."""
 
     def epoch(data, number):
         features, labels = data
@@ -353,7 +370,7 @@ def _in_memory(
         )
         batches = tf.reshape(order[: steps * batch_size], [steps, batch_size])
         return tf.data.Dataset.from_tensor_slices(batches).map(
-            lambda i: ({k: tf.gather(v, i) for k, v in features.items()}, tf.gather(labels, i))
+            lambda i: tf.nest.map_structure(lambda v: tf.gather(v, i), (features, labels))
         )
 
     return (
