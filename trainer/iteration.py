@@ -258,10 +258,9 @@ class Iteration:
         if self.previous is None:
             return None
         members = [m.subnetwork for m in self.previous.members]
-
-        def outputs(features):
-            return {PREVIOUS_OUTPUTS: tuple(m(features, training=False) for m in members)}
-
+        outputs = compile_encoded(  # traced once, not run op by op on every chunk
+            lambda features: {PREVIOUS_OUTPUTS: tuple(m(features) for m in members)}, self.inputs
+        )
         width = sum(m.last_layer_dim + self.head.logits_dimension for m in members)
         return Derived(outputs, bytes_per_example=4 * width)
 

@@ -159,7 +159,7 @@ def test_a_job_reads_and_encodes_a_table_that_fits_in_memory_once(tmp_path, monk
     evaluations and iterations ask for them, and give the rows the files give."""
     streamed = _dense_rows(_job_input(tmp_path, cache_mb=0).eval_encoded())
     data = _job_input(tmp_path)
-    reads = collections.Counter()
+    reads: collections.Counter[Side] = collections.Counter()
     table = Pipeline.table
 
     def counted(self, selection, *, rows):
