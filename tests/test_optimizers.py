@@ -58,23 +58,41 @@ def test_a_rate_scale_steps_as_that_multiple_of_the_learning_rate(name):
 
 @pytest.mark.parametrize("name", OPTIMIZER_NAMES)
 def test_steps_on_tensors_then_written_back_equal_steps_on_variables(name):
-    on_variables = tf.Variable(START)
-    stepwise = Optimizer(name, learning_rate=0.01, variables=[on_variables], weight_decay=0.3)
-    for grad in GRADS:
-        stepwise.apply([tf.constant(grad)], [on_variables])
+    """Variables of several shapes and rate scales (a step on tensors runs over all of them
+    flattened into one vector) end where steps on the variables themselves end."""
+    scales = [1.0, 3.0, 0.5]
 
-    on_tensors = tf.Variable(START)
-    chunked = Optimizer(name, learning_rate=0.01, variables=[on_tensors], weight_decay=0.3)
-    values, state = [tf.identity(on_tensors)], chunked.read([on_tensors])
-    for grad in GRADS:
-        values, state = chunked.update(values, [tf.constant(grad)], state, variables=[on_tensors])
-    on_tensors.assign(values[0])
-    chunked.write([on_tensors], state, steps_taken=tf.constant(len(GRADS), tf.int64))
+    def made():
+        return [tf.Variable(START), tf.Variable(START[0]), tf.Variable(START[1, 0])]
 
-    np.testing.assert_allclose(on_tensors.numpy(), on_variables.numpy(), rtol=1e-6)
+    def grads(grad):
+        return [tf.constant(grad), tf.constant(-grad[1]), tf.constant(grad[0, 1])]
+
+    on_variables = made()
+    stepwise = Optimizer(
+        name, learning_rate=0.01, variables=on_variables, weight_decay=0.3, rate_scales=scales
+    )
+    for grad in GRADS:
+        stepwise.apply(grads(grad), on_variables)
+
+    on_tensors = made()
+    chunked = Optimizer(
+        name, learning_rate=0.01, variables=on_tensors, weight_decay=0.3, rate_scales=scales
+    )
+    values, state = [tf.identity(v) for v in on_tensors], chunked.read(on_tensors)
+    for grad in GRADS:
+        values, state = chunked.update(values, grads(grad), state, variables=on_tensors)
+    for variable, value in zip(on_tensors, values):
+        variable.assign(value)
+    chunked.write(on_tensors, state, steps_taken=tf.constant(len(GRADS), tf.int64))
+
     assert int(chunked.steps.numpy()) == int(stepwise.steps.numpy())
-    for a, b in zip(chunked.slots[id(on_tensors)], stepwise.slots[id(on_variables)]):
-        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-6)
+    for ours, theirs in zip(on_tensors, on_variables):
+        assert ours.shape == theirs.shape
+        np.testing.assert_allclose(ours.numpy(), theirs.numpy(), rtol=1e-6)
+        for a, b in zip(chunked.slots[id(ours)], stepwise.slots[id(theirs)]):
+            np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-6)
+    assert not np.allclose(on_tensors[1].numpy(), START[0])  # every variable moved
 
 
 def test_an_unknown_optimizer_is_refused_by_name():

@@ -27,6 +27,7 @@ from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
 import keras
+import numpy as np
 import tensorflow as tf
 
 from trainer.config import OPTIMIZER_NAMES
@@ -93,17 +94,32 @@ def cosine_decay(progress: tf.Tensor, steps: int) -> tf.Tensor:
     return 0.5 * (1.0 + tf.cos(math.pi * done))
 
 
+def _flat(tensors: Sequence) -> tf.Tensor:
+    """`tensors` (or variables) flattened and joined into one float32 vector."""
+    if not tensors:
+        return tf.zeros([0])
+    return tf.concat([tf.reshape(t, [-1]) for t in tensors], axis=0)
+
+
+def _unflat(flat: tf.Tensor, variables: Sequence) -> list[tf.Tensor]:
+    """`flat` (from `_flat`) split back into tensors of `variables`' shapes."""
+    shapes = [tuple(v.shape) for v in variables]
+    parts = tf.split(flat, [math.prod(shape) for shape in shapes])
+    return [tf.reshape(part, shape) for part, shape in zip(parts, shapes)]
+
+
 def tf_variable(variable) -> tf.Variable:
     """The tf.Variable of a Keras variable (outside a `keras.StatelessScope`), or `variable`."""
     return variable.value if isinstance(variable, keras.Variable) else variable
 
 
 class State(NamedTuple):
-    """An optimizer's state as tensors: the steps taken, and each variable's slots (a
+    """An optimizer's state as tensors: the steps taken, and each slot of every variable
+    flattened into one vector (the variables' values one after the other, in their order; a
     NamedTuple, so a compiled loop carries it as it is)."""
 
     steps: tf.Tensor
-    slots: tuple[tuple[tf.Tensor, ...], ...]
+    slots: tuple[tf.Tensor, ...]
 
 
 class Optimizer:
@@ -154,11 +170,17 @@ class Optimizer:
         return new_value, slots
 
     # -- on tensors -----------------------------------------------------------------------
+    # The rules are elementwise, so a step on tensors runs once over all the variables'
+    # values flattened into one vector: a dozen ops per step instead of a dozen per variable
+    # (on census, op overhead is most of a step's time and of tracing the loop).
     def read(self, variables: Sequence) -> State:
         """The state of `variables`' slots now."""
         return State(
             tf.identity(self.steps),
-            tuple(tuple(tf.identity(s) for s in self.slots[id(v)]) for v in variables),
+            tuple(
+                _flat([self.slots[id(v)][j] for v in variables])
+                for j in range(len(self._kind.slots))
+            ),
         )
 
     def update(
@@ -172,22 +194,37 @@ class Optimizer:
     ) -> tuple[list[tf.Tensor], State]:
         """One step on tensors (the values of `variables`) at `scale` times the learning rate:
         the new values and state."""
+        if not variables:
+            return list(values), state
         steps = state.steps + 1
-        step = tf.cast(steps, tf.float32)
-        new_values, new_slots = [], []
-        for value, grad, slots, variable in zip(values, grads, state.slots, variables):
-            value, slots = self._step(value, grad, slots, step, self._rate(variable, scale))
-            new_values.append(value)
-            new_slots.append(tuple(slots))
-        return new_values, State(steps, tuple(new_slots))
+        rate = self.learning_rate * scale * self._flat_rate_scales(variables)
+        value, slots = self._step(
+            _flat(values),
+            _flat([tf.convert_to_tensor(g) for g in grads]),
+            state.slots,
+            tf.cast(steps, tf.float32),
+            rate,
+        )
+        return _unflat(value, variables), State(steps, tuple(slots))
 
     def write(self, variables: Sequence, state: State, *, steps_taken: tf.Tensor) -> None:
         """Stores `state` (reached after `steps_taken` steps from what `read` gave) for
         `variables`. Steps add up; slots are the last writer's, as a worker's chunk ends."""
         self.steps.assign_add(steps_taken)
-        for variable, slots in zip(variables, state.slots):
-            for slot, value in zip(self.slots[id(variable)], slots):
-                slot.assign(value)
+        if not variables:
+            return
+        for j, flat in enumerate(state.slots):
+            for variable, value in zip(variables, _unflat(flat, variables)):
+                self.slots[id(variable)][j].assign(value)
+
+    def _flat_rate_scales(self, variables: Sequence) -> tf.Tensor | float:
+        """Each value's rate scale, as one vector beside the flattened values (a number when
+        they are all the same)."""
+        scales = [self._rate_scales[id(v)] for v in variables]
+        if len(set(scales)) == 1:
+            return scales[0]
+        sizes = [math.prod(v.shape) for v in variables]
+        return tf.constant(np.repeat(np.asarray(scales, np.float32), sizes))
 
     # -- on variables ---------------------------------------------------------------------
     def apply(
