@@ -21,7 +21,6 @@ import contextlib
 import dataclasses
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -45,8 +44,13 @@ def free_port() -> int:
 
 
 def _command(process: subprocess.Popen) -> str:
+    """The start of the process's command line (past the launcher)."""
     args = process.args
-    return " ".join(map(str, args[:3])) if isinstance(args, (list, tuple)) else str(args)
+    if not isinstance(args, list):
+        return str(args)
+    if args[1:3] == ["-c", _LAUNCHER]:
+        args = args[4:]
+    return " ".join(map(str, args[:3]))
 
 
 def _wait_for_port(port: int, process: subprocess.Popen, log: Path, timeout: float) -> None:
@@ -77,13 +81,30 @@ def _stop(process: subprocess.Popen) -> None:
             process.wait(timeout=5)
 
 
-def _die_with_parent() -> None:
-    """In the child before exec: get SIGTERM when the test process dies, even by SIGKILL,
-    so that no emulator or proxy outlives a killed test run (Linux; elsewhere a no-op)."""
-    if sys.platform.startswith("linux"):
-        import ctypes
+# Run in the child before the real program: asks for SIGTERM when the test process dies (even
+# by SIGKILL), so no emulator or proxy outlives a killed test run, then execs the program. A
+# launcher rather than Popen's preexec_fn: with a preexec_fn Popen forks, and a fork while
+# this process's gRPC threads (the BigQuery client's) are busy can abort the child.
+_LAUNCHER = (
+    "import ctypes, os, signal, sys\n"
+    "ctypes.CDLL('libc.so.6', use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG\n"
+    "if os.getppid() != int(sys.argv[1]):\n"
+    "    sys.exit('the test process is gone')\n"
+    "os.execv(sys.argv[2], sys.argv[2:])\n"
+)
 
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+def _start(command: list[str], log: Path) -> subprocess.Popen:
+    """Starts `command` from the repo root, its output in `log`; on Linux it gets SIGTERM
+    when this process dies."""
+    if sys.platform.startswith("linux"):
+        command = [sys.executable, "-c", _LAUNCHER, str(os.getpid()), *command]
+    return subprocess.Popen(
+        command,
+        cwd=REPO,
+        stdout=open(log, "w"),  # noqa: SIM115 (the process owns it)
+        stderr=subprocess.STDOUT,
+    )
 
 
 def _mitmdump() -> str:
@@ -157,47 +178,37 @@ def running_gcs() -> Iterator[GcsServer]:
     try:
         emulator_log = workdir / "emulator.log"
         processes.append(
-            subprocess.Popen(
+            _start(
                 [sys.executable, "-m", "tests.gcs_emulator", f"--port={emulator_port}"],
-                cwd=REPO,
-                stdout=open(emulator_log, "w"),  # noqa: SIM115 (the process owns it)
-                stderr=subprocess.STDOUT,
-                preexec_fn=_die_with_parent,
+                emulator_log,
             )
         )
         proxy_log = workdir / "proxy.log"
         confdir = workdir / "mitmproxy"
-        processes.append(
-            subprocess.Popen(
-                [
-                    _mitmdump(),
-                    "--quiet",
-                    "--listen-host",
-                    "127.0.0.1",
-                    "--listen-port",
-                    str(proxy_port),
-                    "--set",
-                    f"confdir={confdir}",
-                    # Never resolve or dial the real hosts: the addon picks the upstream.
-                    "--set",
-                    "connection_strategy=lazy",
-                    "--set",
-                    "upstream_cert=false",
-                    # libcurl sends some uploads chunked *and* with a Content-Length; the emulator
-                    # wrapper de-chunks them.
-                    "--set",
-                    "validate_inbound_headers=false",
-                    "-s",
-                    str(REPO / "tests" / "gcs_proxy.py"),
-                    "--set",
-                    f"gcs_emulator=127.0.0.1:{emulator_port}",
-                ],
-                cwd=REPO,
-                stdout=open(proxy_log, "w"),  # noqa: SIM115 (the process owns it)
-                stderr=subprocess.STDOUT,
-                preexec_fn=_die_with_parent,
-            )
-        )
+        proxy = [
+            _mitmdump(),
+            "--quiet",
+            "--listen-host",
+            "127.0.0.1",
+            "--listen-port",
+            str(proxy_port),
+            "--set",
+            f"confdir={confdir}",
+            # Never resolve or dial the real hosts: the addon picks the upstream.
+            "--set",
+            "connection_strategy=lazy",
+            "--set",
+            "upstream_cert=false",
+            # libcurl sends some uploads chunked *and* with a Content-Length; the emulator
+            # wrapper de-chunks them.
+            "--set",
+            "validate_inbound_headers=false",
+            "-s",
+            str(REPO / "tests" / "gcs_proxy.py"),
+            "--set",
+            f"gcs_emulator=127.0.0.1:{emulator_port}",
+        ]
+        processes.append(_start(proxy, proxy_log))
         _wait_for_port(emulator_port, processes[0], emulator_log, timeout=30)
         _wait_for_port(proxy_port, processes[1], proxy_log, timeout=30)
         yield GcsServer(

@@ -275,7 +275,9 @@ def test_a_restarted_chief_resumes_without_losing_finished_work(tmp_path):
     with Job(tmp_path, shape, "--placement=replication") as job:
         record = job.dir / "checkpoints" / "iteration-0.json"
         job.wait_for_file(record)
-        job.wait_for_line("chief", "iteration 1 step")
+        # The index a checkpoint manager writes last: iteration 1 has a whole checkpoint (its
+        # progress line comes just before the save, so killing on the line could beat it).
+        job.wait_for_file(job.dir / "checkpoints" / "iteration-1" / "checkpoint")
         finished = record.read_bytes()
         job.cluster.process("chief").send_signal(signal.SIGKILL)
         job.cluster.process("chief").wait(timeout=30)
