@@ -61,11 +61,12 @@ def _raw(address: tuple, data: bytes) -> bytes:
 def _assert_close(got: list[dict], expected: list[dict]) -> None:
     """Predictions equal up to float rounding: a batch of another size may sum in another
     order, and float32 sums whose terms reach magnitude 10 (this model's logits do) differ by
-    a few 1e-6 absolute even where the result is near 0 (2.4e-6 seen on an AVX-512 machine)."""
+    a few 1e-6 absolute even where the result is near 0 (2.4e-6 seen on an AVX-512 machine);
+    a probability, at most a quarter of its logit's difference."""
     assert [g["classes"] for g in got] == [e["classes"] for e in expected]
-    for name in ("probabilities", "logits"):
+    for name, atol in (("probabilities", 1e-6), ("logits", 1e-5)):
         np.testing.assert_allclose(
-            [g[name] for g in got], [e[name] for e in expected], rtol=1e-5, atol=1e-5
+            [g[name] for g in got], [e[name] for e in expected], rtol=1e-5, atol=atol
         )
 
 
