@@ -12,7 +12,8 @@ same 16,281 test rows, so a difference in accuracy is a count of rows one gets r
 other wrong (b and c), and its paired standard error is sqrt(b + c - (b - c)^2 / n) / n
 (McNemar's). The table also gives each accuracy's own binomial standard error and how many test
 rows each run is from 0.872, issue 12's census target: what a difference of a few rows means
-against the noise of the test set itself.
+against the noise of the test set itself. Last, the accuracy of our runs' probabilities
+averaged, 2 at a time up to all of them: how far averaging whole searches moves it.
 
 Figures go to --out (JSON) and a table to stdout.
 """
@@ -20,6 +21,7 @@ Figures go to --out (JSON) and a table to stdout.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import math
 import os
@@ -48,8 +50,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def ours(seed: int, test: quality.Split) -> tuple[np.ndarray, float]:
-    """The exported model's predicted classes on the test rows, and the run's wall seconds."""
+def ours(seed: int, test: quality.Split) -> tuple[np.ndarray, np.ndarray, float]:
+    """The exported model's class probabilities on the test rows (a row each), the classes of
+    their columns (`report.json`'s) and the run's wall seconds."""
     import tensorflow as tf
 
     with tempfile.TemporaryDirectory(prefix="bench-paired-") as job_dir:
@@ -61,12 +64,39 @@ def ours(seed: int, test: quality.Split) -> tuple[np.ndarray, float]:
             capture_output=True,
         )
         wall = time.perf_counter() - started
+        with open(os.path.join(job_dir, "report.json")) as f:
+            classes = json.load(f)["classes"]
         serving = tf.saved_model.load(os.path.join(job_dir, "model")).signatures["serving_default"]
         signature = serving.structured_input_signature[1]
-        classes = [
-            serving(**batch)["classes"].numpy() for batch in quality.model_inputs(test, signature)
+        probabilities = np.concatenate(
+            [
+                serving(**batch)["probabilities"].numpy()
+                for batch in quality.model_inputs(test, signature)
+            ]
+        )
+    return probabilities, np.array(classes), wall
+
+
+def averaged(probabilities: list[np.ndarray], classes: np.ndarray, truth: np.ndarray) -> list:
+    """Accuracy of the mean probabilities of every k of our runs (k = 2 .. all): mean, lowest
+    and highest over the combinations. What averaging independent searches (bagging whole
+    searches) would gain."""
+    rows = []
+    for k in range(2, len(probabilities) + 1):
+        accuracies = [
+            float(np.mean(classes[np.mean(combo, axis=0).argmax(axis=1)] == truth))
+            for combo in itertools.combinations(probabilities, k)
         ]
-    return np.concatenate(classes).astype(str), wall
+        rows.append(
+            {
+                "runs": k,
+                "combinations": len(accuracies),
+                "accuracy_mean": sum(accuracies) / len(accuracies),
+                "accuracy_min": min(accuracies),
+                "accuracy_max": max(accuracies),
+            }
+        )
+    return rows
 
 
 def single(right: np.ndarray) -> dict:
@@ -135,6 +165,13 @@ def table(result: dict) -> str:
         f"({summary['hgb_at_target']} of {len(result['hgb'])}); mean paired difference "
         f"{summary['mean_difference']:+.4f}"
     )
+    for row in result["averaged"]:
+        lines.append(
+            f"mean probabilities of {row['runs']} of our runs "
+            f"({row['combinations']} way{'s' if row['combinations'] > 1 else ''}): "
+            f"accuracy {row['accuracy_mean']:.4f} ({row['accuracy_min']:.4f}-"
+            f"{row['accuracy_max']:.4f})"
+        )
     return "\n".join(lines)
 
 
@@ -148,10 +185,11 @@ def main(argv=None) -> None:
     for seed in (int(s) for s in args.hgb_seeds.split(",")):
         model = quality.baseline("hgb", census, seed).fit(x_train, census.train.label)
         hgb_right[seed] = model.predict(x_test) == truth
-    runs = []
+    runs, probabilities = [], []
     for seed in (int(s) for s in args.seeds.split(",")):
-        predicted, wall = ours(seed, census.test)
-        right = predicted == truth
+        probability, classes, wall = ours(seed, census.test)
+        probabilities.append(probability)
+        right = classes[probability.argmax(axis=1)] == truth
         run = {"seed": seed, "wall_seconds": wall, **single(right)}
         run["vs_hgb"] = [{"hgb_seed": s, **paired(right, h)} for s, h in hgb_right.items()]
         runs.append(run)
@@ -164,6 +202,7 @@ def main(argv=None) -> None:
         "hgb": [{"seed": s, **single(h)} for s, h in hgb_right.items()],
     }
     result["summary"] = summarize(result)
+    result["averaged"] = averaged(probabilities, classes, truth)
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
     with open(args.out, "w") as f:
         json.dump(result, f, indent=1)
