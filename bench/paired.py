@@ -139,7 +139,7 @@ def summarize(result: dict) -> dict:
 
 def table(result: dict) -> str:
     hgb_seeds = [h["seed"] for h in result["hgb"]]
-    head = f"{'run':>10} {'accuracy':>9} {'right':>7} {'se':>7} {'to 0.872':>9}"
+    head = f"{'run':>10} {'accuracy':>9} {'right':>7} {'se':>7} {'to ' + str(TARGET):>9}"
     lines = [head + "".join(f" {'vs hgb ' + str(s):>16}" for s in hgb_seeds)]
     for run in result["ours"]:
         cells = "".join(
@@ -156,12 +156,12 @@ def table(result: dict) -> str:
         )
     summary = result["summary"]
     lines.append(
-        f"{result['test_rows']:,} test rows; 'to 0.872': rows more that a run needs right; "
+        f"{result['test_rows']:,} test rows; 'to {TARGET}': rows more that a run needs right; "
         "'vs hgb': our accuracy minus HGB's (paired standard error)"
     )
     lines.append(
         f"mean accuracy: ours {summary['ours_mean']:.4f} ({summary['ours_at_target']} of "
-        f"{len(result['ours'])} seeds at 0.872), HGB {summary['hgb_mean']:.4f} "
+        f"{len(result['ours'])} seeds at {TARGET}), HGB {summary['hgb_mean']:.4f} "
         f"({summary['hgb_at_target']} of {len(result['hgb'])}); mean paired difference "
         f"{summary['mean_difference']:+.4f}"
     )
