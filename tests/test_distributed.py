@@ -140,11 +140,24 @@ def test_round_robin_with_parameter_servers_and_an_evaluator(tmp_path):
             names[0]: [0],
             names[1]: [1],
         }
-    # The evaluator evaluated checkpoints of both iterations, outside the cluster.
-    for t in (0, 1):
+    # The evaluator, outside the cluster, evaluated both iterations: periodic checkpoints (from
+    # any step, a subnetwork perhaps still untrained) and last the frozen chosen ensemble, with
+    # the metrics the chief recorded for it on the same eval rows.
+    for record in report["iterations"]:
+        t = record["iteration"]
         evaluations = json.loads((job.dir / "eval" / f"iteration-{t}.json").read_text())
-        assert evaluations and all(e["iteration"] == t for e in evaluations)
-        assert all(0.5 < m["accuracy"] <= 1 for e in evaluations for m in e["candidates"].values())
+        assert all(e["iteration"] == t for e in evaluations)
+        assert all(0 <= m["accuracy"] <= 1 for e in evaluations for m in e["candidates"].values())
+        *periodic, last = evaluations
+        assert last["checkpoint"] == str(job.dir / "checkpoints" / f"frozen-{t}" / "ensemble")
+        assert last["subnetwork_steps"] == {s["name"]: s["steps"] for s in record["subnetworks"]}
+        [(name, metrics)] = last["candidates"].items()
+        chosen = next(c for c in record["candidates"] if c["name"] == record["chosen"])
+        assert name == chosen["name"]
+        assert metrics == pytest.approx(chosen["eval"], abs=1e-4)
+        for e in periodic:
+            assert set(e["subnetwork_steps"]) == set(last["subnetwork_steps"])
+            assert e["step"] <= record["steps"]
     # Each worker read its own half of the census rows (one file: split by line number).
     readers = report["input"]["readers"]
     assert set(readers) == {"worker 0", "worker 1"}

@@ -367,6 +367,8 @@ def test_an_evaluator_started_after_the_job_evaluates_each_finished_iteration(
         assert evaluation["step"] == record["steps"]
         [(name, metrics)] = evaluation["candidates"].items()
         assert name == record["chosen"] and 0.5 < metrics["accuracy"] <= 1
+        chosen = next(c for c in record["candidates"] if c["name"] == name)
+        assert metrics == pytest.approx(chosen["eval"], abs=1e-4)
         assert list((job / "logs" / f"iteration-{t}" / name / "eval").glob("events.*"))
     assert "the job is complete after 2 evaluations" in result.stderr
     again = run_task(args, env=evaluator)

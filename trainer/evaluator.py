@@ -6,10 +6,12 @@ iteration. It rebuilds the models from the schema and the flags, and reads only 
 (streamed, each once per evaluation); it never reads the training data (unless the eval rows
 are held out of it). For each new checkpoint it computes every candidate's and every new
 subnetwork's eval metrics and writes them to `eval/iteration-<t>.json` (one entry per
-checkpoint) and to TensorBoard (`logs/iteration-<t>/<candidate>/eval`). An iteration that
-finished before any of its checkpoints was evaluated (the evaluator started late, or the
-iteration was short) is evaluated once from its frozen chosen ensemble, so every iteration has
-its evaluation. It stops once the chief's report says the job is complete.
+checkpoint) and to TensorBoard (`logs/iteration-<t>/<candidate>/eval`). Each finished
+iteration's entries end with one evaluation of its frozen chosen ensemble, the metrics of what
+the iteration kept (a periodic checkpoint may be from any step, even before a subnetwork has
+trained; under round-robin placement the ensemble's and the subnetworks' steps differ, so each
+entry gives both). An evaluator that starts late, or restarts, adds only the closing entries
+still missing. It stops once the chief's report says the job is complete.
 """
 
 from __future__ import annotations
@@ -38,9 +40,9 @@ class _Evaluator:
 def run(
     config: RunConfig, *, poll_secs: float = 5.0, timeout_secs: float | None = None
 ) -> list[dict]:
-    """The evaluator replica: evaluates each iteration's checkpoints as the chief writes them
-    (and once, from its frozen choice, each finished iteration it missed) until the job is
-    complete, publishing `JOB_DIR/eval/iteration-<t>.json` and TensorBoard events.
+    """The evaluator replica: evaluates each iteration's checkpoints as the chief writes them,
+    and each finished iteration once from its frozen choice, until the job is complete,
+    publishing `JOB_DIR/eval/iteration-<t>.json` and TensorBoard events.
 
     Args:
         config: the run's settings, the same flags as the chief's.
@@ -63,13 +65,13 @@ def run(
     evaluator = _Evaluator(job, data, Models(config, data.schema))
     evaluations, seen = [], set()
     iterations: dict[int, object] = {}  # built once per iteration; checkpoints are read in
-    finished = 0  # the finished iterations known to have an evaluation on disk
+    finished = 0  # the finished iterations known to have their closing evaluation on disk
     while True:
         complete = _is_complete(job)
         records = job.records()
         t = len(records)
         for i in range(finished, t):
-            if not tf.io.gfile.exists(_eval_path(job, i)):  # missed while it ran
+            if not _closed(job, i):
                 evaluation_ = _evaluate_frozen(evaluator, records[: i + 1])
                 evaluations.append(evaluation_)
                 _publish(job, i, evaluation_)
@@ -108,6 +110,10 @@ def _evaluate(evaluator: _Evaluator, iteration, checkpoint: str) -> dict | None:
     result = {
         "iteration": iteration.number,
         "step": int(iteration.step.numpy()),
+        "subnetwork_steps": {
+            s.name: int(n)
+            for s, n in zip(iteration.subnetworks, iteration.subnetwork_steps.numpy())
+        },
         "checkpoint": checkpoint,
         "examples": evaluated.examples,
         "candidates": {
@@ -131,6 +137,7 @@ def _evaluate_frozen(evaluator: _Evaluator, records: list[IterationRecord]) -> d
     result = {
         "iteration": record.iteration,
         "step": record.steps,
+        "subnetwork_steps": {s.name: s.steps for s in record.subnetworks},
         "checkpoint": evaluator.job.frozen_prefix(record.iteration),
         "examples": metrics.count,
         "candidates": {record.chosen: finite_metrics(metrics.result())},
@@ -164,6 +171,15 @@ def _summarize(job: job_dir_lib.JobDir, evaluation: dict) -> None:
 
 def _eval_path(job: job_dir_lib.JobDir, t: int) -> str:
     return job_dir_lib.join(job.eval, f"iteration-{t}.json")
+
+
+def _closed(job: job_dir_lib.JobDir, t: int) -> bool:
+    """Whether finished iteration `t`'s evaluations already end with its frozen choice."""
+    path = _eval_path(job, t)
+    if not tf.io.gfile.exists(path):
+        return False
+    history = job_dir_lib.read_json(path)
+    return bool(history) and history[-1]["checkpoint"] == job.frozen_prefix(t)
 
 
 def _publish(job: job_dir_lib.JobDir, t: int, evaluation: dict) -> None:
