@@ -152,8 +152,8 @@ def test_round_robin_with_parameter_servers_and_an_evaluator(tmp_path):
         assert last["checkpoint"] == str(job.dir / "checkpoints" / f"frozen-{t}" / "ensemble")
         assert last["subnetwork_steps"] == {s["name"]: s["steps"] for s in record["subnetworks"]}
         [(name, metrics)] = last["candidates"].items()
-        chosen = next(c for c in record["candidates"] if c["name"] == record["chosen"])
-        assert name == chosen["name"]
+        assert name == record["chosen"]
+        chosen = next(c for c in record["candidates"] if c["name"] == name)
         assert metrics == pytest.approx(chosen["eval"], abs=1e-4)
         for e in periodic:
             assert set(e["subnetwork_steps"]) == set(last["subnetwork_steps"])
