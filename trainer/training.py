@@ -162,13 +162,21 @@ def feature_importance(
 
 
 def bad_rows(summary: Mapping) -> dict:
-    """The policy, and the bad rows of each file that had any."""
+    """The policy, the bad rows of each file that had any, and the files cut short (with
+    --bad_rows=skip: the line after which each one's tail was lost)."""
+    inputs = [summary[key] for key in ("train", "eval") if summary.get(key)]
     files = {
         key: {f["path"]: f["bad_rows"] for f in summary[key]["files"] if f["bad_rows"]}
         for key in ("train", "eval")
         if summary.get(key)
     }
-    return {"policy": summary.get("bad_rows"), "by_file": files}
+    lost = {
+        f["path"]: f["lost_tail_after_line"]
+        for data in inputs
+        for f in data["files"]
+        if "lost_tail_after_line" in f
+    }
+    return {"policy": summary.get("bad_rows"), "by_file": files, "lost_tails": lost}
 
 
 def _train(

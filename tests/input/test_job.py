@@ -59,6 +59,7 @@ def test_skipped_bad_rows_are_counted_per_file_in_the_report(tmp_path):
     assert report["input"]["bad_rows"] == {
         "policy": "skip",
         "by_file": {"train": {str(a): 1, str(b): 2}},
+        "lost_tails": {},
     }
     schema = json.loads((job / "schema.json").read_text())
     assert schema["input"]["train"]["rows"] == 597

@@ -4,10 +4,20 @@ A block is `(file, line, text)`: the index of its file in the `Source`, the line
 header being line 1; JSON Lines) or record (TFRecord) number of each row, and the row's text
 (a CSV line, a JSON line converted to one, or a serialized tf.Example). Keeping where each
 row came from costs two integers per row and lets every error name a file and a line.
+
+A compressed file that ends before its compressed stream does (cut short by an interrupted
+copy or writer) or whose stream is corrupt is never read as if whole: TensorFlow's own gzip
+reader returns what it could inflate without a word (a truncated `.csv.gz` read as half of its
+rows, the last one a fragment). Files read here in Python (`line_chunks`) are checked as they
+are inflated; the last, partial line is never a row. By default that raises `TruncatedInput`;
+a pass that skips bad rows (`lost_tails=True`) keeps the whole lines before the cut and notes
+the file (`lost_tail`), where the statistics pass finds it and reports it. Compressed
+TFRecord files, which TensorFlow reads, are checked whole by `check_compressed`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import zlib
 from collections.abc import Sequence
 
@@ -30,6 +40,7 @@ def blocks(
     deterministic: bool,
     in_process: bool = True,
     cycle: int | None = None,
+    lost_tails: bool = False,
 ) -> tf.data.Dataset:
     """Blocks `(file, line, text)` of the files that `files` yields as `(index, path)`,
     `parallel` files read at once (CSV headers left out), blocks of `cycle` files (default:
@@ -40,6 +51,9 @@ def blocks(
     `TextLineDataset`, which pays for every line (1M census lines: 0.96 against 2.6 CPU
     seconds). A dataset that runs elsewhere (a parameter-server worker's, built from a
     function the chief traces) cannot call back into Python: it reads with TextLineDataset.
+
+    A file read in Python that is cut short raises `TruncatedInput`, or with `lost_tails`
+    yields its whole lines and is noted (`lost_tail`; see the module doc).
     """
     if source.format == files_lib.TFRECORD:
         one_file = _record_blocks
@@ -59,10 +73,10 @@ def blocks(
                 f"{source.flag}={source.pattern}: JSON Lines files are converted in Python, "
                 "which a parameter-server worker's dataset cannot call."
             )
-        one_file = _jsonl_blocks(source.columns)
+        one_file = _jsonl_blocks(source.columns, lost_tails)
         parallel = 1  # one file at a time, as CSV chunks (the json fallback holds the GIL)
     elif in_process:
-        one_file = _chunk_blocks
+        one_file = _chunk_blocks(lost_tails)
         parallel = 1  # the chunks are cut under the GIL: one file at a time reads fastest
     else:
         one_file = _line_blocks
@@ -95,29 +109,37 @@ def _line_blocks(index: tf.Tensor, path: tf.Tensor) -> tf.data.Dataset:
     )
 
 
-def _chunk_blocks(index: tf.Tensor, path: tf.Tensor) -> tf.data.Dataset:
-    chunks = tf.data.Dataset.from_generator(
-        line_chunks,
-        args=(path,),
-        output_signature=(tf.TensorSpec([], tf.string), tf.TensorSpec([], tf.int64)),
-    )
+def _chunk_blocks(lost_tails: bool):
+    """fn(index, path) -> blocks of a CSV file read by `line_chunks`."""
 
-    def split(chunk, first_line):
-        lines = tf.strings.split(chunk, "\n")
-        numbers = first_line + tf.range(tf.size(lines, out_type=tf.int64))
-        data = numbers > 1  # not the header
-        return _located(index, tf.boolean_mask(numbers, data), tf.boolean_mask(lines, data))
+    def chunks(path: bytes):
+        yield from line_chunks(path, lost_tails=lost_tails)
 
-    return chunks.map(split)
+    def one_file(index: tf.Tensor, path: tf.Tensor) -> tf.data.Dataset:
+        data = tf.data.Dataset.from_generator(
+            chunks,
+            args=(path,),
+            output_signature=(tf.TensorSpec([], tf.string), tf.TensorSpec([], tf.int64)),
+        )
+
+        def split(chunk, first_line):
+            lines = tf.strings.split(chunk, "\n")
+            numbers = first_line + tf.range(tf.size(lines, out_type=tf.int64))
+            data = numbers > 1  # not the header
+            return _located(index, tf.boolean_mask(numbers, data), tf.boolean_mask(lines, data))
+
+        return data.map(split)
+
+    return one_file
 
 
-def _jsonl_blocks(columns: tuple[str, ...]):
+def _jsonl_blocks(columns: tuple[str, ...], lost_tails: bool):
     """fn(index, path) -> blocks of a JSON Lines file, each line converted to a CSV line
     (`jsonl.csv_chunks`); line 1 is the first object."""
     from trainer.input import jsonl
 
     def chunks(path: bytes):
-        yield from jsonl.csv_chunks(path, columns)
+        yield from jsonl.csv_chunks(path, columns, lost_tails=lost_tails)
 
     def one_file(index: tf.Tensor, path: tf.Tensor) -> tf.data.Dataset:
         data = tf.data.Dataset.from_generator(
@@ -146,23 +168,80 @@ def _compression(path: tf.Tensor) -> tf.Tensor:
 CHUNK_BYTES = 1 << 20
 
 
-def line_chunks(path: bytes | str):
+@dataclasses.dataclass(frozen=True)
+class LostTail:
+    """Where a compressed file stops being readable: after its line `lines` (its whole lines
+    before the cut; the header is line 1 of a CSV file), and why."""
+
+    path: str
+    lines: int
+    why: str
+
+    def describe(self) -> str:
+        return (
+            f"{self.path} {self.why}: its first {self.lines:,} lines are whole, the rest "
+            "of the file is lost (a copy or a writer that was interrupted?)"
+        )
+
+
+class TruncatedInput(InputError):
+    """A compressed input file that ends before its compressed stream does, or is corrupt."""
+
+    def __init__(self, tail: LostTail):
+        super().__init__(
+            f"{tail.describe()}. Copy or write the file again, or leave it out of the input."
+        )
+        self.tail = tail
+
+
+# Files read with `lost_tails=True` whose tail was lost, by path: the last read of each (a
+# read of the same path starts by forgetting it). See `lost_tail`.
+_lost: dict[str, LostTail] = {}
+
+
+def lost_tail(path: str) -> LostTail | None:
+    """Where the last read of `path` with `lost_tails=True` found it cut short (None: whole)."""
+    return _lost.get(path)
+
+
+class _Cut(Exception):
+    """Inside `line_chunks`: the compressed stream stops being readable here."""
+
+
+def line_chunks(path: bytes | str, *, lost_tails: bool = False):
     """(text of whole lines, the number of its first line) for a file, about `CHUNK_BYTES` of
     text at a time, decompressed if it ends in .gz (concatenated gzip members too); "\r\n"
-    line ends become "\n"."""
+    line ends become "\n".
+
+    A .gz file cut short or corrupt raises `TruncatedInput` after the whole lines before the
+    cut; with `lost_tails` it ends there instead and is noted (`lost_tail`).
+    The partial line at the cut is never yielded."""
     path = path.decode() if isinstance(path, bytes) else path
+    _lost.pop(path, None)
     line, pending = 1, b""
     with tf.io.gfile.GFile(path, "rb") as f:
-        for data in _decompressed(f, gzipped=path.endswith(".gz")):
-            pending += data
-            if len(pending) < CHUNK_BYTES:
-                continue
-            cut = pending.rfind(b"\n")
-            if cut < 0:
-                continue
-            text, pending = _lines(pending[: cut + 1]), pending[cut + 1 :]
-            yield text, line
-            line += text.count(b"\n") + 1
+        try:
+            for data in _decompressed(f, gzipped=path.endswith(".gz")):
+                pending += data
+                if len(pending) < CHUNK_BYTES:
+                    continue
+                cut = pending.rfind(b"\n")
+                if cut < 0:
+                    continue
+                text, pending = _lines(pending[: cut + 1]), pending[cut + 1 :]
+                yield text, line
+                line += text.count(b"\n") + 1
+        except _Cut as e:
+            whole = pending[: pending.rfind(b"\n") + 1]
+            if whole:
+                text = _lines(whole)
+                yield text, line
+                line += text.count(b"\n") + 1
+            tail = LostTail(path, line - 1, str(e))
+            if not lost_tails:
+                raise TruncatedInput(tail) from None
+            _lost[path] = tail
+            return
     if pending:
         yield _lines(pending), line
 
@@ -175,20 +254,48 @@ def _lines(text: bytes) -> bytes:
 
 
 def _decompressed(f, *, gzipped: bool):
-    """The bytes of an open file, in pieces of at most `CHUNK_BYTES` (inflated if `gzipped`)."""
+    """The bytes of an open file, in pieces of at most `CHUNK_BYTES` (inflated if `gzipped`:
+    every gzip member, zero bytes after one being padding, as `gzip` reads them). Raises
+    `_Cut`, after every byte before it, where a gzip stream is cut short or corrupt."""
     if not gzipped:
         while data := f.read(CHUNK_BYTES):
             yield data
         return
-    inflate = zlib.decompressobj(wbits=zlib.MAX_WBITS | 16)
-    while raw := f.read(CHUNK_BYTES):
-        while raw:
-            yield inflate.decompress(raw, CHUNK_BYTES)
-            raw = inflate.unconsumed_tail
-            if inflate.eof:  # a file of several gzip members: the next one starts here
-                raw = inflate.unused_data + raw
-                inflate = zlib.decompressobj(wbits=zlib.MAX_WBITS | 16)
-    yield inflate.flush()
+    inflate, started = zlib.decompressobj(wbits=zlib.MAX_WBITS | 16), False
+    try:
+        while raw := f.read(CHUNK_BYTES):
+            while raw:
+                if not started:
+                    raw = raw.lstrip(b"\0")
+                    if not raw:
+                        break
+                    started = True
+                yield inflate.decompress(raw, CHUNK_BYTES)
+                raw = inflate.unconsumed_tail
+                if inflate.eof:  # a file of several gzip members: the next one starts here
+                    raw = inflate.unused_data + raw
+                    inflate, started = zlib.decompressobj(wbits=zlib.MAX_WBITS | 16), False
+        if started:
+            yield inflate.flush()
+    except zlib.error as e:
+        raise _Cut(f"is not a whole gzip stream ({e})") from None
+    if started and not inflate.eof:
+        raise _Cut("ends before its gzip stream does")
+
+
+def check_compressed(path: str) -> str | None:
+    """Why a .gz file is not a whole gzip stream (None: it is, or it is not .gz), read through
+    once: for the files TensorFlow inflates itself (compressed TFRecord files), which it reads
+    as if whole when a cut falls between two records."""
+    if not path.endswith(".gz"):
+        return None
+    with tf.io.gfile.GFile(path, "rb") as f:
+        try:
+            for _ in _decompressed(f, gzipped=True):
+                pass
+        except _Cut as e:
+            return f"{path} {e}"
+    return None
 
 
 def indexed_files(source: Source, files: Sequence[int] | None = None) -> tf.data.Dataset:

@@ -87,12 +87,13 @@ def _first_keys(path: str, *, flag: str) -> dict[str, None]:
 
 
 # -- lines as CSV -----------------------------------------------------------------------------
-def csv_chunks(path: bytes | str, columns: tuple[str, ...]):
+def csv_chunks(path: bytes | str, columns: tuple[str, ...], *, lost_tails: bool = False):
     """(CSV lines of a chunk of the file's lines, the number of its first line), for
-    `blocks.blocks`: as many CSV lines as JSON lines, in the order of `columns`."""
+    `blocks.blocks`: as many CSV lines as JSON lines, in the order of `columns`. A file cut
+    short: as `blocks.line_chunks`."""
     from trainer.input import blocks
 
-    for text, first_line in blocks.line_chunks(path):
+    for text, first_line in blocks.line_chunks(path, lost_tails=lost_tails):
         if first_line == 1:
             text = text.removeprefix(b"\xef\xbb\xbf")
         yield to_csv(text, columns), first_line

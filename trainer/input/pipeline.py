@@ -163,6 +163,7 @@ class Pipeline:
             parallel=self._readers(len(self.source.files)),
             deterministic=deterministic,
             in_process=self.in_process,
+            lost_tails=self.bad_rows is BadRows.SKIP,
         )
 
     def _parse_fn(
@@ -333,6 +334,7 @@ class Pipeline:
             deterministic=False,
             in_process=self.in_process,
             cycle=min(len(self.source.files), _FILES_MIXED),
+            lost_tails=self.bad_rows is BadRows.SKIP,
         )
         encode = self._encode_fn(selection)
 

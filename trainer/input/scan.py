@@ -13,12 +13,14 @@ The weights of the rows used must not all be zero, in the training rows and in t
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import os
 from collections.abc import Callable, Iterator
 
 import numpy as np
 import tensorflow as tf
+from absl import logging
 
 from trainer import schema as schema_lib
 from trainer.errors import InputError
@@ -79,6 +81,7 @@ def _blocks(
         blocks_lib.indexed_files(source, files),
         parallel=_reader_threads(source),
         deterministic=True,
+        lost_tails=True,  # `_check_whole` reports them
     )
     if take_rows:  # whole blocks of 4,096: unbatching row by row costs more than parsing
         dataset = dataset.rebatch(4096).take(-(-take_rows // 4096))
@@ -96,6 +99,40 @@ def _blocks(
             f"{source.flag}: cannot read {source.pattern} as {what} "
             f"({type(e).__name__}: {e.message.splitlines()[0][:300]})."
         ) from None
+
+
+def _check_whole(source: Source, policy: BadRows) -> dict[str, int]:
+    """After a pass over `source`: its files that were cut short (or corrupt) stop the job,
+    or with `--bad_rows=skip` are reported as lost tails; returns {path: whole lines} of
+    those. A truncated file is never one bad row: its partial last line was not read."""
+    tails = [tail for path in source.files if (tail := blocks_lib.lost_tail(path))]
+    for tail in tails:
+        if policy is BadRows.ERROR:
+            raise InputError(
+                f"{source.flag}: {tail.describe()}. Copy or write it again, leave it out of "
+                f"{source.flag}, or pass --bad_rows=skip to use its whole lines."
+            )
+        logging.warning(
+            "%s: %s; its whole lines are used (--bad_rows=skip).", source.flag, tail.describe()
+        )
+    return {tail.path: tail.lines for tail in tails}
+
+
+def _check_compressed_records(source: Source) -> None:
+    """Compressed TFRecord files are inflated by TensorFlow, which reads one cut short between
+    two records as if whole: each is read through once first (in parallel)."""
+    if source.format != files_lib.TFRECORD:
+        return
+    compressed = [path for path in source.files if path.endswith(".gz")]
+    if not compressed:
+        return
+    with concurrent.futures.ThreadPoolExecutor(min(len(compressed), 8)) as pool:
+        for why in pool.map(blocks_lib.check_compressed, compressed):
+            if why:
+                raise InputError(
+                    f"{source.flag}: {why} (a copy or a writer that was interrupted?). Copy "
+                    f"or write it again, or leave it out of {source.flag}."
+                )
 
 
 def _sample_kinds(source: Source, choices: ColumnChoices) -> dict[str, Kind]:
@@ -154,6 +191,7 @@ def scan_training(
 ) -> Schema:
     """The schema of the training data, from one streaming pass over it."""
     schema_lib.check_choices(source.columns, choices, source=source.pattern)
+    _check_compressed_records(source)
     kinds = _sample_kinds(source, choices)
     numeric = tuple(n for n, k in kinds.items() if k is Kind.NUMERIC)
     categorical = tuple(n for n, k in kinds.items() if k is Kind.CATEGORICAL)
@@ -228,6 +266,7 @@ def scan_training(
             block["label_numbers"],
             block["label_is_number"],
         )
+    lost = _check_whole(source, bad_rows)
     log.check(bad_rows, choices.label, weight=choices.weight)
     if not rows.sum():
         raise InputError(f"{source.flag}: {', '.join(source.files[:5])} holds no data rows.")
@@ -280,7 +319,7 @@ def scan_training(
             )
     summary = {
         "bad_rows": bad_rows.value,
-        "train": _source_summary(source, rows, log.per_file, held if holdout else None),
+        "train": _source_summary(source, rows, log.per_file, lost, held if holdout else None),
         "holdout": dataclasses.asdict(holdout) if holdout else None,
         "statistics": {
             "quantile_sample": stats.QUANTILE_SAMPLE,
@@ -313,6 +352,7 @@ def scan_eval(source: Source, schema: Schema, *, bad_rows: BadRows) -> dict:
         source, Columns(schema.numeric_names, schema.categorical_names, label.name, weight)
     )
     classes = tf.constant(label.classes or ("",))
+    _check_compressed_records(source)
 
     def check(file, line, text):
         parsed = parser.parse(file, line, text)
@@ -340,21 +380,26 @@ def scan_eval(source: Source, schema: Schema, *, bad_rows: BadRows) -> dict:
         rows += np.bincount(block["files"], minlength=len(rows))
         if weight:
             total_weight += float(block["weights"].astype(np.float64).sum())
+    lost = _check_whole(source, bad_rows)
     log.check(bad_rows, label.name, label.classes, weight)
     if not rows.sum():
         raise InputError(f"{source.flag}: {', '.join(source.files[:5])} holds no data rows.")
     if weight:
         _check_weights(source, weight, total_weight, "rows")
-    return _source_summary(source, rows, log.per_file, None)
+    return _source_summary(source, rows, log.per_file, lost, None)
 
 
 def _source_summary(
-    source: Source, rows: np.ndarray, bad: np.ndarray, held: np.ndarray | None
+    source: Source, rows: np.ndarray, bad: np.ndarray, lost: dict[str, int], held: np.ndarray | None
 ) -> dict:
-    """Rows (usable), bad rows and held-out rows per file, and their totals."""
+    """Rows (usable), bad rows and held-out rows per file, and their totals; a file cut short
+    (`lost`: its whole lines) says after which line its tail was lost."""
     files = [
         {"path": p, "rows": int(r), "bad_rows": int(b)} for p, r, b in zip(source.files, rows, bad)
     ]
+    for entry in files:
+        if entry["path"] in lost:
+            entry["lost_tail_after_line"] = lost[entry["path"]]
     if held is not None:
         for entry, h in zip(files, held):
             entry["holdout_rows"] = int(h)
@@ -365,6 +410,8 @@ def _source_summary(
         "bad_rows": int(bad.sum()),
         "files": files,
     }
+    if lost:
+        summary["lost_tails"] = len(lost)
     if held is not None:
         summary["holdout_rows"] = int(held.sum())
     return summary
