@@ -22,7 +22,8 @@ import numpy as np
 
 from trainer.errors import InputError
 
-# Values that mean "missing" in a numeric column. Categorical columns keep them as a category.
+# Values that mean "missing" in a numeric column and in the label (a row without a label is a
+# bad row). Categorical columns keep them as a category.
 MISSING_TOKENS = frozenset(["", "?", "NA", "N/A", "NaN", "nan", "null", "NULL", "None"])
 
 # A column where at least this share of values parses as numbers, but not all, is a typo in

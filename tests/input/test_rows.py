@@ -129,13 +129,18 @@ def test_labels_as_canonical_text_and_numbers(tmp_path, labels, texts, numbers):
 
 
 def test_label_reasons(tmp_path):
-    parsed = parse(tmp_path, "x,y\n1,a\n1,\n1,?\n1,inf\n1,2\n", Columns(("x",), (), "y"))
+    parsed = parse(
+        tmp_path, "x,y\n1,a\n1,\n1,?\n1,inf\n1,2\n1,NA\n1, null\n1,NAN\n", Columns(("x",), (), "y")
+    )
     assert rows.label_reasons(parsed, regression=False).numpy().tolist() == [
         0,
         rows.LABEL_MISSING,
         rows.LABEL_MISSING,
         rows.LABEL_NOT_FINITE,
         0,
+        rows.LABEL_MISSING,
+        rows.LABEL_MISSING,
+        rows.LABEL_NOT_FINITE,  # not a token: a number, not finite
     ]
     assert rows.label_reasons(parsed, regression=True).numpy().tolist() == [
         rows.LABEL_NOT_A_NUMBER,
@@ -143,6 +148,9 @@ def test_label_reasons(tmp_path):
         rows.LABEL_MISSING,
         rows.LABEL_NOT_FINITE,
         0,
+        rows.LABEL_MISSING,
+        rows.LABEL_MISSING,
+        rows.LABEL_NOT_FINITE,
     ]
 
 

@@ -181,10 +181,27 @@ def test_non_finite_numeric_labels_are_errors(tmp_path, bad):
     assert "train.csv line 4" in str(info.value) and "'y'" in str(info.value)
 
 
-@pytest.mark.parametrize("labels", [["0", "1", ""], ["a", "", "b"], ["1.5", "?", "2.5"]])
+@pytest.mark.parametrize("labels", [["0", "1", ""], ["a", "", "b"]])
 def test_empty_labels_are_errors(tmp_path, labels):
     with pytest.raises(InputError, match="label column 'y' is empty at .*train.csv line"):
         infer(tmp_path, ["x", "y"], [[i, v] for i, v in enumerate(labels)])
+
+
+@pytest.mark.parametrize("token", ["?", "NA", " N/A ", "null", "NULL", "None", "NaN", "nan"])
+@pytest.mark.parametrize("labels", [["no", "yes"], ["1.5", "2.5"]])
+def test_labels_that_mean_missing_are_missing_labels_not_classes(tmp_path, token, labels):
+    """The tokens a numeric feature reads as missing: in a label, a bad row (a third class
+    "NA" before), for class labels and regression targets alike."""
+    rows = [[i, labels[i % 2]] for i in range(20)]
+    rows[6][1] = token
+    with pytest.raises(InputError) as info:
+        infer(tmp_path, ["x", "y"], rows)
+    assert f"label column 'y' holds {token.strip()!r} at " in str(info.value)
+    assert "train.csv line 8, a missing value: every row needs a label" in str(info.value)
+    schema = infer(tmp_path, ["x", "y"], rows, bad_rows=BadRows.SKIP)
+    assert schema.summary["train"]["bad_rows"] == 1
+    if labels[0] == "no":
+        assert schema.label.classes == ("no", "yes")
 
 
 # -- bad rows ---------------------------------------------------------------------------------

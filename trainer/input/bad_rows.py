@@ -66,9 +66,11 @@ def describe(
             f"the column as categories{skip}."
         )
     if bad.reasons & rows_lib.LABEL_MISSING:
+        token = value(label)
+        what = f"holds {token!r} at {where}, a missing value" if token else f"is empty at {where}"
         return (
-            f"{source.flag}: label column '{label}' is empty at {where}: every row needs a "
-            f"label. Remove or fix that row{skip}."
+            f"{source.flag}: label column '{label}' {what}: every row needs a label. Remove "
+            f"or fix that row{skip}."
         )
     if bad.reasons & (rows_lib.LABEL_NOT_FINITE | rows_lib.LABEL_NOT_A_NUMBER):
         return (

@@ -241,9 +241,10 @@ class RowParser:
             )
             parsed.label_value = value
             parsed.label_is_number = is_number
+            # The tokens that mean "missing" in a numeric feature mean a missing label too.
             parsed.label_missing = (
-                tf.equal(label_text, "") | tf.equal(label_text, "?")
-            ) & ~malformed
+                tf.strings.regex_full_match(tf.strings.strip(label_text), _MISSING) & ~malformed
+            )
         if columns.weight:
             # A TFRecord number comes as one; CSV text (and numbers written as text) is parsed.
             weight = numbers.get(columns.weight)
