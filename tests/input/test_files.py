@@ -1,5 +1,6 @@
 """Finding input files and checking formats and headers before any row is read."""
 
+import bz2
 import gzip
 
 import pytest
@@ -72,6 +73,27 @@ def test_gzip_name_on_plain_text(tmp_path):
     path = write(tmp_path, "a.csv.gz", "x,y\n1,0\n")
     message = open_error(path)
     assert "cannot read" in message and path in message
+
+
+@pytest.mark.parametrize("suffix", [".csv.bz2", ".csv.xz", ".csv.zst", ".zip", ".tgz"])
+def test_other_compressions_are_named(tmp_path, suffix):
+    path = write(tmp_path, f"a{suffix}", "x,y\n1,0\n")
+    message = open_error(path)
+    assert path in message and "compress it with gzip" in message
+
+
+@pytest.mark.parametrize(
+    "name, data, hint",
+    [
+        ("a.csv", gzip.compress(b"x,y\n1,0\n"), "It starts like a gzip file: name it *.gz."),
+        ("b.csv", bz2.compress(b"x,y\n1,0\n" * 50), "It starts like a bzip2 file"),
+    ],
+)
+def test_a_compressed_file_named_csv_says_what_it_is(tmp_path, name, data, hint):
+    path = tmp_path / name
+    path.write_bytes(data)
+    message = open_error(str(path))
+    assert "cannot read" in message and hint in message
 
 
 def test_binary_file_named_csv(tmp_path):

@@ -195,6 +195,12 @@ def test_a_line_that_is_not_json_exits_2_naming_file_and_line_before_any_work(tm
         ('{"x1": 1, "x2": 2, "color": {"a": 1}, "target": "yes", "w": 1}', "key 'color'"),
         ('[1, 2, "red", "yes", 1]', "holds a JSON list, not an object"),
         ("not json", "is not JSON"),
+        # Each of these two stopped the sniffing or the conversion with a traceback.
+        (
+            '{"x1": ' + "[" * 100_000 + "]" * 100_000 + ', "color": "red", "target": "yes"}',
+            "nests arrays or objects too deeply to be read",
+        ),
+        ('{"x1": 1, "x2": 2, "color": "\\ud800", "target": "yes"}', "lone surrogate escape"),
     ],
 )
 def test_a_bad_line_is_named_or_skipped(tmp_path, line, said):

@@ -205,6 +205,19 @@ def test_labels_that_mean_missing_are_missing_labels_not_classes(tmp_path, token
 
 
 # -- bad rows ---------------------------------------------------------------------------------
+def test_a_line_that_is_not_utf8_says_so(tmp_path):
+    """Before: "line 3 has 3 fields, the header has 3" (it does, once decoded)."""
+    path = tmp_path / "train.csv"
+    path.write_bytes(b"x,c,y\n1,a,0\n2,caf\xe9,1\n3,b,0\n")
+    source = files.open_source(str(path), flag="--train_data")
+    with pytest.raises(InputError) as info:
+        scan.scan_training(source, S.ColumnChoices("y"), bad_rows=BadRows.ERROR, holdout=None)
+    assert f"{path} line 3 is not UTF-8 text (byte 0xe9 at position 6 of the line" in str(
+        info.value
+    )
+    assert "iconv -f latin1 -t utf-8" in str(info.value)
+
+
 def test_a_typo_in_a_numeric_column_names_its_file_line_and_fixes(tmp_path):
     rows: list[list[object]] = [[i, i % 2] for i in range(30)]
     rows[17][0] = "1O"  # letter O

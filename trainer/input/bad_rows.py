@@ -49,6 +49,15 @@ def describe(
                 f"{source.flag}: {where} holds a feature with several values; this "
                 f"trainer takes one value per feature{skip}."
             )
+        try:
+            bad.text.decode("utf-8")
+        except UnicodeDecodeError as e:
+            around = bad.text[max(e.start - 20, 0) : e.start + 5]
+            return (
+                f"{source.flag}: {where} is not UTF-8 text (byte 0x{bad.text[e.start]:02x} at "
+                f"position {e.start + 1} of the line: {around!r}). Save the file as UTF-8 "
+                f"(e.g. `iconv -f latin1 -t utf-8`){skip}."
+            )
         fields = _csv_fields(bad.text)
         if source.format == files_lib.JSONL or jsonl.is_converted(bad.text, fields):
             why = jsonl.describe_malformed(bad.text, source.columns, fields)

@@ -14,6 +14,7 @@ import dataclasses
 import gzip
 import io
 import os
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import tensorflow as tf
@@ -105,10 +106,44 @@ def expand(pattern_list: str, *, flag: str) -> list[str]:
     return files
 
 
+# Compressions this trainer does not read (gzip only, as TensorFlow's readers): by name, and
+# by the first bytes of a file (for a gzip file not named *.gz).
+_OTHER_COMPRESSIONS = {
+    ".bz2": "bzip2",
+    ".xz": "xz",
+    ".zst": "Zstandard",
+    ".zip": "zip",
+    ".lz4": "LZ4",
+    ".Z": "compress",
+    ".tgz": "a gzipped tar archive",
+    ".tar": "a tar archive",
+    ".snappy": "Snappy",
+}
+_MAGIC = {
+    b"\x1f\x8b": "gzip",
+    b"BZh": "bzip2",
+    b"\xfd7zXZ\x00": "xz",
+    b"\x28\xb5\x2f\xfd": "Zstandard",
+    b"PK\x03\x04": "zip",
+}
+
+
+def _check_compression(files: list[str], *, flag: str) -> None:
+    """Fails on a file compressed in a way this trainer does not read."""
+    for path in files:
+        for suffix, name in _OTHER_COMPRESSIONS.items():
+            if path.endswith(suffix):
+                raise InputError(
+                    f"{flag}: {path} is compressed with {name}, which this trainer does not "
+                    "read: decompress it, or compress it with gzip (*.gz)."
+                )
+
+
 def open_source(pattern_list: str, *, flag: str, jsonl: bool = False) -> Source:
     """The files of `pattern_list`, checked: one format, and the same columns in every file.
     With `jsonl` every file is read as JSON Lines, whatever its name."""
     files = expand(pattern_list, flag=flag)
+    _check_compression(files, flag=flag)
     formats = [
         JSONL
         if jsonl or jsonl_lib.is_jsonl(f)
@@ -142,6 +177,20 @@ def open_source(pattern_list: str, *, flag: str, jsonl: bool = False) -> Source:
     return Source(flag, pattern_list, tuple(files), CSV, headers[0])
 
 
+def identities(paths: Sequence[str]) -> list[dict]:
+    """Each file's size and modification time (ns), read in parallel: what a rewrite changes
+    (on Cloud Storage a rewrite is a new generation, with a new update time)."""
+
+    def one(path: str) -> dict:
+        stat = tf.io.gfile.stat(path)
+        return {"bytes": int(stat.length), "modified_ns": int(stat.mtime_nsec)}
+
+    if not paths:
+        return []
+    with concurrent.futures.ThreadPoolExecutor(min(_HEADER_THREADS, len(paths))) as pool:
+        return list(pool.map(one, paths))
+
+
 def csv_header(path: str, *, flag: str) -> tuple[str, ...]:
     """The column names in the first line of a CSV file (optionally .gz)."""
     try:
@@ -156,10 +205,14 @@ def csv_header(path: str, *, flag: str) -> tuple[str, ...]:
         text = first.decode("utf-8-sig")
         header = next(csv.reader(io.StringIO(text)), None)
     except (UnicodeDecodeError, csv.Error) as e:
-        raise InputError(
-            f"{flag}: cannot read {path} as CSV text ({e}). Is it a CSV file "
-            "(optionally .gz), or a TFRecord file named *.tfrecord?"
-        ) from None
+        compressed = next((n for m, n in _MAGIC.items() if first.startswith(m)), None)
+        if compressed == "gzip":
+            hint = "It starts like a gzip file: name it *.gz."
+        elif compressed:
+            hint = f"It starts like a {compressed} file: decompress it, or gzip it (*.gz)."
+        else:
+            hint = "Is it a CSV file (optionally .gz), or a TFRecord file named *.tfrecord?"
+        raise InputError(f"{flag}: cannot read {path} as CSV text ({e}). {hint}") from None
     if not header:
         raise InputError(f"{flag}: {path} is empty; a CSV file needs a header row and data rows.")
     names = tuple(h.strip() for h in header)

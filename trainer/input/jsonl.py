@@ -79,7 +79,7 @@ def _first_keys(path: str, *, flag: str) -> dict[str, None]:
     for line in lines[:SNIFF_LINES]:
         try:
             row = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: nested too deep to parse
             continue
         if isinstance(row, dict):
             keys.update(dict.fromkeys(row))
@@ -155,8 +155,10 @@ def _csv_line(line: bytes, columns: tuple[str, ...], index: dict[str, int]) -> b
         return b""
     try:
         row = json.loads(line)
-    except ValueError as e:
-        return _bad(f"is not JSON ({e}): fix that line")
+    except ValueError as e:  # (Python's own advice after a ";" is not the user's to follow)
+        return _bad(f"is not JSON ({str(e).split(';')[0]}): fix that line")
+    except RecursionError:
+        return _bad("nests arrays or objects too deeply to be read: fix that line")
     if not isinstance(row, dict):
         return _bad(f"holds a JSON {type(row).__name__}, not an object with a key per column")
     fields = [""] * len(columns)
@@ -170,7 +172,12 @@ def _csv_line(line: bytes, columns: tuple[str, ...], index: dict[str, int]) -> b
                 "lines, or leave it out"
             )
         fields[at] = _field(value)
-    return ",".join(fields).encode()
+    try:
+        return ",".join(fields).encode()
+    except UnicodeEncodeError:  # "\ud800" in JSON: a lone surrogate, no character at all
+        return _bad(
+            "holds a string with a lone surrogate escape (\\ud800 to \\udfff): fix that line"
+        )
 
 
 def _field(value) -> str:
