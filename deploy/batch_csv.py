@@ -118,7 +118,7 @@ def model_fields(cloud: api.Cloud, model: str, model_dir: str | None = None) -> 
     """The input fields of the SavedModel in `model_dir` (local or gs://), or else in the
     registered model's artifactUri (one GET through the SDK)."""
     if model_dir is not None:
-        return _fields_at(model_dir, f"--model_dir ({model_dir!r})")
+        return Predictor(model_dir, what=f"--model_dir ({model_dir!r})").fields
     from google.cloud import aiplatform
 
     cloud.init_sdk()
@@ -127,14 +127,8 @@ def model_fields(cloud: api.Cloud, model: str, model_dir: str | None = None) -> 
         raise api.DeployError(
             f"model {model} has no artifactUri; pass --model_dir, the exported model."
         )
-    return _fields_at(artifact_uri, f"the artifactUri of model {model} ({artifact_uri!r})")
-
-
-def _fields_at(model_dir: str, what: str) -> Fields:
-    try:
-        return Predictor(model_dir).fields
-    except OSError as e:
-        raise api.DeployError(f"{what} holds no SavedModel: {e}") from None
+    what = f"the artifactUri of model {model} ({artifact_uri!r})"
+    return Predictor(artifact_uri, what=what).fields
 
 
 def convert_csv(csv_job: CsvVertexJob, fields: Fields) -> Conversion:

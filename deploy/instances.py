@@ -3,13 +3,18 @@ a list of JSON objects keyed by the model's raw column names, in; one JSON objec
 with every output of `serving_default`, out (what Vertex's TensorFlow container returns for a
 signature with several outputs).
 
-`Predictor` loads a SavedModel once and checks each instance against the signature's inputs
-before anything runs, so a bad instance is rejected with a message naming its index and field.
+`parse_json` reads the server's request bodies and batch prediction's JSON lines alike:
+stricter than `json.loads`, so that every text Python's parser fails on in an unexpected way
+(nesting deeper than its recursion limit, an integer of over 4,300 digits) or takes though it
+is not JSON (`NaN`) is a `NotJson` naming the problem. `Predictor` loads a SavedModel once and
+checks each instance against the signature's inputs before anything runs, so a bad instance is
+rejected with a message naming its index and field.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import reprlib
 from collections.abc import Sequence
@@ -17,10 +22,65 @@ from typing import Any
 
 import numpy as np
 
+from deploy import api
+
 NUMBER, TEXT = "number", "string"
 FLOAT32_MAX = float(np.finfo(np.float32).max)  # numbers are fed as float32
+_LONGEST_INTEGER = 400  # digits; float32 ends near 3.4e38, so longer integers cannot fit
 _SHOW = reprlib.Repr()  # values in messages stay short, however large or nested
 _SHOW.maxstring, _SHOW.maxother, _SHOW.maxlevel = 60, 60, 3
+
+
+class NotJson(ValueError):
+    """JSON text that cannot be taken as sent; the message names the problem."""
+
+
+def parse_json(text: str, subject: str) -> Any:
+    """The value of JSON `text`, or NotJson whose message starts with `subject` ("the body",
+    "the line"): text that is not JSON (RFC 8259: no NaN or Infinity), a number beyond a float
+    (an integer of over 400 digits, 1e400), or nesting too deep for Python's parser."""
+
+    def constant(name: str) -> float:
+        raise NotJson(
+            f"{subject} holds {name}, which is not JSON (RFC 8259 has no NaN or Infinity); "
+            "send finite numbers."
+        )
+
+    def integer(digits: str) -> int:
+        # Python refuses integers over 4,300 digits with an unhelpful message.
+        length = len(digits.lstrip("-"))
+        if length > _LONGEST_INTEGER:
+            raise NotJson(
+                f"{subject} holds an integer of {length} digits ({digits[:12]}...); numbers "
+                "must fit a float32 (about 3.4e38)."
+            )
+        return int(digits)
+
+    def number(digits: str) -> float:
+        value = float(digits)
+        if math.isinf(value):
+            raise NotJson(
+                f"{subject} holds the number {clip(digits)}, beyond a 64-bit float; numbers "
+                "must fit a float32 (about 3.4e38)."
+            )
+        return value
+
+    try:
+        return json.loads(text, parse_constant=constant, parse_int=integer, parse_float=number)
+    except NotJson:
+        raise
+    except RecursionError:
+        raise NotJson(
+            f"{subject} nests arrays or objects too deeply to parse; instances are flat "
+            'objects: {"field": value, ...}.'
+        ) from None
+    except ValueError as e:
+        raise NotJson(f"{subject} is not JSON ({e}).") from None
+
+
+def clip(text: str, limit: int = 40) -> str:
+    """`text`, cut after `limit` characters (for messages)."""
+    return text if len(text) <= limit else text[:limit] + "..."
 
 
 class InstanceError(ValueError):
@@ -78,6 +138,13 @@ class Fields:
                 raise InstanceError(
                     index, f"field '{name}' must be a {kind}, got {_SHOW.repr(value)}."
                 )
+            if kind == TEXT and not _is_unicode(value):
+                raise InstanceError(
+                    index,
+                    f"field '{name}' is {_SHOW.repr(value)}, which holds a lone surrogate (a "
+                    "\\uD800-\\uDFFF escape that is not half of a pair), so it is not Unicode "
+                    "text; send the character itself or both halves of its pair.",
+                )
             if kind == NUMBER and not -FLOAT32_MAX <= value <= FLOAT32_MAX:
                 raise InstanceError(
                     index,
@@ -103,6 +170,16 @@ class Fields:
         return self.check(index, typed)
 
 
+def _is_unicode(text: str) -> bool:
+    """Whether `text` can be encoded (JSON's "\\ud800" escapes decode to lone surrogates,
+    which neither UTF-8 nor the model's string tensors can hold)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def _fits(value: Any, kind: str) -> bool:
     if kind == TEXT:
         return isinstance(value, str)
@@ -112,14 +189,27 @@ def _fits(value: Any, kind: str) -> bool:
 
 
 class Predictor:
-    """A SavedModel's `serving_default`, loaded once, over lists of instances."""
+    """A SavedModel's `serving_default`, loaded once, over lists of instances.
 
-    def __init__(self, model_dir: str):
+    Args:
+        model_dir: the exported model, `JOB_DIR/model` (local or gs://).
+        what: names `model_dir` in messages (the flag or setting it came from, and its value).
+
+    Raises:
+        api.DeployError: `model_dir` does not exist, is a job dir, or holds no SavedModel.
+    """
+
+    def __init__(self, model_dir: str, *, what: str | None = None):
         import tensorflow as tf
 
         self._tf = tf
         self.model_dir = model_dir
-        self._model = tf.saved_model.load(model_dir)  # keeps the function's variables alive
+        try:
+            self._model = tf.saved_model.load(model_dir)  # keeps the function's variables alive
+        except (OSError, tf.errors.OpError) as e:
+            raise api.DeployError(
+                _no_model(model_dir, what or f"--model_dir ({model_dir})", e)
+            ) from None
         self._fn = self._model.signatures["serving_default"]
         self.fields = Fields.from_signature(self._fn)
 
@@ -153,6 +243,22 @@ class Predictor:
             )
         outputs = self._fn(**feeds)
         return rows_of({k: v.numpy() for k, v in outputs.items()})
+
+
+def _no_model(model_dir: str, what: str, error: Exception) -> str:
+    """Why `model_dir` holds no model, and what to pass instead."""
+    from tensorflow.io import gfile
+
+    exported = f"{model_dir.rstrip('/')}/model"
+    if gfile.exists(f"{exported}/saved_model.pb"):
+        return f"{what} is a job dir; the model it exported is {exported}: use that."
+    if not gfile.exists(model_dir):
+        return f"{what} does not exist; it must be the exported model, JOB_DIR/model."
+    detail = str(error).splitlines()[0] if str(error) else type(error).__name__
+    return (
+        f"{what} holds no SavedModel ({clip(detail, 200)}); it must be the exported model, "
+        "JOB_DIR/model."
+    )
 
 
 def rows_of(outputs: dict[str, np.ndarray]) -> list[dict]:

@@ -7,7 +7,9 @@ It listens on `AIP_HTTP_PORT` (default 8080), answers `GET AIP_HEALTH_ROUTE` (de
 `{"predictions": [...]}`, and loads the model from `--model_dir` or `AIP_STORAGE_URI`. It binds
 to loopback unless `--host` says otherwise. A request over 1.5 MB, a malformed body or a
 malformed instance gets a 400 whose message names the problem (the instance index and field);
-the server keeps serving.
+a body that has not arrived whole within 30 s of its headers gets a 408 and the connection is
+closed; the server keeps serving. A model dir or port it cannot use stops the command before
+it serves, with exit 2 and one line saying what to change.
 
 The server is aiohttp on one asyncio event loop with a listen backlog of 2048, so a burst of
 connections waits in the kernel's queue instead of being reset. Requests that arrive together
@@ -20,10 +22,10 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import errno
 import gc
 import json
 import logging
-import math
 import os
 import signal
 import socket
@@ -36,13 +38,12 @@ from aiohttp import web
 
 from deploy import api
 from deploy.batching import Batcher, BatchOptions, BatchStats, Overloaded
-from deploy.instances import InstanceError, Predictor
+from deploy.instances import InstanceError, NotJson, Predictor, clip, parse_json
 
 MAX_REQUEST_BYTES = 1_572_864  # 1.5 MB: Vertex AI's limit for a request to a shared endpoint
 BACKLOG = 2048  # connections the kernel queues before accept (capped by net.core.somaxconn)
 _DRAIN_LIMIT = 16 * MAX_REQUEST_BYTES  # an oversized body is read (and dropped) up to this
 DEFAULT_BATCHING = BatchOptions()
-_LONGEST_INTEGER = 400  # digits; float32 ends near 3.4e38, so longer integers cannot fit
 
 
 @dataclasses.dataclass(frozen=True)
@@ -99,59 +100,19 @@ def parse_request(body: bytes) -> list:
             "send JSON encoded as UTF-8."
         ) from None
     try:
-        request = json.loads(
-            text, parse_constant=_refuse_constant, parse_int=_integer, parse_float=_float
-        )
-    except BadRequest:
-        raise
-    except RecursionError:
-        raise BadRequest(
-            "the body nests arrays or objects too deeply to parse; instances are flat "
-            'objects: {"instances": [{"field": value, ...}]}.'
-        ) from None
-    except ValueError as e:
-        raise BadRequest(f"the body is not JSON ({e}).") from None
+        request = parse_json(text, "the body")
+    except NotJson as e:
+        raise BadRequest(str(e)) from None
     if not isinstance(request, dict) or "instances" not in request:
         raise BadRequest('the body must be a JSON object {"instances": [...]}.')
     extra = sorted(set(request) - {"instances", "parameters"})
     if extra:
         raise BadRequest(
-            f"unknown field '{_clip(extra[0])}' in the request; send {{\"instances\": [...]}}."
+            f"unknown field '{clip(extra[0])}' in the request; send {{\"instances\": [...]}}."
         )
     if not isinstance(request["instances"], list):
         raise BadRequest("'instances' must be a list of objects.")
     return request["instances"]
-
-
-def _refuse_constant(name: str) -> float:
-    raise BadRequest(
-        f"the body holds {name}, which is not JSON (RFC 8259 has no NaN or Infinity); send "
-        "finite numbers."
-    )
-
-
-def _integer(digits: str) -> int:
-    # Python refuses to parse integers over 4,300 digits with an unhelpful message.
-    if len(digits.lstrip("-")) > _LONGEST_INTEGER:
-        raise BadRequest(
-            f"the body holds an integer of {len(digits.lstrip('-'))} digits "
-            f"({digits[:12]}...); numbers must fit a float32 (about 3.4e38)."
-        )
-    return int(digits)
-
-
-def _float(text: str) -> float:
-    value = float(text)
-    if math.isinf(value):
-        raise BadRequest(
-            f"the body holds the number {_clip(text)}, beyond a 64-bit float; numbers must "
-            "fit a float32 (about 3.4e38)."
-        )
-    return value
-
-
-def _clip(text: str, limit: int = 40) -> str:
-    return text if len(text) <= limit else text[:limit] + "..."
 
 
 class PredictionServer:
@@ -178,7 +139,8 @@ class PredictionServer:
         self.predictor = predictor
         self.routes = routes
         self.batching = batching
-        self.body_timeout_s = body_timeout_s  # a body announced must arrive within this
+        # A body must arrive whole within this many seconds of its headers (else a 408).
+        self.body_timeout_s = body_timeout_s
         self.verbose = verbose
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         self.socket = socket.create_server((host, routes.port), family=family, backlog=BACKLOG)
@@ -266,11 +228,13 @@ class PredictionServer:
     async def _predict(self, request: web.BaseRequest) -> web.StreamResponse:
         assert self._batcher is not None
         try:
-            body = await _read_body(request, self.body_timeout_s)
+            # One deadline for the whole body: a client trickling a byte at a time would
+            # outlast any per-read timeout, holding its connection and memory for ever.
+            body = await asyncio.wait_for(_read_body(request), self.body_timeout_s)
         except BadRequest as e:
-            response = _reply(400, {"error": str(e)})
-            response.force_close()  # what is left of the body cannot be read as a request
-            return response
+            return _closing(_reply(400, {"error": str(e)}))
+        except asyncio.TimeoutError:
+            return _closing(_reply(408, {"error": _too_slow(request, self.body_timeout_s)}))
         try:
             instances = self.predictor.check(parse_request(body))
             predictions = await self._batcher.predict(instances) if instances else []
@@ -283,22 +247,22 @@ class PredictionServer:
         return _reply(200, {"predictions": predictions})
 
 
-async def _read_body(request: web.BaseRequest, timeout: float) -> bytes:
-    """The body, or BadRequest if it is too large, shorter than announced or too slow."""
+async def _read_body(request: web.BaseRequest) -> bytes:
+    """The body, or BadRequest if it is too large or shorter than announced."""
     length = request.content_length
     if length == 0:
         return b""
     try:
         if length is not None:
             if length > MAX_REQUEST_BYTES:
-                await asyncio.wait_for(_drain(request, length), timeout)
+                await _drain(request, length)
                 check_size(length)
-            return await asyncio.wait_for(request.content.readexactly(length), timeout)
+            return await request.content.readexactly(length)
         body = bytearray()  # chunked: no length announced
-        while chunk := await asyncio.wait_for(request.content.readany(), timeout):
+        while chunk := await request.content.readany():
             body += chunk
             if len(body) > MAX_REQUEST_BYTES:
-                await asyncio.wait_for(_drain(request, _DRAIN_LIMIT), timeout)
+                await _drain(request, _DRAIN_LIMIT)
                 check_size(len(body))
         return bytes(body)
     except asyncio.IncompleteReadError as e:
@@ -309,10 +273,15 @@ async def _read_body(request: web.BaseRequest, timeout: float) -> bytes:
         raise BadRequest(
             f"the connection closed before the body ended (Content-Length {length})."
         ) from None
-    except asyncio.TimeoutError:
-        raise BadRequest(
-            f"the body did not arrive within {timeout:g} s (Content-Length {length})."
-        ) from None
+
+
+def _too_slow(request: web.BaseRequest, timeout: float) -> str:
+    length = request.content_length
+    announced = "chunked" if length is None else f"Content-Length {length}"
+    return (
+        f"the body did not arrive within {timeout:g} s of the request's headers ({announced}); "
+        "send the whole body at once."
+    )
 
 
 async def _drain(request: web.BaseRequest, limit: int) -> None:
@@ -324,6 +293,11 @@ async def _drain(request: web.BaseRequest, limit: int) -> None:
         if not chunk:
             break
         left -= len(chunk)
+
+
+def _closing(response: web.Response) -> web.Response:
+    response.force_close()  # what is left of the body cannot be read as a request
+    return response
 
 
 def _reply(status: int, payload: dict, *, headers: dict | None = None) -> web.Response:
@@ -339,9 +313,7 @@ def _run(argv: list[str] | None) -> int:
     defaults = DEFAULT_BATCHING
     p = api.parser(__doc__.split("\n\n")[0])
     p.add_argument(
-        "--model_dir",
-        default=os.environ.get("AIP_STORAGE_URI"),
-        help="The exported SavedModel (JOB_DIR/model); default AIP_STORAGE_URI.",
+        "--model_dir", help="The exported SavedModel (JOB_DIR/model); default AIP_STORAGE_URI."
     )
     p.add_argument(
         "--host",
@@ -369,7 +341,8 @@ def _run(argv: list[str] | None) -> int:
     )
     p.add_argument("--verbose", action="store_true", help="Log every request.")
     args = p.parse_args(argv)
-    if not args.model_dir:
+    model_dir = args.model_dir or os.environ.get("AIP_STORAGE_URI")
+    if not model_dir:
         raise api.DeployError(
             "--model_dir is required (or set AIP_STORAGE_URI): the exported model, JOB_DIR/model."
         )
@@ -379,20 +352,28 @@ def _run(argv: list[str] | None) -> int:
         raise api.DeployError(f"--{e}") from None
     routes = Routes.from_env()
     if args.port is not None:
+        if not 0 <= args.port < 65536:
+            raise api.DeployError(
+                f"--port ({args.port}) must be a port number, 0-65535 (0 picks a free one)."
+            )
         routes = dataclasses.replace(routes, port=args.port)
     if args.verbose:
         logging.basicConfig(level=logging.INFO, format="%(message)s")
-    predictor = Predictor(args.model_dir)
+    what = f"--model_dir ({model_dir})" if args.model_dir else f"AIP_STORAGE_URI ({model_dir})"
+    predictor = Predictor(model_dir, what=what)
+    try:
+        server = PredictionServer(
+            predictor, host=args.host, routes=routes, batching=batching, verbose=args.verbose
+        )
+    except OSError as e:
+        raise api.DeployError(_cannot_listen(args.host, routes.port, e)) from None
     # A full garbage collection walks every object TensorFlow and the model made (~430,000:
     # 170 ms on 2 cores, a stall of every request every ten seconds or so under load). They
     # live as long as the process, so they are moved out of the collector's reach.
     gc.collect()
     gc.freeze()
-    server = PredictionServer(
-        predictor, host=args.host, routes=routes, batching=batching, verbose=args.verbose
-    )
     print(
-        f"serving {args.model_dir} at {server.url} (health {routes.health}, predict "
+        f"serving {model_dir} at {server.url} (health {routes.health}, predict "
         f"{routes.predict}; batches of up to {batching.max_batch} instances within "
         f"{batching.max_wait_ms:g} ms of waiting, queue {batching.max_queue})",
         file=sys.stderr,
@@ -405,6 +386,27 @@ def _run(argv: list[str] | None) -> int:
     finally:
         server.server_close()
     return 0
+
+
+def _cannot_listen(host: str, port: int, error: OSError) -> str:
+    """Why the server cannot listen on `host`:`port`, and what to change."""
+    where = f"cannot listen on {host}:{port}"
+    if error.errno == errno.EADDRINUSE:
+        return (
+            f"{where}: the port is in use (another server, or a deploy.serve still running?). "
+            "Stop that one, or pick another port with --port (or AIP_HTTP_PORT)."
+        )
+    if error.errno == errno.EACCES:
+        return (
+            f"{where}: permission denied (ports below 1024 need root). Pick a port of 1024 "
+            "or more with --port (or AIP_HTTP_PORT)."
+        )
+    if error.errno in (errno.EADDRNOTAVAIL, socket.EAI_NONAME):
+        return (
+            f"{where}: --host ({host}) is not an address of this machine. Use 127.0.0.1, or "
+            "0.0.0.0 to serve other machines too."
+        )
+    return f"{where}: {error}. Check --host and --port."
 
 
 main = api.main_of(_run)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import socket
 import subprocess
 import sys
@@ -12,6 +13,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -109,6 +111,10 @@ def test_binds_to_loopback_and_answers_health(server):
             lambda x: x.update(age="x" * 10**5),
             r"instance 1: field 'age' must be a number, got 'x+\.\.\.x+'",
         ),
+        (  # JSON's "\ud800" escape, half of a pair: no string tensor can hold it (was a 500)
+            lambda x: x.update(sex="\ud800"),
+            r"instance 1: field 'sex' is '\\ud800', which holds a lone surrogate",
+        ),
     ],
 )
 def test_malformed_instances_get_a_400_naming_the_field(server, census_rows, change, message):
@@ -162,21 +168,53 @@ def test_an_empty_list_of_instances_gets_no_predictions(server):
 
 
 @pytest.mark.parametrize(
-    "request_bytes, message",
+    "request_bytes, status, message",
     [
         # fewer bytes than announced: the server waits `body_timeout_s` (0.5 s here) for more
-        (b"Content-Length: 100\r\n\r\n{}", b"the body did not arrive within 0.5 s"),
+        (b"Content-Length: 100\r\n\r\n{}", b"408", b"the body did not arrive within 0.5 s"),
         # more bytes than announced: the announced part is read as the body
-        (b'Content-Length: 5\r\n\r\n{"ins', b"not JSON"),
+        (b'Content-Length: 5\r\n\r\n{"ins', b"400", b"not JSON"),
         # not a number (aiohttp's own 400, in text)
-        (b"Content-Length: abc\r\n\r\n{}", b"Content-Length"),
-        (b"Content-Length: -5\r\n\r\n{}", b"Content-Length"),
+        (b"Content-Length: abc\r\n\r\n{}", b"400", b"Content-Length"),
+        (b"Content-Length: -5\r\n\r\n{}", b"400", b"Content-Length"),
     ],
 )
-def test_a_wrong_content_length_gets_a_400(server, census_rows, request_bytes, message):
+def test_a_wrong_content_length_is_refused(server, census_rows, request_bytes, status, message):
     head = b"POST /predict HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
     answer = _raw(server.server_address, head + request_bytes)
-    assert answer[:12] in (b"HTTP/1.1 400", b"HTTP/1.0 400") and message in answer, answer[:500]
+    assert answer[9:12] == status and message in answer, answer[:500]
+    assert len(predict.predict_at_url(server.url, census_rows[:2])) == 2
+
+
+@pytest.mark.parametrize("chunked", [False, True], ids=["content-length", "chunked"])
+def test_a_body_trickled_a_byte_at_a_time_is_cut_at_the_deadline(server, census_rows, chunked):
+    """`body_timeout_s` (0.5 s here) bounds the whole body, not each read: a client sending a
+    byte every 0.1 s gets a 408 closing the connection after 0.5 s (a chunked body sent that
+    way was read for ever: every read came within the timeout)."""
+    body = json.dumps({"instances": census_rows[:1]}).encode()
+    head = b"POST /predict HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
+    head += (
+        b"Transfer-Encoding: chunked\r\n\r\n"
+        if chunked
+        else b"Content-Length: %d\r\n\r\n" % len(body)
+    )
+    began = time.monotonic()
+    with socket.create_connection(server.server_address[:2], timeout=0.1) as s:
+        s.sendall(head)
+        answer = b""
+        for byte in body:  # 0.1 s apart: ~40 s for the whole body
+            s.sendall(b"1\r\n%c\r\n" % byte if chunked else bytes([byte]))
+            try:
+                answer = s.recv(65536)
+                break
+            except TimeoutError:
+                assert time.monotonic() - began < 5, "no answer in 5 s"
+        s.settimeout(5)
+        while not (b"\r\n\r\n" in answer and answer.endswith(b"}")) and (more := s.recv(65536)):
+            answer += more
+    assert time.monotonic() - began < 3
+    assert answer.startswith(b"HTTP/1.1 408") and b"Connection: close" in answer, answer[:500]
+    assert b"the body did not arrive within 0.5 s" in answer
     assert len(predict.predict_at_url(server.url, census_rows[:2])) == 2
 
 
@@ -392,6 +430,42 @@ def test_batch_options_check_themselves(options, message):
 def test_the_command_refuses_bad_batching_flags_before_loading_the_model(capsys):
     assert serve.main(["--model_dir=/nonexistent", "--max_batch=0"]) == 2
     assert "--max_batch (0) must be a positive integer" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "case, message",
+    [
+        ("missing", r"--model_dir \(\S+/nowhere\) does not exist; it must be the exported model"),
+        (
+            "job dir",
+            r"--model_dir \(\S+/job\) is a job dir; the model it exported is \S+/job/model",
+        ),
+        ("environment", r"AIP_STORAGE_URI \(\S+/nowhere\) does not exist"),
+        ("busy port", r"cannot listen on 127\.0\.0\.1:\d+: the port is in use .* --port"),
+        ("bad port", r"--port \(70000\) must be a port number"),
+    ],
+)
+def test_start_up_errors_are_one_line_and_exit_2(
+    census_model, tmp_path, monkeypatch, capsys, case, message
+):
+    """A model dir that is missing or is the job dir, or a port in use, stops the command
+    before it serves, with exit 2 and one line (each was an OSError's traceback)."""
+    job_dir = str(Path(census_model).parent)
+    missing = str(tmp_path / "nowhere")
+    with socket.create_server(("127.0.0.1", 0)) as busy:
+        port = busy.getsockname()[1]
+        argv = {
+            "missing": [f"--model_dir={missing}"],
+            "job dir": [f"--model_dir={job_dir}"],
+            "environment": [],
+            "busy port": [f"--model_dir={census_model}", f"--port={port}"],
+            "bad port": [f"--model_dir={census_model}", "--port=70000"],
+        }[case]
+        monkeypatch.setenv("AIP_STORAGE_URI", missing)
+        assert serve.main(argv) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    assert re.match("error: " + message, err.strip().splitlines()[-1]), err
 
 
 def test_routes_come_from_the_aip_variables():
