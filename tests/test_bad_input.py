@@ -222,3 +222,39 @@ def test_replicas_probing_the_same_new_job_dir_at_once_all_pass(tmp_path):
     assert errors == []
     # No probe is left behind (a folder another replica was probing in at the time may be).
     assert not list(tmp_path.rglob(".write-probe-*"))
+
+
+@pytest.mark.parametrize("kind", ["tensorflow", "python"])
+def test_a_full_disk_is_an_answer_not_a_traceback(tmp_path, monkeypatch, kind):
+    """A full disk while an iteration is published (seen for real on a 400 kB tmpfs:
+    TensorFlow's "...; No space left on device [Op:SaveV2]" with a traceback)."""
+    import errno
+
+    import tensorflow as tf
+
+    from trainer import job_dir as job_dir_lib
+
+    job = tmp_path / "job"
+    temp = f"{job}/checkpoints/iteration-0.json.tmp-1234"
+
+    def full(self, record):
+        if kind == "python":
+            raise OSError(errno.ENOSPC, "No space left on device", temp)
+        raise tf.errors.ResourceExhaustedError(
+            None, None, f"{{{{function_node __wrapped__SaveV2}}}} {temp}; No space left on device"
+        )
+
+    monkeypatch.setattr(job_dir_lib.JobDir, "publish_record", full)
+    code, stderr = run_in_process(
+        [
+            f"--train_data={_good(tmp_path)}",
+            "--label_column=target",
+            f"--job_dir={job}",
+            "--max_iterations=1",
+            "--max_iteration_steps=10",
+            "--bags=1",
+        ]
+    )
+    assert code == 1, stderr[-2000:]
+    assert f"training stopped: the disk is full: writing {temp} failed" in stderr
+    assert "run the same command again to resume" in stderr and "Traceback" not in stderr

@@ -3,6 +3,7 @@ model."""
 
 from __future__ import annotations
 
+import json
 import shutil
 
 import numpy as np
@@ -181,6 +182,31 @@ def test_a_bagged_job_serves_the_mean_of_its_bags_and_scores_them_out_of_bag(tmp
     resumed = load_report(job)
     assert [b["metrics"] for b in resumed["bags"][:2]] == [b["metrics"] for b in bags[:2]]
     assert (job / "model" / "saved_model.pb").exists()
+
+
+@pytest.mark.slow
+def test_more_iterations_grow_every_bag_and_export_the_bagged_model_again(tmp_path):
+    """Issue 28, finding 1, bagged: a complete bag whose search may go further is resumed,
+    not reported as done, and the bagged model is exported again from the grown bags."""
+    data, job, args, _ = _bagged_job(tmp_path, "binary", 300, 50, "--bags=2", "--force_grow")
+    grown = [a for a in args if a != "--max_iterations=1"] + ["--max_iterations=2"]
+    again = run_task(grown, env=task_env(), timeout=300)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "done before" not in again.stderr
+    stamps = [
+        json.loads((job / "bags" / str(b) / "model.json").read_text())["source"] for b in (0, 1)
+    ]
+    assert [s["iterations"] for s in stamps] == [2, 2]
+    assert json.loads((job / "model.json").read_text())["source"] == {"bags": stamps}
+    bagged, each = _outputs_of_bags(job, data.train, 2)
+    mean = np.mean([o["probabilities"].numpy() for o in each], axis=0)
+    np.testing.assert_allclose(bagged["probabilities"].numpy(), mean, atol=1e-5)
+    # Resumed once more with the same flags: every bag is done, nothing is exported again.
+    model = (job / "model" / "saved_model.pb").stat().st_mtime_ns
+    once_more = run_task(grown, env=task_env(), timeout=300)
+    assert once_more.returncode == 0, once_more.stderr[-3000:]
+    assert "Bag 1 of 2: done before" in once_more.stderr
+    assert (job / "model" / "saved_model.pb").stat().st_mtime_ns == model
 
 
 @pytest.mark.slow

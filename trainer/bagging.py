@@ -37,6 +37,7 @@ from trainer.features import Preprocessor
 from trainer.heads import Head
 from trainer.input import job as input_lib
 from trainer.schema import HeadType, Schema
+from trainer.search import Search
 
 # Loading the bags' exports, saving the bagged model and its eval pass, per bag (a 300-row
 # table: about 1 s each on 2 cores), kept back from a time budget before the bags share it.
@@ -106,12 +107,17 @@ def bag_config(config: RunConfig, job: job_dir_lib.JobDir, bag: int, seconds: fl
     )
 
 
-def _finished_report(job: job_dir_lib.JobDir) -> dict | None:
-    """A bag's report when that bag is done (a resume does not evaluate it again)."""
-    if not (job.has_model() and tf.io.gfile.exists(job.report)):
+def _finished_report(job: job_dir_lib.JobDir, config: RunConfig) -> dict | None:
+    """A bag's report when that bag is done and its search cannot go further under `config`
+    (a resume does not run it again); None when it may (a larger --max_iterations or
+    --patience, or a time budget that ended it): it then resumes like any job."""
+    report = job.complete_report()
+    if report is None:
         return None
-    report = job_dir_lib.read_json(job.report)
-    return report if report.get("status") == "complete" else None
+    records = job.records()
+    if len(records) < config.search.max_iterations and not Search(config.search).is_over(records):
+        return None
+    return report
 
 
 def _share(budget: TimeBudget | None, bags_left: int, total_bags: int) -> float | None:
@@ -135,7 +141,7 @@ def train_bags(
     reports: list[dict] = []
     for b in range(bags):
         bag_job = job_dir_lib.JobDir(job.bag(b))
-        done = _finished_report(bag_job)
+        done = _finished_report(bag_job, flags_config)
         if done:
             logging.info("Bag %d of %d: done before (%s).", b + 1, bags, bag_job.root)
             reports.append(done)
@@ -234,9 +240,10 @@ def run(
     reports = train_bags(flags_config, config.bags, job, run_one, budget)
     roots = [r["job_dir"] for r in reports]
     _same_label(data.schema, roots)
-    if not job.has_model():
+    source = {"bags": [job_dir_lib.JobDir(root).exported_from() for root in roots]}
+    if job.exported_from() != source:  # none yet, or bags that grew or were added since
         models = [job_dir_lib.JobDir(root).model for root in roots]
-        export_lib.export(BaggedModel(models, data.schema), job)
+        export_lib.export(BaggedModel(models, data.schema), job, source)
         logging.info("Exported the bagged model of %d bags to %s", len(models), job.model)
     final = evaluate(data, job, roots)
     importance = importance_lib.mean_of([r.get("feature_importance") for r in reports])

@@ -26,6 +26,30 @@ class DataConfig:
         if not 0.0 < self.holdout_fraction < 1.0:
             raise InputError(f"--holdout_fraction ({self.holdout_fraction}) must be in (0, 1).")
 
+    def fingerprint(self) -> dict:
+        """What must not change when a job dir is resumed: the inputs and every choice that
+        shapes the schema (which columns, their kinds and encodings, the label and head).
+        The files' contents are checked against the schema's record of them
+        (`trainer.input.job`)."""
+        columns = self.columns
+        return {
+            "train_data": self.train_data,
+            "eval_data": self.eval_data,
+            "holdout_fraction": None if self.eval_data else self.holdout_fraction,
+            "bad_rows": self.input.bad_rows.value,
+            "jsonl": self.input.jsonl,
+            "label_column": columns.label,
+            "weight_column": columns.weight,
+            "numeric_columns": sorted(columns.numeric),
+            "categorical_columns": sorted(columns.categorical),
+            "ignore_columns": sorted(columns.ignore),
+            "head": columns.head.value if columns.head else "auto",
+            "num_bins": columns.num_bins,
+            "max_vocabulary_size": columns.max_vocabulary_size,
+            "one_hot_max_size": columns.one_hot_max_size,
+            "embedding_dim": columns.embedding_dim,
+        }
+
     def input_flags(self) -> list[tuple[str, str | None]]:
         """(flag, comma-separated files or globs) of every input, for the preflight check."""
         return [("--train_data", self.train_data), ("--eval_data", self.eval_data)]
@@ -177,6 +201,10 @@ class RunConfig:
             )
 
     def fingerprint(self) -> dict:
+        """What must not change when a job dir is resumed (`training.check_resumable`): the
+        search, how it trains, and the input. What may change: --max_iterations, --patience
+        and --time_budget_secs (the search may go further), and the flags of how it runs
+        (memory, placement, timeouts, output dirs, reporting); see README, "Resuming"."""
         return {
             **self.search.fingerprint(),
             "seed": self.seed,
@@ -186,10 +214,7 @@ class RunConfig:
             "learning_rate_schedule": self.train.learning_rate_schedule,
             "weight_decay": self.train.weight_decay,
             "subnetwork_loss": self.train.subnetwork_loss,
-            "train_data": self.data.train_data,
-            "eval_data": self.data.eval_data,
-            "holdout_fraction": None if self.data.eval_data else self.data.holdout_fraction,
-            "bad_rows": self.data.input.bad_rows.value,
-            "weight_column": self.data.columns.weight,
+            "mixture_learning_rate": self.train.mixture_learning_rate,
+            **self.data.fingerprint(),
             "bags": self.bags,
         }

@@ -34,14 +34,21 @@ class ServingModel(tf.Module):
         return {**self._head.predictions(logits), "logits": logits}
 
 
-def export(model: ServingModel, job: job_dir_lib.JobDir) -> str:
-    """Saves to a temporary dir, then publishes it as `job.model`: one rename locally; on
-    Cloud Storage a copy with `saved_model.pb` last, so that `job.has_model()` is true only
-    for a complete model."""
+def export(model: tf.Module, job: job_dir_lib.JobDir, source: dict) -> str:
+    """Saves `model` (its `serve` function as `serving_default`) to a temporary dir, then
+    publishes it as `job.model`, replacing the model there (or what an interrupted publish
+    left): one rename locally; on Cloud Storage a copy with `saved_model.pb` last, so that
+    `job.has_model()` is true only for a complete model. Then stamps it as exported from
+    `source` (`job.exported_from()`). A failure leaves no temporary dir behind."""
     temp = job.model_temp()
-    tf.saved_model.save(model, temp, signatures={"serving_default": model.serve})
-    job.clear_partial_model()  # what an interrupted publish left, if anything
-    storage.publish_dir(temp, job.model, complete_marker=job_dir_lib.MODEL_MARKER)
+    try:
+        tf.saved_model.save(model, temp, signatures={"serving_default": model.serve})
+        job.remove_model()
+        storage.publish_dir(temp, job.model, complete_marker=job_dir_lib.MODEL_MARKER)
+    finally:
+        if tf.io.gfile.exists(temp):
+            tf.io.gfile.rmtree(temp)
+    job.stamp_model(source)
     return job.model
 
 

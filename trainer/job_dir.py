@@ -12,6 +12,8 @@ Layout::
       logs/                     TensorBoard summaries, one run per candidate
       eval/                     the evaluator replica's metrics per checkpoint
       model/                    the exported SavedModel (only the chosen ensemble)
+      model.json                what model/ was exported from (which iterations; a resume
+                                that grows the ensemble exports it again)
       report.json               everything above, summarised
       report.png                the search; feature_importance.png: trainer/importance.py
       bags/<b>/                 with --bags: bag b's own job dir (trainer/bagging.py);
@@ -25,7 +27,9 @@ are written, so a crash at any moment leaves either the old state or the new one
 a rename is a copy then a delete, but the copy makes the new object appear whole in one step,
 so the same holds; a crash between the two leaves a temporary file that `remove_leftovers`
 deletes. The exported model is complete exactly when `model/saved_model.pb` exists: it is
-written last (see `storage.publish_dir`).
+written last (see `storage.publish_dir`), and deleted first when a grown ensemble replaces
+the model. `model.json` is written after the model is complete and deleted before it is
+replaced, so a model without it is exported again.
 
 Every path may be local, `gs://BUCKET/...` or a Cloud Storage FUSE path (`/gcs/BUCKET/...`).
 The three output dirs can live elsewhere (`OutputDirs.resolve`: `--model_dir`,
@@ -46,6 +50,7 @@ import uuid
 import tensorflow as tf
 
 from trainer import storage
+from trainer.errors import InputError
 from trainer.record import IterationRecord
 
 _RECORD = re.compile(r"iteration-(\d+)\.json$")
@@ -145,6 +150,7 @@ class JobDir:
         self.schema = join(self.root, "schema.json")
         self.run = join(self.root, "run.json")
         self.report = join(self.root, "report.json")
+        self.model_stamp = join(self.root, "model.json")
         self.report_png = join(self.root, "report.png")
         self.importance_png = join(self.root, "feature_importance.png")
         self.data = join(self.root, "data")
@@ -194,16 +200,81 @@ class JobDir:
                 if _TEMP_MARK in name and name.startswith(prefix):
                     _delete(join(folder, name.rstrip("/")))
         if tf.io.gfile.isdir(self.model) and not self.has_model():
-            self.clear_partial_model()
+            self.remove_model()
 
-    def clear_partial_model(self) -> None:
-        """Deletes what a publish that did not finish (no marker) left in the model dir;
-        only SavedModel entries, in case the model dir is shared with other files."""
+    def remove_model(self) -> None:
+        """Deletes the exported model, or what a publish that did not finish left: its stamp,
+        then its marker (readers then see no model), then the other SavedModel entries."""
+        if tf.io.gfile.exists(self.model_stamp):
+            tf.io.gfile.remove(self.model_stamp)
         if not tf.io.gfile.isdir(self.model):
             return
+        if self.has_model():
+            tf.io.gfile.remove(join(self.model, MODEL_MARKER))
         for name in tf.io.gfile.listdir(self.model):
             if name.rstrip("/") in _SAVED_MODEL_ENTRIES:
                 _delete(join(self.model, name.rstrip("/")))
+
+    def complete_report(self) -> dict | None:
+        """The report of a job that was complete, with its model (None: it was not)."""
+        if not (self.has_model() and tf.io.gfile.exists(self.report)):
+            return None
+        report = read_json(self.report)
+        return report if report.get("status") == "complete" else None
+
+    def stamp_model(self, source: dict) -> None:
+        """Records what the complete model in the model dir was exported from."""
+        write_json(self.model_stamp, {"model_dir": self.model, "source": source})
+
+    def exported_from(self) -> dict | None:
+        """What the complete model in the model dir was exported from (`stamp_model`); None
+        when there is no complete model, or no stamp of it here."""
+        if not (self.has_model() and tf.io.gfile.exists(self.model_stamp)):
+            return None
+        stamp = read_json(self.model_stamp)
+        return stamp["source"] if stamp.get("model_dir") == self.model else None
+
+    def check_model_dir(self) -> None:
+        """Fails, before any work, when the model dir cannot hold this job's model alone:
+        it is (or holds) the job dir or another output dir, it holds files that are not a
+        SavedModel's (Vertex AI serves every file of it), or a model this job did not
+        export. A model without a stamp in an existing job dir is this job's (exported just
+        before a crash, or by a version without stamps): it is exported again."""
+        flag = "--model_dir (or AIP_MODEL_DIR)"
+        for other_flag, other in (
+            ("--job_dir", self.root),
+            ("--checkpoint_dir", self.checkpoints),
+            ("--tensorboard_log_dir", self.logs),
+        ):
+            if other == self.model or other.startswith(self.model.rstrip("/") + "/"):
+                raise InputError(
+                    f"{flag} {self.model} is {other_flag} {other} or holds it: the exported "
+                    "model needs a folder of its own, since Vertex AI serves every file in it. "
+                    f"Leave --model_dir out (the model goes to {join(self.root, 'model')}) or "
+                    "name a new folder."
+                )
+        if not tf.io.gfile.isdir(self.model):
+            return
+        foreign = sorted(
+            name.rstrip("/")
+            for name in tf.io.gfile.listdir(self.model)
+            if name.rstrip("/") not in _SAVED_MODEL_ENTRIES | {MODEL_MARKER}
+        )
+        if foreign:
+            raise InputError(
+                f"{flag} {self.model} holds files that are not a SavedModel's "
+                f"({', '.join(foreign[:5])}{', ...' if len(foreign) > 5 else ''}): the "
+                "exported model needs a folder of its own, since Vertex AI serves every file "
+                "in it. Name an empty or new folder."
+            )
+        stamped = tf.io.gfile.exists(self.model_stamp) and (
+            read_json(self.model_stamp).get("model_dir") == self.model
+        )
+        if self.has_model() and not stamped and not self.exists():
+            raise InputError(
+                f"{flag} {self.model} holds a model this job did not export (there is no "
+                f"{self.model_stamp}). Delete it, or name an empty or new folder."
+            )
 
     def iteration_checkpoints(self, t: int) -> str:
         return _iteration_checkpoints(self.checkpoints, t)

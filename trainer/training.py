@@ -10,6 +10,7 @@ pass reads all of it); after that, every step is resumable: finished iterations 
 from __future__ import annotations
 
 import dataclasses
+import errno
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -74,13 +75,25 @@ BEFORE_RECORDED = {
 
 
 def check_resumable(config: RunConfig, job: job_dir_lib.JobDir) -> None:
-    """Fails when the job dir was written by a run with a different search."""
+    """Fails when the job dir was written by a run with other settings (`config.fingerprint`).
+    A setting its run did not record (a job dir of an older version) is not compared, unless
+    `BEFORE_RECORDED` knows what such runs did."""
     if not job.exists():
         return
     written = job_dir_lib.read_json(job.run)["fingerprint"]
     recorded = {**BEFORE_RECORDED, **written}
     current = config.fingerprint()
-    changed = {k: (recorded.get(k), v) for k, v in current.items() if recorded.get(k) != v}
+    unknown = sorted(k for k in current if k not in recorded)
+    if unknown:
+        logging.warning(
+            "--job_dir %s was started by an older version that did not record %s: resumed "
+            "without checking them.",
+            job.root,
+            ", ".join(unknown),
+        )
+    changed = {
+        k: (recorded[k], v) for k, v in current.items() if k in recorded and recorded[k] != v
+    }
     if changed:
         lines = "; ".join(
             f"{k}: was {old!r}{'' if k in written else ' (before it was recorded)'}, now {new!r}"
@@ -88,7 +101,8 @@ def check_resumable(config: RunConfig, job: job_dir_lib.JobDir) -> None:
         )
         raise InputError(
             f"--job_dir {job.root} holds a run with other settings ({lines}). "
-            "Re-run with the same flags to resume it, or pick a new --job_dir."
+            "Re-run with the same flags to resume it, or start afresh in a new --job_dir "
+            "(or after deleting this one)."
         )
 
 
@@ -221,12 +235,14 @@ def _train(
         budget=budget,
     )
 
-    def report(final: dict | None, importance: dict | None = None) -> dict:
+    def report(
+        final: dict | None, importance: dict | None = None, records: list | None = None
+    ) -> dict:
         summary = data.schema.summary
         value = report_lib.build_report(
             config=config,
             schema=data.schema,
-            records=controller.records,
+            records=controller.records if records is None else records,
             final=final,
             job=job,
             input_summary={
@@ -245,6 +261,9 @@ def _train(
         job_dir_lib.write_json(job.report, value)
         return value
 
+    finished = job.complete_report() if runtime.is_chief else None
+    if finished:  # resumed: "training" until the search is known to be over
+        report(final=None, records=job.records())
     for record in controller.iterations():
         if runtime.is_chief:
             report(final=None)
@@ -253,17 +272,25 @@ def _train(
     writes.close()
     if not runtime.is_chief:
         return {}
-    if not job.has_model():
+    records = controller.records
+    source = {"iterations": len(records), "chosen": records[-1].chosen}
+    if job.exported_from() != source:  # none yet, or an ensemble the search has grown since
         # A copy on this machine, under no strategy: the SavedModel holds plain variables
         # wherever training kept them (parameter servers, mirrored replicas).
-        local = controller.restore(controller.records, local=True)
+        local = controller.restore(records, local=True)
         export_lib.export(
-            export_lib.ServingModel(Preprocessor(data.schema), local, models.head), job
+            export_lib.ServingModel(Preprocessor(data.schema), local, models.head), job, source
         )
-        logging.info("Exported the chosen ensemble to %s", job.model)
-    serve = export_lib.load_serving_fn(job.model)  # the export itself, loaded back
-    final = evaluate_export(serve, data, models.head)
-    importance = feature_importance(config, serve, data, models.head, budget)
+        logging.info(
+            "Exported the chosen ensemble of iteration %d to %s", len(records) - 1, job.model
+        )
+        finished = None
+    if finished and len(finished["iterations"]) == len(records):  # nothing new: as it was
+        final, importance = finished["final"], finished["feature_importance"]
+    else:
+        serve = export_lib.load_serving_fn(job.model)  # the export itself, loaded back
+        final = evaluate_export(serve, data, models.head)
+        importance = feature_importance(config, serve, data, models.head, budget)
     value = report(final, importance)
     job_dir_lib.write_atomically(
         job.report_png, leaderboard.plot(value["iterations"], models.head.objective_metric)
@@ -299,6 +326,35 @@ def _start_job_dir(config: RunConfig, job: job_dir_lib.JobDir, data: input_lib.J
 
 
 def run(
+    config: RunConfig,
+    cluster: Cluster | None = None,
+    *,
+    started: float | None = None,
+    tracker: Tracker | None = None,
+) -> dict:
+    """Trains (or resumes) the job described by `config` as this replica of `cluster`
+    (`_run`); a full disk is a TrainingError that says so (what is finished is kept).
+    Arguments, return value and exceptions: `_run`'s."""
+    try:
+        return _run(config, cluster, started=started, tracker=tracker)
+    except (tf.errors.ResourceExhaustedError, OSError) as e:
+        if isinstance(e, OSError):
+            if e.errno != errno.ENOSPC:
+                raise
+            where = e.filename or "a file"
+        elif "No space left on device" in e.message:  # (else memory, not disk)
+            # "{{function_node ...}} PATH; No space left on device [Op:SaveV2]"
+            where = e.message.split("}} ", 1)[-1].split("; No space left")[0].strip()
+        else:
+            raise
+        raise TrainingError(
+            f"the disk is full: writing {where} failed (no space left on device). Free "
+            "space there, or give another --job_dir to start afresh; run the same command "
+            "again to resume: finished iterations are kept."
+        ) from None
+
+
+def _run(
     config: RunConfig,
     cluster: Cluster | None = None,
     *,
@@ -341,6 +397,7 @@ def run(
             "cluster trains one search. Drop --bags, or run on one machine."
         )
     check_resumable(config, job)
+    job.check_model_dir()
     if config.time_budget_secs and cluster.is_distributed and not cluster.has_ps:
         raise InputError(
             "--time_budget_secs needs one machine or parameter servers: synchronous replicas "

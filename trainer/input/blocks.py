@@ -204,6 +204,39 @@ def lost_tail(path: str) -> LostTail | None:
     return _lost.get(path)
 
 
+# The CRC-32 of the raw bytes of each file `line_chunks` read to its end in this process: the
+# statistics pass records it, so that a resume can tell a file whose modification time
+# changed but not its contents (a package installed again) from a rewritten one.
+_checksums: dict[str, int] = {}
+
+
+def read_checksum(path: str) -> int | None:
+    """The CRC-32 of `path`'s bytes as its last whole read by `line_chunks` found them."""
+    return _checksums.get(path)
+
+
+def checksum(path: str) -> int:
+    """The CRC-32 of the bytes of `path`, read through."""
+    crc = 0
+    with tf.io.gfile.GFile(path, "rb") as f:
+        while data := f.read(CHUNK_BYTES):
+            crc = zlib.crc32(data, crc)
+    return crc
+
+
+class _Summed:
+    """A file's `read`, keeping the CRC-32 of what it read."""
+
+    def __init__(self, f):
+        self._f = f
+        self.crc = 0
+
+    def read(self, size: int) -> bytes:
+        data = self._f.read(size)
+        self.crc = zlib.crc32(data, self.crc)
+        return data
+
+
 class _Cut(Exception):
     """Inside `line_chunks`: the compressed stream stops being readable here."""
 
@@ -219,7 +252,8 @@ def line_chunks(path: bytes | str, *, lost_tails: bool = False):
     path = path.decode() if isinstance(path, bytes) else path
     _lost.pop(path, None)
     line, pending = 1, b""
-    with tf.io.gfile.GFile(path, "rb") as f:
+    with tf.io.gfile.GFile(path, "rb") as raw:
+        f = _Summed(raw)
         try:
             for data in _decompressed(f, gzipped=path.endswith(".gz")):
                 pending += data
@@ -242,6 +276,7 @@ def line_chunks(path: bytes | str, *, lost_tails: bool = False):
                 raise TruncatedInput(tail) from None
             _lost[path] = tail
             return
+    _checksums[path] = f.crc
     if pending:
         yield _lines(pending), line
 

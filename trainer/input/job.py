@@ -13,7 +13,7 @@ from absl import logging
 
 from trainer import job_dir as job_dir_lib
 from trainer.errors import InputError
-from trainer.input import bigquery, scan, staging
+from trainer.input import bigquery, blocks, scan, staging
 from trainer.input import files as files_lib
 from trainer.input.files import Source
 from trainer.input.options import InputOptions
@@ -217,8 +217,13 @@ def prepare(
     train = open_input(train_data, "--train_data", "train") if open_train or holdout else None
     if train is not None and train.session is not None:
         columns = bigquery.table_choices(train, columns)
+    resumed = schema is not None
     if schema is None and scan_if_new:
         assert train is not None, "a replica that scans opens the training data"
+        # Before the pass: a file rewritten while it is read is found changed on resume.
+        identities = {
+            key: _identities(source) for key, source in (("train", train), ("eval", eval_source))
+        }
         try:
             if stage:  # every check of the tables' columns is done: the one pass over them
                 train, eval_source = (
@@ -228,6 +233,7 @@ def prepare(
             assert train is not None
             schema = _scan(train, eval_source, columns, options, holdout, seed)
             schema = _with_sessions(schema, job, train=train, eval=eval_source)
+            schema = _with_identities(schema, identities)
         except InputError:
             if stage:  # the job never starts: leave no shards behind (nor half of them)
                 for key in ("train", "eval"):
@@ -247,6 +253,8 @@ def prepare(
         )
     for source, key in ((train, "train"), (eval_source, "eval")):
         _check_same_files(source, schema.summary.get(key))
+        if resumed and scan_if_new:  # the chief of a resumed job: the same contents too
+            _check_unchanged(source, schema.summary.get(key))
     evaluated = eval_source or train
     assert evaluated is not None, "without --eval_data the hold-out opens the training data"
     return JobInput(schema, train, evaluated, holdout, options)
@@ -342,6 +350,68 @@ def _check_same_files(source: Source | None, summary: dict | None) -> None:
             f"--job_dir was started on {len(then)} (new: {added}, gone: {gone}). Resume with "
             "the same files, or train on the new ones in a new --job_dir."
         )
+
+
+def _identities(source: Source | None) -> list[dict] | None:
+    """Each file's size and modification time (files_lib.identities); None for a table's read
+    streams (a read session reads one snapshot of the table, whenever it is read)."""
+    if source is None or source.format == files_lib.BIGQUERY:
+        return None
+    return files_lib.identities(source.files)
+
+
+def _with_identities(schema: Schema, identities: dict[str, list[dict] | None]) -> Schema:
+    """The schema with each input file's identity beside its row counts, for `_check_unchanged`
+    on resume. Staged inputs (the job's own shards) are the files the job reads."""
+    summary = dict(schema.summary)
+    for key, files in identities.items():
+        if files is None or key not in summary or "staged" in summary[key]:
+            continue
+        entries = []
+        for entry, identity in zip(summary[key]["files"], files):
+            crc = blocks.read_checksum(entry["path"])  # CSV and JSON Lines: the scan's read
+            entries.append({**entry, **identity, **({"crc32": crc} if crc is not None else {})})
+        summary[key] = dict(summary[key], files=entries)
+    return dataclasses.replace(schema, summary=summary)
+
+
+def _check_unchanged(source: Source | None, summary: dict | None) -> None:
+    """Fails when a file of the input changed since the job's scan (its size or modification
+    time): the statistics, the hold-out and every finished iteration describe the old
+    contents. Job dirs of versions that recorded no identities are not checked."""
+    if source is None or summary is None or source.format == files_lib.BIGQUERY:
+        return
+    recorded = [f for f in summary["files"] if "bytes" in f]
+    if not recorded or len(recorded) != len(source.files):
+        return
+    for entry, now in zip(recorded, files_lib.identities(source.files)):
+        if entry["bytes"] == now["bytes"]:
+            if entry["modified_ns"] == now["modified_ns"]:
+                continue
+            if entry.get("crc32") == blocks.checksum(entry["path"]):
+                logging.info(
+                    "%s: %s was modified since the job's scan, but its bytes are the same.",
+                    source.flag,
+                    entry["path"],
+                )
+                continue
+        then, modified = _time(entry["modified_ns"]), _time(now["modified_ns"])
+        if entry["bytes"] != now["bytes"]:
+            what = f"{entry['bytes']:,} bytes when the job scanned it, {now['bytes']:,} now"
+        elif "crc32" in entry:
+            what = f"modified at {modified}, and its bytes are not those the job scanned"
+        else:
+            what = f"modified at {modified}; it was last modified at {then} when scanned"
+        raise InputError(
+            f"{source.flag}: {entry['path']} changed since the job in this --job_dir started "
+            f"({what}): its statistics, hold-out and finished iterations describe the old "
+            "contents. Restore the file to resume, or train on the new data in a new "
+            "--job_dir."
+        )
+
+
+def _time(nanoseconds: int) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(nanoseconds / 1e9))
 
 
 def _wait_for_schema(job: job_dir_lib.JobDir, wait_secs: float) -> Schema:
