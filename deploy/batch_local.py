@@ -12,7 +12,9 @@ Python runs per CSV row except for bad ones; JSON Lines are parsed by Python a b
 Batch k goes to results file k mod M as it is predicted, so results are in input order within
 a file, not across files (as on Vertex). The output dir appears only when complete: locally it
 is written under a temporary name and renamed; on Cloud Storage each file is uploaded under a
-temporary prefix and copied into place at the end, the errors file last.
+temporary prefix and copied into place at the end, the errors file last. A `.gz` file cut
+short or corrupt stops the run (DeployError naming it) before anything is published: read as
+far as it went, it would look whole.
 """
 
 from __future__ import annotations
@@ -20,10 +22,9 @@ from __future__ import annotations
 import csv
 import dataclasses
 import datetime
-import gzip
-import io
 import json
 import os
+import re
 import time
 import uuid
 from collections.abc import Iterator, Sequence
@@ -32,7 +33,8 @@ import numpy as np
 import tensorflow as tf
 
 from deploy import api, storage
-from deploy.instances import NUMBER, Fields, InstanceError, Predictor
+from deploy.instances import NUMBER, Fields, InstanceError, NotJson, Predictor, parse_json
+from trainer.errors import InputError
 
 FORMATS = ("jsonl", "csv")
 INVALID_ARGUMENT = 3  # google.rpc.Code, as Vertex writes it in errors_stats
@@ -80,8 +82,9 @@ def predict_local(
         Where the results and errors went, and how many of each.
 
     Raises:
-        DeployError: bad arguments, or a CSV header that does not fit the model; nothing is
-            written. A bad line never raises: it goes to the errors file.
+        DeployError: bad arguments, a CSV header that does not fit the model, or a file that
+            cannot be read whole (a `.gz` file cut short or corrupt); nothing is written. A
+            bad line never raises: it goes to the errors file.
 
     Example:
         result = predict_local(model_dir="runs/job/model", sources=["test.csv"],
@@ -95,21 +98,24 @@ def predict_local(
     started = time.perf_counter()
     predictor = predictor or Predictor(model_dir)
     excluded = frozenset(excluded_fields)
-    if instances_format == "csv":
-        headers = {path: csv_header(path) for path in files}
-        for path, header in headers.items():
-            check_header(path, header, predictor.fields, excluded)
-        batches = _csv_batches(predictor, headers, excluded, batch_size)
-    else:
-        batches = _jsonl_batches(predictor, files, excluded, batch_size)
-    output = _Output(output_prefix, model_name, num_shards)
     try:
-        for index, (lines, count, errors) in enumerate(batches):
-            output.add_results(index, lines, count)
-            output.add_errors(errors)
-        result_files, error_file = output.publish()
-    finally:
-        output.discard()
+        if instances_format == "csv":
+            headers = {path: csv_header(path) for path in files}
+            for path, header in headers.items():
+                check_header(path, header, predictor.fields, excluded)
+            batches = _csv_batches(predictor, headers, excluded, batch_size)
+        else:
+            batches = _jsonl_batches(predictor, files, excluded, batch_size)
+        output = _Output(output_prefix, model_name, num_shards)
+        try:
+            for index, (lines, count, errors) in enumerate(batches):
+                output.add_results(index, lines, count)
+                output.add_errors(errors)
+            result_files, error_file = output.publish()
+        finally:
+            output.discard()
+    except InputError as e:  # a file the reader cannot read whole (a .gz cut short)
+        raise api.DeployError(f"--source: {e}") from None
     return BatchResult(
         output.final_dir,
         result_files,
@@ -128,11 +134,13 @@ def check_format(instances_format: str) -> None:
 
 
 def csv_header(path: str) -> list[str]:
-    """The column names in the first line of a CSV file (optionally .gz)."""
-    with tf.io.gfile.GFile(path, "rb") as raw:
-        stream = gzip.GzipFile(fileobj=raw) if path.endswith(".gz") else raw
-        first = stream.readline().decode("utf-8-sig", errors="replace")
-    return [h.strip() for h in next(csv.reader(io.StringIO(first)), [])]
+    """The column names in the first line of a CSV file (optionally .gz), read as the rows
+    are (so a .gz file cut short before its first line end fails as they would)."""
+    from trainer.input import blocks as blocks_lib
+
+    text, _ = next(blocks_lib.line_chunks(path), (b"", 1))
+    first = text.split(b"\n", 1)[0].decode("utf-8-sig", errors="replace")
+    return [h.strip() for h in next(csv.reader([first]), [])]
 
 
 def check_header(path: str, header: list[str], fields: Fields, excluded: frozenset) -> None:
@@ -210,7 +218,7 @@ def timestamp() -> str:
 # -- CSV: parsed and formatted by TensorFlow ----------------------------------------------------
 def _csv_batches(
     predictor: Predictor, headers: dict[str, list[str]], excluded: frozenset, batch_size: int
-) -> Iterator[tuple[bytes, int, list[dict]]]:
+) -> Iterator[tuple[bytes, int, list[str]]]:
     """(result lines, how many, error records) for each batch of every file, the files with
     one header read by one dataset. Parsing, the model and the JSON lines all run in the
     dataset's parallel map."""
@@ -268,7 +276,7 @@ def _csv_batches(
             )
             .prefetch(2)
         )
-        for block in dataset:
+        for block in _reading(dataset):
             python, errors = [], []
             for file, line, text in zip(
                 *(
@@ -285,9 +293,26 @@ def _csv_batches(
                 if reason is None:
                     python.append(row)
                 else:
-                    errors.append(error_record(where, row, reason))
+                    errors.append(json.dumps(error_record(where, row, reason)))
             lines = _utf8(block["text"].numpy()) + _predicted(predictor, python)
             yield lines, int(block["count"]) + len(python), errors
+
+
+def _reading(dataset: tf.data.Dataset) -> Iterator[dict]:
+    """The dataset's elements; the trainer's InputError (a file cut short) raised by its
+    reader, which runs in `tf.data.Dataset.from_generator` and so reaches here as an
+    InvalidArgumentError "NAME: MESSAGE", raised again as an InputError of that message."""
+    from trainer.input import blocks as blocks_lib
+
+    try:
+        yield from dataset
+    except tf.errors.InvalidArgumentError as e:
+        # The first line is "{{function_node ...}} NAME: MESSAGE", then Python's traceback.
+        name, _, message = re.sub(r"^\{\{.*?\}\}\s*", "", e.message).partition(": ")
+        raised = getattr(blocks_lib, name, None)
+        if isinstance(raised, type) and issubclass(raised, InputError):
+            raise InputError(message.splitlines()[0]) from None
+        raise
 
 
 def _instance_json(features: dict, names: list[str], fields: Fields):
@@ -351,10 +376,11 @@ def _prediction_json(instances: tf.Tensor, outputs: dict) -> tf.Tensor:
 # -- JSON Lines: parsed by Python, a batch at a time ---------------------------------------------
 def _jsonl_batches(
     predictor: Predictor, files: list[str], excluded: frozenset, batch_size: int
-) -> Iterator[tuple[bytes, int, list[dict]]]:
+) -> Iterator[tuple[bytes, int, list[str]]]:
     from trainer.input import blocks as blocks_lib
 
-    good, errors = [], []
+    good: list[dict] = []
+    errors: list[str] = []
     for path in files:
         for chunk, first in blocks_lib.line_chunks(path):
             for number, raw in enumerate(
@@ -362,22 +388,30 @@ def _jsonl_batches(
             ):
                 if not raw.strip():
                     continue
-                where = f"{path}:{number}"
                 try:
                     instance, reason = checked(
-                        predictor.fields, json.loads(raw), excluded, typed=True
+                        predictor.fields, parse_json(raw, "the line"), excluded, typed=True
                     )
-                except json.JSONDecodeError as e:
-                    instance, reason = raw, f"not JSON ({e})"
+                except NotJson as e:
+                    instance, reason = raw, str(e)
                 if reason is None:
                     good.append(instance)
                 else:
-                    errors.append(error_record(where, instance, reason))
+                    errors.append(_error_json(f"{path}:{number}", instance, reason, text=raw))
                 if len(good) == batch_size:
                     yield _predicted(predictor, good), len(good), errors
                     good, errors = [], []
     if good or errors:
         yield _predicted(predictor, good), len(good), errors
+
+
+def _error_json(where: str, instance, reason: str, *, text: str) -> str:
+    """The errors file's line for a bad instance; one nested almost as deeply as the parser
+    allows (which writing it back, a few calls deeper, does not) is given as its `text`."""
+    try:
+        return json.dumps(error_record(where, instance, reason))
+    except RecursionError:
+        return json.dumps(error_record(where, text, reason))
 
 
 def _predicted(predictor: Predictor, instances: list[dict]) -> bytes:
@@ -414,10 +448,10 @@ class _Output:
             self._files[index % len(self._files)].write(lines)
             self.results += count
 
-    def add_errors(self, records: list[dict]) -> None:
-        if records:
-            self._errors.write("".join(json.dumps(r) + "\n" for r in records).encode())
-            self.errors += len(records)
+    def add_errors(self, lines: list[str]) -> None:
+        if lines:
+            self._errors.write("".join(line + "\n" for line in lines).encode())
+            self.errors += len(lines)
 
     def publish(self) -> tuple[tuple[str, ...], str]:
         for f in self._files + [self._errors]:

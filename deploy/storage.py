@@ -17,7 +17,9 @@ import glob
 import gzip
 import os
 import tempfile
+import zlib
 
+from deploy.api import DeployError
 from trainer.paths import GCS_PREFIX, is_gcs, split_gcs
 
 
@@ -34,14 +36,23 @@ def _client(client=None):
 
 
 def read_bytes(uri: str, *, client=None) -> bytes:
-    """The whole file; `.gz` files are decompressed."""
+    """The whole file; `.gz` files are decompressed (DeployError when one is cut short or
+    corrupt: never part of it read as if whole)."""
     if is_gcs(uri):
         bucket, name = split_gcs(uri)
         data = _client(client).bucket(bucket).blob(name).download_as_bytes()
     else:
         with open(uri, "rb") as f:
             data = f.read()
-    return gzip.decompress(data) if uri.endswith(".gz") else data
+    if not uri.endswith(".gz"):
+        return data
+    try:
+        return gzip.decompress(data)
+    except (EOFError, OSError, zlib.error) as e:  # cut short; not gzip; corrupt
+        raise DeployError(
+            f"{uri} is not a whole gzip file ({e}): a copy or a writer that was interrupted? "
+            "Copy or write the file again, or leave it out."
+        ) from None
 
 
 def write_bytes(uri: str, data: bytes, *, client=None) -> None:

@@ -65,12 +65,51 @@ def test_jsonl_bad_lines_are_reported_and_the_rest_predicted(tmp_path, predictor
     assert [r["instance"] for r in results] == rows  # in input order, none lost
     _assert_same_predictions([r["prediction"] for r in results], predictor.predict(rows))
     assert [e["error"]["message"] for e in errors] == [
-        f"{source}:4: not JSON (Expecting property name enclosed in double quotes: line 1 "
-        "column 2 (char 1))",
+        f"{source}:4: the line is not JSON (Expecting property name enclosed in double quotes: "
+        "line 1 column 2 (char 1)).",
         f"{source}:8: field 'age' must be a number, got 'forty'.",
     ]
     assert errors[0]["instance"] == "{not json" and errors[1]["instance"] == wrong_type
     assert (result.num_predictions, result.num_errors) == (20, 2)
+
+
+def test_jsonl_lines_that_break_a_json_parser_are_errors_and_the_rest_predicted(
+    tmp_path, predictor, census_rows
+):
+    """Lines Python's json module fails on (nesting past its recursion limit, an integer of
+    over 4,300 digits), takes though they are not JSON (NaN), or parses into what no tensor
+    holds (a lone surrogate) are error records like any bad line (each aborted the run with
+    a traceback and nothing written)."""
+    rows = census_rows[:12]
+    deep = [  # parsed, or not, depending on the stack; written back or given as text
+        json.dumps(dict(rows[0], age="AGE")).replace('"AGE"', "[" * n + "]" * n)
+        for n in range(940, 1000, 5)
+    ]
+    bad = [
+        ("[" * 100_000, "the line nests arrays or objects too deeply to parse"),
+        ('{"age": 1' + "0" * 5000 + "}", "the line holds an integer of 5001 digits"),
+        (json.dumps(dict(rows[0], sex="\ud800")), "field 'sex' is '\\ud800', which holds a lone"),
+        (json.dumps(dict(rows[0], age=float("nan"))), "the line holds NaN, which is not JSON"),
+        ('{"age": -1e400}', "the line holds the number -1e400, beyond a 64-bit float"),
+    ]
+    lines = [text for text, _ in bad] + deep
+    source = _write_jsonl(
+        tmp_path / "in.jsonl", rows, bad_lines=[(2 * i + 1, text) for i, text in enumerate(lines)]
+    )
+    result = batch_local.predict_local(
+        model_dir="",
+        sources=[source],
+        predictor=predictor,
+        output_prefix=str(tmp_path / "out"),
+        batch_size=4,
+    )
+    results, errors = batch.read_results(result.output_dir)
+    assert [r["instance"] for r in results] == rows
+    assert (result.num_predictions, result.num_errors) == (len(rows), len(lines))
+    messages = [e["error"]["message"] for e in errors]
+    for (line, (_, reason)), message in zip(enumerate(bad), messages):
+        assert message.startswith(f"{source}:{2 * line + 2}: {reason}"), message
+    assert all(f"{source}:" in m for m in messages[len(bad) :])
 
 
 def test_csv_with_an_excluded_label_and_bad_rows(tmp_path, predictor, census_rows):
@@ -134,6 +173,60 @@ def test_nothing_is_written_for_bad_arguments(tmp_path, predictor):
             predictor=predictor,
         )
     assert not (tmp_path / "o").exists()
+
+
+def _cut_gz(path: Path, text: str, keep: float) -> str:
+    """`text` gzipped into `path`, of which only the first `keep` part of the bytes is kept."""
+    data = gzip.compress(text.encode())
+    path.write_bytes(data[: int(len(data) * keep)])
+    return str(path)
+
+
+@pytest.mark.parametrize(
+    "instances_format, keep",
+    [("csv", 0.5), ("jsonl", 0.5), ("csv", 0.01)],
+    ids=["csv", "jsonl", "csv-header"],
+)
+def test_a_gz_file_cut_short_stops_the_run_naming_it(
+    tmp_path, census_model, census_rows, capsys, instances_format, keep
+):
+    """A .gz file that ends before its gzip stream does (an interrupted copy) is an error
+    naming it, with exit 2 and nothing written; it was predicted as far as it went, with 0
+    errors."""
+    rows = census_rows * 40
+    if instances_format == "csv":
+        lines = [",".join(rows[0]), *(",".join(map(str, r.values())) for r in rows)]
+    else:
+        lines = [json.dumps(r) for r in rows]
+    text = "\n".join(lines) + "\n"
+    whole = _cut_gz(tmp_path / f"whole.{instances_format}.gz", text, 1.0)
+    cut = _cut_gz(tmp_path / f"cut.{instances_format}.gz", text, keep)
+    out = tmp_path / "out"
+    code = batch.main(
+        [
+            "local",
+            f"--model_dir={census_model}",
+            f"--source={whole},{cut}",
+            f"--instances_format={instances_format}",
+            f"--output_prefix={out}",
+        ]
+    )
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert "Traceback" not in err
+    last = err.strip().splitlines()[-1]
+    assert last.startswith(f"error: --source: {cut} ") and "gzip" in last, err
+    assert not out.exists() or os.listdir(out) == []
+
+
+def test_a_csv_gz_cut_short_is_not_converted_for_a_vertex_job(gcs, predictor):
+    header, *rows = _census_csv_lines(200)
+    data = gzip.compress("\n".join([header, *rows]).encode())
+    gcs.bucket("test-bucket").blob("in/a.csv.gz").upload_from_string(data[: len(data) // 2])
+    csv_job = _csv_job(["gs://test-bucket/in/a.csv.gz"])
+    with pytest.raises(api.DeployError, match="gs://test-bucket/in/a.csv.gz is not a whole gzip"):
+        batch_csv.convert_csv(csv_job, predictor.fields)
+    assert _objects(gcs, "out/") == {}
 
 
 def test_vertex_job_through_the_sdk_matches_the_dry_run(cloud_sdk):
