@@ -1,6 +1,7 @@
 """SIGTERM (a Spot VM's preemption): the trainer saves a checkpoint at the step it reached,
 exits with 143, and the same command resumes at exactly that step; before training it stops at
-once and writes nothing. The signal handler itself is tested in this process."""
+once and writes nothing. Ctrl-C (SIGINT) does the same with exit code 130, without a traceback.
+The signal handler itself is tested in this process."""
 
 from __future__ import annotations
 
@@ -41,9 +42,11 @@ def _sigterm_self(notice: preemption.Notice, count: int) -> None:
 
 @pytest.fixture
 def sigterm_restored():
-    original = signal.getsignal(signal.SIGTERM)
+    """Puts this process's SIGTERM and SIGINT handlers back (`watch` may leave them ignored)."""
+    original = {signum: signal.getsignal(signum) for signum in preemption.SIGNALS}
     yield
-    signal.signal(signal.SIGTERM, original)
+    for signum, handler in original.items():
+        signal.signal(signum, handler)
 
 
 def test_sigterm_while_training_only_sets_the_flag_and_later_ones_are_ignored(sigterm_restored):
@@ -81,6 +84,7 @@ def _watching(body: str, *, can_defer: bool) -> subprocess.Popen:
     )
 
 
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
 @pytest.mark.parametrize(
     "can_defer, body, why",
     [
@@ -99,14 +103,37 @@ def _watching(body: str, *, can_defer: bool) -> subprocess.Popen:
     ],
     ids=["outside_training", "synchronous_replica"],
 )
-def test_sigterm_with_nothing_to_save_ends_the_process_at_once(can_defer, body, why):
+def test_a_signal_with_nothing_to_save_ends_the_process_at_once(can_defer, body, why, signum):
     process = _watching(body, can_defer=can_defer)
     assert process.stdout and process.stderr
     assert process.stdout.readline() == "ready\n"
-    code, seconds = _terminate(process)
-    assert code == preemption.EXIT_CODE
+    code, seconds = _terminate(process, signum)
+    assert code == 128 + signum  # 143, 130
     assert seconds < 3  # not the 30 s of the sleep
-    assert f"preempted: SIGTERM {why}; exit code 143" in process.stderr.read()
+    name = signal.Signals(signum).name
+    verb = "preempted" if signum == signal.SIGTERM else "interrupted"
+    stderr = process.stderr.read()
+    assert f"{verb}: {name} {why}; exit code {128 + signum}" in stderr
+    assert "Traceback" not in stderr
+
+
+def test_ctrl_c_while_training_only_sets_the_flag_and_says_which_signal_came():
+    body = (
+        "    with notice.deferred():\n"
+        "        print('ready', flush=True)\n"
+        "        while not notice.requested:\n"
+        "            time.sleep(0.01)\n"
+        "        stop = notice.stop('saved at step 7')\n"
+        "    print(stop.signum, stop, flush=True)\n"
+    )
+    process = _watching(body, can_defer=True)
+    assert process.stdout and process.stderr
+    assert process.stdout.readline() == "ready\n"
+    os.kill(process.pid, signal.SIGINT)
+    assert process.wait(timeout=10) == 0, process.stderr.read()
+    line = process.stdout.readline()
+    assert line.startswith(f"{int(signal.SIGINT)} SIGINT ") and "s ago: saved at step 7" in line
+    assert "KeyboardInterrupt" not in process.stderr.read()
 
 
 def test_a_second_sigterm_on_the_way_out_does_not_cut_it_short():
@@ -129,14 +156,17 @@ def test_a_second_sigterm_on_the_way_out_does_not_cut_it_short():
     assert code == 0, process.stderr.read()  # (the script itself ends normally)
 
 
-def test_the_previous_handler_comes_back_after_a_normal_end(sigterm_restored):
+def test_the_previous_handlers_come_back_after_a_normal_end(sigterm_restored):
     def mine(signum, frame):
         pass
 
+    sigint = signal.getsignal(signal.SIGINT)
     signal.signal(signal.SIGTERM, mine)
     with preemption.watch():
         assert signal.getsignal(signal.SIGTERM) is not mine
+        assert signal.getsignal(signal.SIGINT) is not sigint
     assert signal.getsignal(signal.SIGTERM) is mine
+    assert signal.getsignal(signal.SIGINT) is sigint
 
 
 # -- the trainer, a real process ---------------------------------------------------------------
@@ -180,10 +210,10 @@ def _wait_for(predicate, process: subprocess.Popen, what: str, timeout: float = 
     return found
 
 
-def _terminate(process: subprocess.Popen) -> tuple[int, float]:
-    """SIGTERM; the exit code and the seconds until the process was gone."""
+def _terminate(process: subprocess.Popen, signum: int = signal.SIGTERM) -> tuple[int, float]:
+    """SIGTERM (or `signum`); the exit code and the seconds until the process was gone."""
     sent = time.monotonic()
-    os.kill(process.pid, signal.SIGTERM)
+    os.kill(process.pid, signum)
     try:
         code = process.wait(timeout=30)
     finally:
@@ -239,6 +269,34 @@ def test_sigterm_mid_iteration_saves_the_step_reached_and_the_restart_resumes_th
     assert report["final"]["metrics"]["accuracy"] > 0.9
     assert (job / "model" / "saved_model.pb").exists()
     assert not list(job.rglob("*.tmp-*"))
+
+
+@pytest.mark.slow
+def test_ctrl_c_mid_iteration_saves_the_step_reached_like_sigterm(binary_data, tmp_path):
+    job, steps = tmp_path / "job", 30_000
+    log = tmp_path / "ctrl_c.log"
+    process = _start(_args(binary_data, job, steps), log)
+    try:
+        _wait_for(
+            lambda: re.search(r"iteration 0 step (\d+)/", log.read_text()),
+            process,
+            "the first progress line",
+        )
+    finally:
+        code, seconds = _terminate(process, signal.SIGINT)
+    output = log.read_text()
+    assert code == 130, output[-3000:]
+    assert seconds < 10, output[-3000:]
+    assert "Traceback" not in output and "KeyboardInterrupt" not in output
+    saved = re.search(
+        r"interrupted: SIGINT [\d.]+ s ago: iteration 0 checkpointed at step (\d+); "
+        r"exit code 130",
+        output,
+    )
+    assert saved, output[-3000:]
+    step = int(saved.group(1))
+    assert 0 < step < steps
+    assert _checkpoint_steps(job / "checkpoints" / "iteration-0") == [step]
 
 
 @pytest.mark.slow

@@ -7,6 +7,7 @@ it trains on the census data shipped in the package.
 from __future__ import annotations
 
 import dataclasses
+import signal
 import sys
 import time
 
@@ -559,18 +560,20 @@ def main(argv):
         if cluster.task_type == cluster_lib.EVALUATOR:
             evaluator.run(config)
             return 0
-        # SIGTERM (a Spot VM's preemption): a checkpoint, then exit 143 so Vertex AI restarts
-        # this replica. A synchronous cluster's replica cannot checkpoint alone: it just stops.
+        # SIGTERM (a Spot VM's preemption) or Ctrl-C: a checkpoint, then exit 143 (130) so that
+        # Vertex AI restarts this replica. A synchronous cluster's replica cannot checkpoint
+        # alone: it just stops.
         synchronous = cluster.is_distributed and not cluster.has_ps
         with preemption.watch(can_defer=not synchronous):
             report = training.run(config, cluster, started=STARTED, tracker=tracker)
         if not cluster.is_chief:
             return 0
     except preemption.Preempted as e:
-        print(
-            f"preempted: {e}; exit code {preemption.EXIT_CODE} (restart to resume)", file=sys.stderr
-        )
-        return preemption.EXIT_CODE
+        print(preemption.stopped_line(e.signum, str(e)), file=sys.stderr)
+        return preemption.exit_code(e.signum)
+    except KeyboardInterrupt:  # Ctrl-C before `preemption.watch` took SIGINT over
+        print(preemption.stopped_line(signal.SIGINT, "SIGINT before any work"), file=sys.stderr)
+        return preemption.exit_code(signal.SIGINT)
     except InputError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
