@@ -430,3 +430,22 @@ def test_a_preempted_chief_of_a_parameter_server_cluster_saves_and_its_restart_r
     assert resumed, said[-3000:]
     assert int(resumed.group(1)) >= step
     assert_trained(report, iterations=1)
+
+
+@pytest.mark.slow
+def test_a_synchronous_replica_stops_at_once_on_sigterm_in_training(tmp_path):
+    """A replica of a synchronous cluster cannot checkpoint alone: SIGTERM in training stops it
+    at once with 143 (TensorFlow's coordination service, which swallowed the signal with a
+    handler of its own, is not used)."""
+    from tests.test_distributed import Job
+    from trainer.local_cluster import ClusterShape
+
+    extra = ("--max_iterations=1", "--max_iteration_steps=30000")
+    with Job(tmp_path, ClusterShape(workers=1), *extra) as job:
+        job.wait_for_line("chief", "iteration 0 step")
+        chief = job.cluster.process("chief")
+        code, seconds = _terminate(chief)
+        said = "\n".join(job.cluster.output("chief"))
+    assert code == preemption.EXIT_CODE, said[-3000:]
+    assert seconds < 10
+    assert "preempted: SIGTERM a replica of a synchronous cluster cannot checkpoint alone" in said

@@ -13,7 +13,7 @@ import dataclasses
 import json
 import socket
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from trainer.errors import InputError
 
@@ -59,6 +59,10 @@ class Cluster:
 
     def address(self, task_type: str, index: int) -> str:
         return self.jobs[task_type][index]
+
+    def replicas(self) -> list[tuple[str, int, str]]:
+        """(type, index, address) of every replica in the cluster (the evaluator is not)."""
+        return [(t, i, a) for t in (CHIEF, WORKER, PS) for i, a in enumerate(self.jobs.get(t, ()))]
 
     def servers(self) -> list[tuple[str, int, str]]:
         """(type, index, address) of every worker and ps: what a chief waits for."""
@@ -216,6 +220,62 @@ def wait_for_servers(cluster: Cluster, *, timeout_secs: float, poll_secs: float 
                 "--cluster_timeout_secs sets how long to wait."
             )
         time.sleep(poll_secs)
+
+
+class ChiefWatch:
+    """Whether this replica's chief is there, for the replicas that wait on it (workers and
+    parameter servers under a coordinator, the evaluator): it must answer on its `TF_CONFIG`
+    address within `timeout_secs` of the watch's start (with parameter servers it opens its
+    port once its input is checked), and once seen may be gone for at most `grace_secs`
+    (Vertex restarts a failed replica under the same address).
+
+    Example::
+
+        watch = ChiefWatch(cluster, timeout_secs=600, grace_secs=120)
+        while not watch.gone():  # raises TimeoutError if the chief never answers
+            time.sleep(2)
+    """
+
+    def __init__(
+        self,
+        cluster: Cluster,
+        *,
+        timeout_secs: float,
+        grace_secs: float,
+        probe: Callable[[str], bool] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ):
+        self.address = cluster.address(CHIEF, 0)
+        self.timeout_secs = timeout_secs
+        self.grace_secs = grace_secs
+        self._probe = probe or is_listening
+        self._clock = clock
+        self._started = clock()
+        self._seen = False
+        self._gone_since: float | None = None
+
+    def gone(self) -> bool:
+        """Looks for the chief once: False while it answers, may still come, or may come back;
+        True once it has been gone `grace_secs` after answering.
+
+        Raises:
+            TimeoutError: it never answered in `timeout_secs`, naming it and the flag.
+        """
+        now = self._clock()
+        if self._probe(self.address):
+            self._seen, self._gone_since = True, None
+            return False
+        if not self._seen:
+            if now - self._started > self.timeout_secs:
+                raise TimeoutError(
+                    f"the chief at {self.address} never answered in {self.timeout_secs:.0f} s "
+                    "(--cluster_timeout_secs). Check that the chief replica is running (its "
+                    "logs) and that its port is reachable from this replica, or raise "
+                    "--cluster_timeout_secs if its input takes longer to check."
+                )
+            return False
+        self._gone_since = self._gone_since if self._gone_since is not None else now
+        return now - self._gone_since > self.grace_secs
 
 
 def is_listening(address: str, timeout: float = 1.0) -> bool:

@@ -19,7 +19,6 @@ import re
 import signal
 import sys
 import threading
-import time
 from typing import NoReturn
 
 import tensorflow as tf
@@ -117,7 +116,11 @@ class Runtime:
 
 def make_runtime(cluster: Cluster, placement: PlacementStrategy, *, timeout_secs: float) -> Runtime:
     """The strategy for this (training) replica. A chief with parameter servers waits, up to
-    `timeout_secs`, for every server of the cluster to listen."""
+    `timeout_secs`, for every server of the cluster to listen; a synchronous replica as long
+    for every other one to join.
+
+    Raises:
+        TrainingError: naming the replicas that never came."""
     if cluster.has_ps:
         try:
             cluster_lib.wait_for_servers(cluster, timeout_secs=timeout_secs)
@@ -134,7 +137,7 @@ def make_runtime(cluster: Cluster, placement: PlacementStrategy, *, timeout_secs
         )
         return Runtime(cluster, strategy, placement, coordinator)
     if cluster.is_distributed:  # round_robin without ps was refused as bad input (training.py)
-        strategy = tf.distribute.MultiWorkerMirroredStrategy(cluster_resolver=cluster.resolver())
+        strategy = _join_synchronous_cluster(cluster, timeout_secs=timeout_secs)
         logging.info("MultiWorkerMirroredStrategy over %d replicas.", strategy.num_replicas_in_sync)
         return Runtime(cluster, strategy, placement)
     gpus = tf.config.list_logical_devices("GPU")
@@ -146,19 +149,99 @@ def make_runtime(cluster: Cluster, placement: PlacementStrategy, *, timeout_secs
     return Runtime(cluster, strategy, placement)
 
 
-# -- workers and parameter servers under a coordinator -------------------------------------------
-def serve(cluster: Cluster, *, grace_secs: float, poll_secs: float = 2.0) -> NoReturn:
-    """Runs this worker's or ps's TensorFlow server until the chief is done, then ends the
-    process with exit code 0, or `preemption.EXIT_CODE` for a SIGTERM while the chief still
-    runs.
+def _join_synchronous_cluster(cluster: Cluster, *, timeout_secs: float) -> tf.distribute.Strategy:
+    """`MultiWorkerMirroredStrategy` over the chief and the workers once every one has joined,
+    or a `TrainingError` naming the ones that did not within `timeout_secs`.
 
-    The chief's own server goes away when it exits. A chief that restarts (Vertex restarts a
-    failed replica under the same name) comes back within `grace_secs`, and this server keeps
-    serving it; after that long without a chief, the job is over. SIGTERM ends it at once: with
-    0 when the chief is gone (Vertex and the local launcher stop the others once the chief has
-    exited); while the chief runs it is this replica that is stopped (a Spot VM preempted), and
-    a non-zero code has Vertex restart it (the chief reschedules a lost worker's chunks; a lost
-    ps stops the chief, whose restart finds it again).
+    Without the coordination service. With it (TF 2.17's default), joining waits for every
+    replica inside one C++ call that holds the GIL (`TFE_EnableCollectiveOps`), where no Python
+    code runs, no signal handler either, and the chief's wait has no deadline (the service's
+    `cluster_register_timeout` bounds only a replica's own registration); and the service
+    installs a SIGTERM handler of its own (a preemption notifier for TensorFlow's
+    `PreemptionCheckpointHandler`, not used here) that only logs the signal: a waiting replica
+    ignored SIGTERM for minutes. Without it the strategy watches its peers with its own health
+    check, whose first all-reduce waits for every replica with the GIL released: the strategy is
+    created in a helper thread while the main thread keeps the deadline, and SIGTERM stays with
+    `preemption.watch`'s handler, there and during training.
+
+    On a timeout the helper thread stays blocked in that all-reduce; the caller's error ends the
+    process.
+    """
+    from tensorflow.python.eager import context
+
+    context.context().configure_coordination_service(service_type="")  # "": none
+    joined: dict[str, object] = {}
+
+    def join() -> None:
+        try:
+            joined["strategy"] = tf.distribute.MultiWorkerMirroredStrategy(
+                cluster_resolver=cluster.resolver()
+            )
+        except Exception as e:  # noqa: BLE001 (raised again in the main thread)
+            joined["error"] = e
+
+    logging.info("Waiting up to %.0f s for the other synchronous replicas.", timeout_secs)
+    helper = threading.Thread(target=join, name="join the synchronous cluster", daemon=True)
+    helper.start()
+    helper.join(timeout_secs)
+    if helper.is_alive() or "error" in joined:
+        missing = _missing_replicas(cluster)
+        if missing:
+            raise TrainingError(_never_answered(missing, timeout_secs))
+        if helper.is_alive():
+            raise TrainingError(
+                "the synchronous replicas all answer but did not all join in "
+                f"{timeout_secs:.0f} s (--cluster_timeout_secs); see their logs."
+            )
+        error = joined["error"]
+        raise TrainingError(
+            f"joining the synchronous cluster failed ({type(error).__name__}: "
+            f"{str(error).splitlines()[0][:200]})."
+        )
+    strategy = joined["strategy"]
+    assert isinstance(strategy, tf.distribute.Strategy)
+    return strategy
+
+
+def _missing_replicas(cluster: Cluster) -> list[tuple[str, int, str]]:
+    """The other replicas that do not answer on their addresses."""
+    return [
+        (role, index, address)
+        for role, index, address in cluster.replicas()
+        if (role, index) != (cluster.task_type, cluster.task_index)
+        and not cluster_lib.is_listening(address)
+    ]
+
+
+def _never_answered(missing: list[tuple[str, int, str]], timeout_secs: float) -> str:
+    names = ", ".join(
+        f"the chief at {address}" if role == cluster_lib.CHIEF else f"{role} {index} ({address})"
+        for role, index, address in missing
+    )
+    return (
+        f"{names} never answered in {timeout_secs:.0f} s (--cluster_timeout_secs). Synchronous "
+        "replicas start together: check that every replica is running (their logs) and that "
+        "its port is reachable from this one, or raise --cluster_timeout_secs."
+    )
+
+
+# -- workers and parameter servers under a coordinator -------------------------------------------
+def serve(
+    cluster: Cluster, *, timeout_secs: float, grace_secs: float, poll_secs: float = 2.0
+) -> NoReturn:
+    """Runs this worker's or ps's TensorFlow server until the chief is done, then ends the
+    process with exit code 0, or `preemption.exit_code` (143) for a SIGTERM while the chief
+    still runs, or 1 when the chief never came.
+
+    The chief must answer within `timeout_secs` (`--cluster_timeout_secs`); it opens its port
+    once it has checked its input, so that wait covers its data scan. A chief that then goes
+    away and restarts (Vertex restarts a failed replica under the same name) comes back within
+    `grace_secs`, and this server keeps serving it; after that long without a chief, the job is
+    over. SIGTERM (or SIGINT) ends it at once: with 0 when the chief is gone (Vertex and the
+    local launcher stop the others once the chief has exited); while the chief runs it is this
+    replica that is stopped (a Spot VM preempted), and a non-zero code has Vertex restart it
+    (the chief reschedules a lost worker's chunks; a lost ps stops the chief, whose restart
+    finds it again).
 
     It exits with `os._exit`, past the interpreter's teardown: a started TensorFlow server
     cannot be stopped (its `stop()` is unimplemented), and tearing down the runtime under its
@@ -174,24 +257,34 @@ def serve(cluster: Cluster, *, grace_secs: float, poll_secs: float = 2.0) -> NoR
     )
     logging.info("%s %d serving at %s.", cluster.task_type, cluster.task_index, server.target)
     stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    chief = cluster.address(cluster_lib.CHIEF, 0)
-    seen_chief, gone_since = False, None
-    while not stop.wait(poll_secs):
-        if cluster_lib.is_listening(chief):
-            seen_chief, gone_since = True, None
-        elif seen_chief:
-            gone_since = gone_since or time.monotonic()
-            if time.monotonic() - gone_since > grace_secs:
-                logging.info("The chief (%s) has been gone for %.0f s: done.", chief, grace_secs)
-                break
+    received: list[int] = []
+
+    def handle(signum, frame):
+        received.append(signum)
+        stop.set()
+
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, handle)
+    chief = cluster_lib.ChiefWatch(cluster, timeout_secs=timeout_secs, grace_secs=grace_secs)
     code = 0
-    if stop.is_set() and cluster_lib.is_listening(chief):
-        code = preemption.EXIT_CODE
+    while not stop.wait(poll_secs):
+        try:
+            if chief.gone():
+                logging.info(
+                    "The chief (%s) has been gone for %.0f s: done.", chief.address, grace_secs
+                )
+                break
+        except TimeoutError as e:
+            print(f"training stopped: {e}", file=sys.stderr)
+            code = 1
+            break
+    if received and cluster_lib.is_listening(chief.address):
+        code = preemption.exit_code(received[0])
         logging.info(
-            "%s %d: SIGTERM while the chief runs (preemption?): exit code %d, to be restarted.",
+            "%s %d: %s while the chief runs (preemption?): exit code %d, to be restarted.",
             cluster.task_type,
             cluster.task_index,
+            signal.Signals(received[0]).name,
             code,
         )
     logging.info("%s %d stops.", cluster.task_type, cluster.task_index)

@@ -11,7 +11,9 @@ iteration's entries end with one evaluation of its frozen chosen ensemble, the m
 the iteration kept (a periodic checkpoint may be from any step, even before a subnetwork has
 trained; under round-robin placement the ensemble's and the subnetworks' steps differ, so each
 entry gives both). An evaluator that starts late, or restarts, adds only the closing entries
-still missing. It stops once the chief's report says the job is complete.
+still missing. It stops once the chief's report says the job is complete, or with an error when
+the chief never answers on its address within `--cluster_timeout_secs`, or has been gone for
+`--server_grace_secs` with the job incomplete (the bounds workers and parameter servers keep).
 """
 
 from __future__ import annotations
@@ -24,7 +26,9 @@ from absl import logging
 
 from trainer import adapt, evaluation, training
 from trainer import job_dir as job_dir_lib
+from trainer.cluster import ChiefWatch
 from trainer.config import RunConfig
+from trainer.errors import TrainingError
 from trainer.factory import Models
 from trainer.input.job import JobInput
 from trainer.record import IterationRecord, finite_metrics
@@ -37,29 +41,27 @@ class _Evaluator:
     models: Models
 
 
-def run(
-    config: RunConfig, *, poll_secs: float = 5.0, timeout_secs: float | None = None
-) -> list[dict]:
+def run(config: RunConfig, *, chief: ChiefWatch | None, poll_secs: float = 5.0) -> list[dict]:
     """The evaluator replica: evaluates each iteration's checkpoints as the chief writes them,
     and each finished iteration once from its frozen choice, until the job is complete,
     publishing `JOB_DIR/eval/iteration-<t>.json` and TensorBoard events.
 
     Args:
         config: the run's settings, the same flags as the chief's.
+        chief: the chief of the cluster, looked for between two polls (None: a TF_CONFIG
+            without a cluster; then nothing bounds the wait).
         poll_secs: how often to look for new checkpoints.
-        timeout_secs: give up after this long (None: wait for the job to complete).
 
     Returns:
         The evaluations this call made.
 
     Raises:
-        TimeoutError: `timeout_secs` passed before the job completed.
+        TrainingError: the chief never answered, or has been gone too long (see `chief`).
     """
     job = job_dir_lib.JobDir.of(config.outputs)
-    deadline = None if timeout_secs is None else time.monotonic() + timeout_secs
     while not job.exists():  # the chief creates the job dir once its input is checked
         logging.info("Evaluator: waiting for the chief to create %s.", job.root)
-        _sleep(poll_secs, deadline)
+        _wait(poll_secs, chief)
     data = training.prepare_input(config, job, scan_if_new=False, open_train=False)
     config, _ = adapt.resolve(config, data.train_rows, data.schema.label.head)
     evaluator = _Evaluator(job, data, Models(config, data.schema))
@@ -92,7 +94,7 @@ def run(
         if complete:
             logging.info("Evaluator: the job is complete after %d evaluations.", len(evaluations))
             return evaluations
-        _sleep(poll_secs, deadline)
+        _wait(poll_secs, chief)
 
 
 def _evaluate(evaluator: _Evaluator, iteration, checkpoint: str) -> dict | None:
@@ -195,7 +197,18 @@ def _is_complete(job: job_dir_lib.JobDir) -> bool:
     return job_dir_lib.read_json(job.report).get("status") == "complete"
 
 
-def _sleep(seconds: float, deadline: float | None) -> None:
-    if deadline is not None and time.monotonic() > deadline:
-        raise TimeoutError("the evaluator timed out waiting for the chief.")
+def _wait(seconds: float, chief: ChiefWatch | None) -> None:
+    """Sleeps, then raises if the chief never came or has gone for good."""
     time.sleep(seconds)
+    if chief is None:
+        return
+    try:
+        gone = chief.gone()
+    except TimeoutError as e:
+        raise TrainingError(str(e)) from None
+    if gone:
+        raise TrainingError(
+            f"the chief at {chief.address} has been gone for more than {chief.grace_secs:.0f} s "
+            "(--server_grace_secs) and the job is not complete. Restart the chief (it resumes "
+            "the job) and then the evaluator."
+        )

@@ -280,7 +280,10 @@ flags.DEFINE_enum(
 flags.DEFINE_float(
     "cluster_timeout_secs",
     600.0,
-    "How long the chief waits for its workers and parameter servers to start.",
+    "How long a replica waits for the others to start: the chief for its workers and "
+    "parameter servers, and they and the evaluator for the chief (which opens its port once "
+    "its input is checked), synchronous replicas for each other. A replica whose peers never "
+    "come exits with code 1 naming them.",
 )
 flags.DEFINE_float(
     "stall_secs",
@@ -297,7 +300,7 @@ flags.DEFINE_float(
 flags.DEFINE_float(
     "server_grace_secs",
     120.0,
-    "How long workers and parameter servers wait "
+    "How long workers, parameter servers and the evaluator wait "
     "for a vanished chief to come back before they exit.",
 )
 # -- Vertex AI Experiments (trainer/experiments.py) -------------------------------------------
@@ -555,10 +558,23 @@ def main(argv):
         config = build_config(FLAGS, environment)
         cluster = environment.cluster
         tracker = _tracker(FLAGS, environment, cluster)
+        timeouts = config.distribution
         if cluster.task_type in (cluster_lib.WORKER, cluster_lib.PS) and cluster.has_ps:
-            distributed.serve(cluster, grace_secs=config.distribution.server_grace_secs)
+            distributed.serve(
+                cluster,
+                timeout_secs=timeouts.cluster_timeout_secs,
+                grace_secs=timeouts.server_grace_secs,
+            )
         if cluster.task_type == cluster_lib.EVALUATOR:
-            evaluator.run(config)
+            chief = None
+            if cluster.jobs:
+                chief = cluster_lib.ChiefWatch(
+                    cluster,
+                    timeout_secs=timeouts.cluster_timeout_secs,
+                    grace_secs=timeouts.server_grace_secs,
+                )
+            with preemption.watch():  # nothing to save: SIGTERM or Ctrl-C ends it at once
+                evaluator.run(config, chief=chief)
             return 0
         # SIGTERM (a Spot VM's preemption) or Ctrl-C: a checkpoint, then exit 143 (130) so that
         # Vertex AI restarts this replica. A synchronous cluster's replica cannot checkpoint
