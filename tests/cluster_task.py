@@ -3,9 +3,10 @@
     python -m tests.cluster_task [--exit_code=N] [--sleep=S] [--others_exit=N]
                                  [--others_sleep=S] [--listen] [--ignore_sigterm] [--stderr]
 
-Every process gets the same arguments (as on Vertex) and acts by the role in its TF_CONFIG
-(no TF_CONFIG: a lone chief). It prints `env {...}` (its pid and cluster variables) and, with
-`--listen`, binds and listens on its own port from TF_CONFIG/CLUSTER_SPEC, then prints `ready`.
+Every process gets the same arguments (as on Vertex; others, the trainer's, are ignored) and acts
+by the role in its TF_CONFIG (no TF_CONFIG: a lone chief). It prints `env {...}` (its pid and
+cluster variables) and, with `--listen`, listens on its own port from TF_CONFIG/CLUSTER_SPEC on
+every interface (as TensorFlow's servers do), then prints `ready`.
 The chief exits with `--exit_code` after `--sleep` seconds (negative: never); other roles
 run until stopped, like TensorFlow servers, unless `--others_exit` is given (exit with it after
 `--others_sleep` seconds).
@@ -37,7 +38,7 @@ def _own_port() -> int:
 
 def _listen() -> socket.socket:
     server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    server.bind(("127.0.0.1", _own_port()))  # fails loudly if the port is taken
+    server.bind(("0.0.0.0", _own_port()))  # fails loudly if the port is taken
     server.listen()
     return server
 
@@ -58,7 +59,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--listen", action="store_true")
     parser.add_argument("--ignore_sigterm", action="store_true")
     parser.add_argument("--stderr", action="store_true")
-    flags = parser.parse_args(argv)
+    flags, _ = parser.parse_known_args(argv)
 
     if flags.ignore_sigterm:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.support import REPO, run_task, task_env
-from trainer.local_cluster import ClusterShape, LocalCluster
+from trainer.local_cluster import ClusterShape, LocalCluster, Task
 
 BUDGET = 600
 ARGS = (
@@ -348,6 +348,22 @@ def test_a_cluster_writes_its_checkpoints_to_cloud_storage(tmp_path, gcs, bucket
     report = json.loads(gcs.client().bucket(bucket).blob("job/report.json").download_as_text())
     assert_trained(report)
     assert not job.dir.exists()
+
+
+def test_tensorflow_servers_listen_in_the_private_namespace_alone(tmp_path):
+    """TensorFlow's servers bind every interface (its address in TF_CONFIG notwithstanding);
+    a local cluster's are in a network namespace with only loopback, not on this machine's."""
+    from tests.test_local_cluster import interfaces, listening
+
+    with Job(tmp_path, ClusterShape(workers=1, ps=1)) as job:
+        assert job.cluster.network == "private"
+        for role in ("worker", "ps"):
+            job.wait_for_line(role, "serving at", timeout=120)
+            port = int(job.cluster.addresses[Task(role)].rsplit(":", 1)[1])
+            pid = job.cluster.process(role).pid
+            assert listening(port, pid) in (["0.0.0.0"], ["::"]), role  # every interface...
+            assert interfaces(pid) == ["lo"]  # ...of a namespace with loopback alone
+            assert listening(port) == [], f"{role}'s server is on this machine's network"
 
 
 # -- roles from TF_CONFIG, in single processes ------------------------------------------------

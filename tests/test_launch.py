@@ -177,6 +177,32 @@ def test_cli_stops_everything_on_a_signal(launcher, sig):
     assert f"[launch] {signal.Signals(sig).name}: stopping the cluster" in run.lines
 
 
+def test_cli_runs_the_cluster_where_only_it_reaches_its_servers(launcher):
+    """The tasks listen on every interface, as TensorFlow's servers do, but of a private network
+    namespace: nothing on this machine's network answers on their ports."""
+    from tests.test_local_cluster import listening
+
+    run = launcher("--workers=1", "--ps=1", f"--module={DUMMY}", "--", "--listen", "--sleep=-1")
+    wait_for(lambda: sum(line.endswith("] ready") for line in run.lines) == 3, what="all tasks")
+    assert any(line.startswith("[launch] network: private") for line in run.lines)
+    ports = [
+        int(m.group(1)) for line in run.lines if (m := re.search(r"pid \d+, [\d.]+:(\d+)$", line))
+    ]
+    assert len(ports) == 3
+    assert [port for port in ports if listening(port)] == []
+    for pid, port in zip(run.pids(), ports):
+        assert listening(port, pid) == ["0.0.0.0"]
+
+
+def test_cli_without_namespaces_refuses_a_private_network_naming_the_way_out(launcher, tmp_path):
+    env = dict(os.environ, PATH=str(tmp_path))  # no unshare, no nsenter
+    run = launcher("--workers=1", "--network=private", f"--module={DUMMY}", env=env)
+    assert run.wait() == 2
+    assert "no private network namespace for the cluster" in run.stderr
+    assert "--network=host runs it on this machine's network" in run.stderr
+    assert run.pids() == []
+
+
 def test_cli_takes_sizes_and_args_from_the_config(launcher, tmp_path):
     path = write(
         tmp_path,

@@ -11,6 +11,7 @@ import os
 import signal
 import socket
 import time
+from pathlib import Path
 
 import pytest
 
@@ -45,6 +46,28 @@ def ready_count(cluster: LocalCluster, task: Task) -> int:
 
 def all_ready(cluster: LocalCluster) -> bool:
     return all(ready_count(cluster, t) >= 1 for t in cluster.shape.tasks())
+
+
+def listening(port: int, pid: int | str = "self") -> list[str]:
+    """The local addresses with a socket listening on `port`, in the network namespace of
+    process `pid` (default: this one's, the machine's), as the kernel lists them."""
+    found = []
+    for family, table in ((socket.AF_INET, "tcp"), (socket.AF_INET6, "tcp6")):
+        with contextlib.suppress(FileNotFoundError):
+            for line in Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]:
+                local, state = line.split()[1], line.split()[3]
+                host, hex_port = local.split(":")
+                if state == "0A" and int(hex_port, 16) == port:  # TCP_LISTEN
+                    raw = bytes.fromhex(host)  # 32-bit words in the host's (little-endian) order
+                    words = b"".join(raw[i : i + 4][::-1] for i in range(0, len(raw), 4))
+                    found.append(socket.inet_ntop(family, words))
+    return sorted(found)
+
+
+def interfaces(pid: int) -> list[str]:
+    """The network interfaces of process `pid`'s network namespace."""
+    lines = Path(f"/proc/{pid}/net/dev").read_text().splitlines()[2:]
+    return sorted(line.split(":")[0].strip() for line in lines)
 
 
 @pytest.fixture
@@ -198,6 +221,67 @@ def test_every_role_gets_its_tf_config_and_a_free_port(make_cluster):
         assert env["GRPC_FAIL_FAST"] == "use_caller"
         assert env["no_proxy"] == "example.com,127.0.0.1,localhost"
         assert env["pid"] == cluster.process(task.role, task.index).pid
+
+
+def test_the_tasks_listen_where_only_the_cluster_reaches_them(make_cluster):
+    """Like TensorFlow's servers, the stand-ins listen on every interface; in the cluster's
+    private network namespace that is loopback alone, and on this machine nothing."""
+    sink = io.StringIO()
+    cluster = make_cluster(FULL, "--listen", "--sleep=-1", sink=sink)
+    cluster.start()
+    wait_for(lambda: all_ready(cluster), what="every task listening on its port")
+    assert cluster.network == "private"
+    assert "[launch] network: private" in sink.getvalue()
+    for task, address in cluster.addresses.items():
+        port, pid = int(address.rsplit(":", 1)[1]), cluster.process(task.role, task.index).pid
+        assert listening(port, pid) == ["0.0.0.0"], task
+        assert interfaces(pid) == ["lo"]
+        assert listening(port) == [], f"{task.label} is reachable from this machine's network"
+    # All in one namespace: they reach each other on loopback.
+    namespaces = {
+        os.readlink(f"/proc/{cluster.process(t.role, t.index).pid}/ns/net") for t in FULL.tasks()
+    }
+    assert len(namespaces) == 1 and namespaces != {os.readlink("/proc/self/ns/net")}
+
+
+@pytest.mark.parametrize(
+    "args, env, why",
+    [
+        ((), {}, None),
+        (("--job_dir=runs/x", "--train_data=/gcs/b/d.csv"), {"HOME": "/root"}, None),
+        (("--job_dir=gs://b/x",), {}, "--job_dir=gs://b/x is in Cloud Storage or BigQuery"),
+        (("--train_data=bq://p.d.t",), {}, "--train_data=bq://p.d.t is in Cloud Storage or"),
+        (("--experiment=e",), {}, "--experiment=e logs to Vertex AI Experiments"),
+        ((), {"AIP_MODEL_DIR": "gs://b/m"}, "AIP_MODEL_DIR=gs://b/m is in Cloud Storage"),
+        ((), {"AIP_EXPERIMENT_NAME": "e"}, "AIP_EXPERIMENT_NAME logs to Vertex AI Experiments"),
+    ],
+)
+def test_what_needs_the_network(args, env, why):
+    found = local_cluster.network_needs(args, env)
+    assert (found is None) if why is None else found.startswith(why)
+
+
+def test_a_job_that_needs_the_network_runs_on_the_machines_network_and_is_warned(make_cluster):
+    sink = io.StringIO()
+    cluster = make_cluster(ClusterShape(workers=1), "--job_dir=gs://b/x", "--sleep=-1", sink=sink)
+    cluster.start()
+    assert cluster.network == "host"
+    said = sink.getvalue()
+    assert "warning: network: this machine's, as --job_dir=gs://b/x is in Cloud Storage" in said
+    assert "listen on every interface (0.0.0.0), unauthenticated" in said
+
+
+def test_without_namespaces_the_cluster_runs_on_the_machines_network_or_refuses(
+    make_cluster, monkeypatch, tmp_path
+):
+    monkeypatch.setenv("PATH", str(tmp_path))  # no unshare, no nsenter
+    sink = io.StringIO()
+    cluster = make_cluster(ClusterShape(workers=1), "--sleep=-1", sink=sink)
+    cluster.start()
+    assert cluster.network == "host"
+    assert "no private network namespace (util-linux's unshare and nsenter" in sink.getvalue()
+    with pytest.raises(OSError, match="no private network namespace for the cluster"):
+        make_cluster(ClusterShape(workers=1), "--sleep=-1", network="private").start()
 
 
 def test_chief_and_evaluator_alone_still_get_tf_config(make_cluster):

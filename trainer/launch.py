@@ -1,13 +1,17 @@
 """A local cluster in one command, shaped like a Vertex AI job.
 
     python -m trainer.launch [--workers=N] [--ps=M] [--evaluator] [--config=config.yaml]
-                             [--module=trainer.task] [--grace=SECONDS] -- TRAINER_ARGS...
+                             [--module=trainer.task] [--grace=SECONDS]
+                             [--network=auto|private|host] -- TRAINER_ARGS...
 
 Starts a chief, N workers, M parameter servers and optionally an evaluator as separate
 processes (`python -m MODULE TRAINER_ARGS`, the same arguments for every process, as on Vertex)
 on 127.0.0.1 with free ports. Each gets `TF_CONFIG` and `CLUSTER_SPEC` in Vertex's shapes,
 `GRPC_FAIL_FAST=use_caller` and loopback in `no_proxy`. A lone chief gets no `TF_CONFIG`, as
 on a single-replica Vertex job. Output lines are prefixed with the role (`[worker 0] `).
+TensorFlow's servers listen on every interface, so the processes run in a network namespace
+with only loopback, unless the job needs the network (`gs://`, `bq://`, an experiment) or
+`--network=host` (see `trainer.local_cluster`).
 When the chief ends, every other process is stopped (SIGTERM, then SIGKILL after `--grace`
 seconds) and the launcher exits with the chief's exit code; Ctrl-C or SIGTERM stops them all
 and exits with 128 + the signal number.
@@ -26,7 +30,14 @@ from collections.abc import Sequence
 
 from trainer.errors import InputError
 from trainer.job_spec import read_job_config
-from trainer.local_cluster import DEFAULT_MODULE, ClusterShape, LocalCluster, exit_description
+from trainer.local_cluster import (
+    AUTO,
+    DEFAULT_MODULE,
+    NETWORKS,
+    ClusterShape,
+    LocalCluster,
+    exit_description,
+)
 
 
 class _Interrupted(Exception):
@@ -41,7 +52,8 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m trainer.launch",
         usage="%(prog)s [--workers=N] [--ps=M] [--evaluator] [--config=config.yaml] "
-        "[--module=trainer.task] [--grace=SECONDS] -- TRAINER_ARGS...",
+        "[--module=trainer.task] [--grace=SECONDS] [--network=auto|private|host] "
+        "-- TRAINER_ARGS...",
         description="Runs a chief, workers, parameter servers and an evaluator as local "
         "processes with Vertex AI's TF_CONFIG; stops them all when the chief ends "
         "and exits with its code.",
@@ -73,6 +85,15 @@ def _parser() -> argparse.ArgumentParser:
         default=5.0,
         help="Seconds between SIGTERM and SIGKILL when stopping (default: 5).",
     )
+    parser.add_argument(
+        "--network",
+        choices=NETWORKS,
+        default=AUTO,
+        help="private: the processes share a network namespace with only loopback, so their "
+        "TensorFlow servers (which listen on every interface) are reachable from the cluster "
+        "alone; host: this machine's network; auto (default): private unless the job needs "
+        "the network (a gs:// or bq:// path, an experiment) or namespaces are unavailable.",
+    )
     return parser
 
 
@@ -84,6 +105,7 @@ class LaunchOptions:
     module: str
     args: tuple[str, ...]
     grace: float
+    network: str = AUTO
 
 
 def parse_command_line(argv: Sequence[str]) -> LaunchOptions:
@@ -114,6 +136,7 @@ def parse_command_line(argv: Sequence[str]) -> LaunchOptions:
         module=flags.module or (job.module if job else None) or DEFAULT_MODULE,
         args=trainer_args or (job.args if job else ()),
         grace=flags.grace,
+        network=flags.network,
     )
 
 
@@ -138,10 +161,18 @@ def run(options: LaunchOptions) -> int:
     signal.signal(signal.SIGINT, _raise_interrupted)
     signal.signal(signal.SIGTERM, _raise_interrupted)
     cluster = LocalCluster(
-        options.shape, module=options.module, args=options.args, grace=options.grace
+        options.shape,
+        module=options.module,
+        args=options.args,
+        grace=options.grace,
+        network=options.network,
     )
     try:
-        cluster.start()
+        try:
+            cluster.start()
+        except OSError as e:
+            print(f"error: {e}; --network=host runs it on this machine's network.", file=sys.stderr)
+            return 2
         code = cluster.wait()
         cluster.log(f"chief exited with {exit_description(code)}")
         return _exit_code(code)

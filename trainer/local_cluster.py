@@ -12,6 +12,18 @@ directly:
         cluster.process("worker", 0).kill()
         cluster.restart("worker", 0)       # same port, same TF_CONFIG
         code = cluster.wait(timeout=600)
+
+The network. TensorFlow's gRPC server listens on every interface whatever address TF_CONFIG
+gives it (TF 2.17 `GrpcServer::Init` binds `0.0.0.0:PORT`; `ServerDef` sets only the port), and
+it runs any operation it is sent, without authentication. So the processes run in a network
+namespace of their own that has only a loopback interface (`network="private"`): their
+servers are reachable from the cluster alone, not from this machine's other programs or its
+network. A small holder process (`unshare --net`, with `--user --map-root-user` when not root)
+keeps the namespace and brings its loopback up; every task enters it with `nsenter` (no fork:
+the pid is the task's). Such a cluster reaches nothing outside, so a job that needs the network
+(a `gs://` or `bq://` path, Vertex AI Experiments: `network_needs`) runs on this machine's
+network (`network="host"`), as does every cluster where namespaces are not available (a
+container without the privilege, no util-linux); the launcher says so and why.
 """
 
 from __future__ import annotations
@@ -20,13 +32,14 @@ import contextlib
 import dataclasses
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TextIO
 
 from trainer.errors import InputError
@@ -37,6 +50,11 @@ POOL_ROLES = (CHIEF, WORKER, PS, EVALUATOR)
 DEFAULT_MODULE = "trainer.task"
 DEFAULT_HOST = "127.0.0.1"
 LOOPBACK_NO_PROXY = ("127.0.0.1", "localhost")
+# Where the processes' servers can be reached from: `PRIVATE`, a network namespace with only
+# loopback (the cluster alone); `HOST`, this machine's network; `AUTO`, private when the job
+# needs no network and namespaces are available.
+AUTO, PRIVATE, HOST = "auto", "private", "host"
+NETWORKS = (AUTO, PRIVATE, HOST)
 # Variables the launcher sets per process; inherited values would mislead the processes.
 _CLUSTER_VARIABLES = ("TF_CONFIG", "CLUSTER_SPEC")
 
@@ -177,6 +195,86 @@ def free_ports(count: int, host: str = DEFAULT_HOST) -> list[int]:
         return [s.getsockname()[1] for s in sockets]
 
 
+def network_needs(args: Sequence[str], env: Mapping[str, str]) -> str | None:
+    """Why a job with these arguments and environment needs this machine's network (None: it
+    does not): a Cloud Storage or BigQuery URI among the arguments or the variables' values
+    (`AIP_MODEL_DIR=gs://...`), or Vertex AI Experiments (`--experiment`,
+    `AIP_EXPERIMENT_NAME`). A `/gcs/` path is a local mount and needs none."""
+    for arg in args:
+        if "gs://" in arg or "bq://" in arg:
+            return f"{arg} is in Cloud Storage or BigQuery"
+        if arg == "--experiment" or arg.startswith("--experiment="):
+            return f"{arg} logs to Vertex AI Experiments"
+    for name, value in sorted(env.items()):
+        if value.startswith(("gs://", "bq://")):
+            return f"{name}={value} is in Cloud Storage or BigQuery"
+    if env.get("AIP_EXPERIMENT_NAME"):
+        return "AIP_EXPERIMENT_NAME logs to Vertex AI Experiments"
+    return None
+
+
+# Run by the holder of a private network namespace: brings its loopback up (SIOCSIFFLAGS, as
+# `ip link set lo up`, which not every image has), says so, and keeps the namespace until its
+# stdin closes (the launcher stops or dies).
+_HOLD_NAMESPACE = """
+import fcntl, socket, struct, sys
+SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 0x1
+IFREQ = "16sH22x"  # struct ifreq: the interface's name, its flags
+with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+    flags = struct.unpack(IFREQ, fcntl.ioctl(s, SIOCGIFFLAGS, struct.pack(IFREQ, b"lo", 0)))[1]
+    fcntl.ioctl(s, SIOCSIFFLAGS, struct.pack(IFREQ, b"lo", flags | IFF_UP))
+print("ready", flush=True)
+sys.stdin.read()
+"""
+
+
+@dataclasses.dataclass
+class _Namespace:
+    """A private network namespace: its holder process, and the command prefix that enters it."""
+
+    holder: subprocess.Popen
+    enter: list[str]
+
+    @classmethod
+    def start(cls) -> _Namespace:
+        """Raises OSError saying why no namespace could be made (each way tried)."""
+        unshare, nsenter = shutil.which("unshare"), shutil.which("nsenter")
+        if not unshare or not nsenter:
+            raise OSError("util-linux's unshare and nsenter are not on PATH")
+        # Root (or CAP_SYS_ADMIN) makes a network namespace alone; others need a user namespace
+        # of their own too (unprivileged user namespaces: most Linux distributions allow them).
+        ways = [(["--user", "--map-root-user"], ["--user", "--preserve-credentials"])]
+        if os.geteuid() == 0:
+            ways.insert(0, ([], []))
+        reasons = []
+        for unshare_flags, nsenter_flags in ways:
+            holder = subprocess.Popen(
+                [unshare, "--net", *unshare_flags, "--", sys.executable, "-c", _HOLD_NAMESPACE],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                start_new_session=True,  # a Ctrl-C in the terminal reaches the launcher alone
+            )
+            assert holder.stdout is not None and holder.stderr is not None
+            if holder.stdout.readline() == b"ready\n":
+                return cls(holder, [nsenter, f"--target={holder.pid}", "--net", *nsenter_flags])
+            holder.wait()
+            said = holder.stderr.read().decode(errors="replace").strip().splitlines()
+            reasons.append(f"unshare --net {' '.join(unshare_flags)}: {said[-1] if said else ''}")
+        raise OSError("; ".join(reasons))
+
+    def stop(self) -> None:
+        """Ends the holder (the namespace goes with its last process)."""
+        for stream in (self.holder.stdin, self.holder.stdout, self.holder.stderr):
+            if stream is not None:
+                stream.close()
+        try:
+            self.holder.wait(5)
+        except subprocess.TimeoutExpired:
+            self.holder.kill()
+            self.holder.wait()
+
+
 # -- the processes ----------------------------------------------------------------------------
 
 
@@ -207,7 +305,9 @@ class LocalCluster:
 
     Every process runs `python -m MODULE ARGS` with its own TF_CONFIG; ports are chosen once,
     so a restarted task keeps its address (Vertex restarts a replica under the same hostname).
-    Use as a context manager: leaving the block stops every process.
+    With `network` `private` (or `auto` and a job that needs no network) they share a network
+    namespace with only loopback (see the module doc). Use as a context manager: leaving the
+    block stops every process.
 
     Example:
         with LocalCluster(ClusterShape(workers=1, ps=1), module="trainer.task") as cluster:
@@ -225,6 +325,7 @@ class LocalCluster:
         sink: TextIO | None = sys.stdout,
         grace: float = 5.0,
         host: str = DEFAULT_HOST,
+        network: str = AUTO,
     ):
         # -- what runs
         self.shape = shape
@@ -235,6 +336,10 @@ class LocalCluster:
         self.sink = sink  # where prefixed lines go (None: only collected)
         self.grace = grace
         self.host = host
+        if network not in NETWORKS:
+            raise ValueError(f"network {network!r} is not one of {', '.join(NETWORKS)}.")
+        self.network = network  # once started: PRIVATE or HOST
+        self._namespace: _Namespace | None = None
         self._base_env = dict(os.environ if env is None else env)
         self._addresses: dict[Task, str] | None = None
         self._launches: dict[Task, _Launch] = {}
@@ -277,18 +382,55 @@ class LocalCluster:
             ports = free_ports(len(tasks), self.host)
             self._addresses = {t: f"{self.host}:{p}" for t, p in zip(tasks, ports)}
         try:
+            self._choose_network()
             for task in tasks:
                 self._spawn(task)
         except BaseException:
             self.stop()
             raise
 
+    def _choose_network(self) -> None:
+        """Makes the private namespace, or says why the cluster runs on this machine's network.
+
+        Raises:
+            OSError: `network="private"` and no namespace could be made.
+        """
+        if self.network == HOST or self.shape.is_single_process:  # (no server, nothing to hide)
+            self.network = HOST
+            return
+        why = None
+        if self.host not in LOOPBACK_NO_PROXY:
+            why = f"the tasks listen on {self.host}, not on loopback"
+        elif self.network == AUTO:
+            why = network_needs(self.args, self._base_env)
+        if why is None:
+            try:
+                self._namespace = _Namespace.start()
+            except OSError as e:
+                if self.network == PRIVATE:
+                    raise OSError(f"no private network namespace for the cluster: {e}") from None
+                why = f"no private network namespace ({e})"
+        if self._namespace is not None:
+            self.network = PRIVATE
+            self.log(
+                "network: private (a namespace with only loopback: the TensorFlow servers, "
+                "which listen on every interface, are reachable from this cluster alone)"
+            )
+            return
+        self.network = HOST
+        self.log(
+            f"warning: network: this machine's, as {why}. TensorFlow's servers listen on every "
+            "interface (0.0.0.0), unauthenticated: whoever can reach this machine's ports can "
+            "run operations in them. Run on a trusted network or behind a firewall."
+        )
+
     def _spawn(self, task: Task) -> subprocess.Popen:
         env = task_environment(self._base_env, self._addresses, task)
         # Each process leads its own session, so a Ctrl-C in the terminal reaches only the
         # launcher, which then stops them all in order (and their children with them).
+        enter = self._namespace.enter if self._namespace else []
         process = subprocess.Popen(
-            [sys.executable, "-m", self.module, *self.args],
+            [*enter, sys.executable, "-m", self.module, *self.args],
             cwd=self.cwd,
             env=env,
             stdin=subprocess.DEVNULL,
@@ -385,6 +527,8 @@ class LocalCluster:
         self._terminate(list(self._launches.values()))
         for reader in self._readers:
             reader.join(timeout=self.grace)
+        if self._namespace is not None:
+            self._namespace.stop()
 
     def _terminate(self, launches: list[_Launch]) -> None:
         """SIGTERM to each process group, then SIGKILL to those alive after `grace` seconds."""
