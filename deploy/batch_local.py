@@ -12,9 +12,10 @@ Python runs per CSV row except for bad ones; JSON Lines are parsed by Python a b
 Batch k goes to results file k mod M as it is predicted, so results are in input order within
 a file, not across files (as on Vertex). The output dir appears only when complete: locally it
 is written under a temporary name and renamed; on Cloud Storage each file is uploaded under a
-temporary prefix and copied into place at the end, the errors file last. A `.gz` file cut
-short or corrupt stops the run (DeployError naming it) before anything is published: read as
-far as it went, it would look whole.
+temporary prefix and copied into place at the end, the errors file last. What a killed run
+left there, the next run removes (see `_Output`). A `.gz` file cut short or corrupt stops the
+run (DeployError naming it) before anything is published: read as far as it went, it would
+look whole.
 """
 
 from __future__ import annotations
@@ -22,7 +23,9 @@ from __future__ import annotations
 import csv
 import dataclasses
 import datetime
+import fcntl
 import json
+import logging
 import os
 import re
 import time
@@ -424,17 +427,34 @@ def _predicted(predictor: Predictor, instances: list[dict]) -> bytes:
 
 
 # -- the output dir --------------------------------------------------------------------------
+_TEMP = ".tmp-"  # starts the name of a run's temporary dir
+_LOCK = ".lock"  # in a local temporary dir: locked by its run for as long as it lives
+_LEFTOVER_AFTER_S = 3600  # a temporary dir no lock vouches for, unchanged this long, is dead
+
+
 class _Output:
     """Results files written as batches come, under a temporary dir; `publish` puts them in
     place as one directory (local: a rename) or file by file with the errors file last (Cloud
-    Storage)."""
+    Storage).
+
+    A run killed before it publishes (SIGKILL, a lost machine) leaves its temporary dir; the
+    next run with the same output prefix removes it (`_remove_leftovers`). Locally each run
+    holds a lock on a file in its dir, which the kernel releases when the run dies however it
+    dies, so a dir whose lock is free is dead and one whose lock is held is left alone. On
+    Cloud Storage a file only appears when it is closed, at publish, so a run killed before
+    leaves nothing; one killed while it copies leaves its files, removed once an hour old.
+    """
 
     def __init__(self, output_prefix: str, model_name: str, num_shards: int):
         prefix = output_prefix.rstrip("/")
         name = f"prediction-{model_name}-{timestamp()}"
         self.final_dir = f"{prefix}/{name}"
-        self.temp_dir = f"{prefix}/.tmp-{name}-{uuid.uuid4().hex[:8]}"
-        tf.io.gfile.makedirs(self.temp_dir)
+        self.temp_dir = f"{prefix}/{_TEMP}{name}-{uuid.uuid4().hex[:8]}"
+        _remove_leftovers(prefix)
+        self._lock: int | None = None
+        if not storage.is_gcs(prefix):  # Cloud Storage has no directories to make or lock
+            os.makedirs(self.temp_dir)
+            self._lock = _hold_lock(self.temp_dir)
         self.names = [f"prediction.results-{k:05d}-of-{num_shards:05d}" for k in range(num_shards)]
         self.error_name = "prediction.errors_stats-00000-of-00001"
         self._files = [tf.io.gfile.GFile(f"{self.temp_dir}/{n}", "wb") for n in self.names]
@@ -460,6 +480,7 @@ class _Output:
             for name in self.names + [self.error_name]:
                 tf.io.gfile.copy(f"{self.temp_dir}/{name}", f"{self.final_dir}/{name}")
         else:
+            os.remove(f"{self.temp_dir}/{_LOCK}")  # still held: the dir is not taken for dead
             os.rename(self.temp_dir, self.final_dir)
         return (
             tuple(f"{self.final_dir}/{n}" for n in self.names),
@@ -472,3 +493,54 @@ class _Output:
             f.close()
         if tf.io.gfile.exists(self.temp_dir):
             tf.io.gfile.rmtree(self.temp_dir)
+        if self._lock is not None:
+            os.close(self._lock)
+            self._lock = None
+
+
+def _hold_lock(directory: str) -> int:
+    """Locks `directory` for this process: the descriptor of its `_LOCK` file, locked. The
+    file is locked before it takes its name, so no run ever finds it unlocked while this one
+    lives."""
+    path = f"{directory}/{_LOCK}-{os.getpid()}"
+    lock = os.open(path, os.O_CREAT | os.O_WRONLY, 0o644)
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    os.rename(path, f"{directory}/{_LOCK}")
+    return lock
+
+
+def _remove_leftovers(prefix: str) -> None:
+    """Removes the temporary dirs under `prefix` that runs killed before they published left
+    (see `_Output`), naming each on the log."""
+    for temp in tf.io.gfile.glob(f"{prefix}/{_TEMP}prediction-*"):
+        if _is_dead(temp):
+            try:
+                tf.io.gfile.rmtree(temp)
+            except tf.errors.NotFoundError:  # another run removed it first
+                continue
+            logging.warning("removed %s, left by a batch prediction that was killed", temp)
+
+
+def _is_dead(temp: str) -> bool:
+    """Whether no run writes to the temporary dir `temp` any more: its lock is free (a local
+    run's), or, with no lock to ask (Cloud Storage, or a local run killed in the instant
+    between making its dir and locking it), nothing in it changed for `_LEFTOVER_AFTER_S`."""
+    if not storage.is_gcs(temp):
+        try:
+            lock = os.open(f"{temp}/{_LOCK}", os.O_RDONLY)
+        except FileNotFoundError:
+            pass
+        else:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return False  # its run is alive
+            finally:
+                os.close(lock)
+            return True
+    try:
+        paths = [temp, *(f"{temp}/{name}" for name in tf.io.gfile.listdir(temp))]
+        changed = max(tf.io.gfile.stat(path).mtime_nsec for path in paths)
+    except tf.errors.NotFoundError:  # removed meanwhile (by its run, publishing, or another)
+        return False
+    return time.time_ns() - changed > _LEFTOVER_AFTER_S * 1e9

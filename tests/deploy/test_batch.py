@@ -11,6 +11,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -18,7 +19,7 @@ import pytest
 
 from deploy import api, batch, batch_csv, batch_local, batch_vertex
 from deploy.instances import NUMBER
-from tests.support import REPO
+from tests.support import REPO, task_env
 
 
 def _assert_same_predictions(got: list[dict], expected: list[dict]) -> None:
@@ -227,6 +228,62 @@ def test_a_csv_gz_cut_short_is_not_converted_for_a_vertex_job(gcs, predictor):
     with pytest.raises(api.DeployError, match="gs://test-bucket/in/a.csv.gz is not a whole gzip"):
         batch_csv.convert_csv(csv_job, predictor.fields)
     assert _objects(gcs, "out/") == {}
+
+
+_KILLED_RUN = """
+import sys, time
+from deploy import batch_local
+output = batch_local._Output(sys.argv[1], "killed", 2)
+output.add_results(0, b"{}\\n", 1)
+print("writing", flush=True)
+time.sleep(60)
+"""
+
+
+def test_the_temporary_dir_of_a_killed_run_is_removed_by_the_next_one(
+    tmp_path, predictor, census_rows
+):
+    """A run killed with SIGKILL leaves its temporary dir (it used to stay for ever): the
+    next run with the same output prefix removes it, and those of runs still going (their
+    lock held) or that may be (unlocked but changed within the hour) are kept."""
+    out = tmp_path / "out"
+    killed = subprocess.Popen(
+        [sys.executable, "-c", _KILLED_RUN, str(out)],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        env=task_env(),
+    )
+    try:
+        assert killed.stdout is not None and killed.stdout.readline() == b"writing\n"
+    finally:
+        killed.kill()
+        killed.wait(timeout=30)
+    (left,) = out.glob(".tmp-prediction-killed-*")
+    live = batch_local._Output(str(out), "live", 1)  # a run going on in this process
+    unlocked_old, unlocked_new = out / ".tmp-prediction-old-1", out / ".tmp-prediction-new-1"
+    for directory in (unlocked_old, unlocked_new):
+        directory.mkdir()
+        (directory / "prediction.results-00000-of-00001").write_text("")
+    hours_ago = time.time() - 2 * 3600
+    for path in (unlocked_old / "prediction.results-00000-of-00001", unlocked_old):
+        os.utime(path, (hours_ago, hours_ago))
+    source = _write_jsonl(tmp_path / "in.jsonl", census_rows[:3])
+    try:
+        result = batch_local.predict_local(
+            model_dir="", sources=[source], predictor=predictor, output_prefix=str(out)
+        )
+        assert not left.exists() and not unlocked_old.exists()
+        assert Path(live.temp_dir).exists() and unlocked_new.exists()
+        assert sorted(os.listdir(result.output_dir)) == [
+            "prediction.errors_stats-00000-of-00001",
+            "prediction.results-00000-of-00001",
+        ]  # no lock file published
+    finally:
+        live.discard()
+    assert sorted(p.name for p in out.iterdir()) == [
+        unlocked_new.name,
+        os.path.basename(result.output_dir),
+    ]
 
 
 def test_vertex_job_through_the_sdk_matches_the_dry_run(cloud_sdk):
