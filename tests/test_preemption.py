@@ -366,7 +366,9 @@ import os
 from absl import logging
 from trainer import cluster, distributed
 logging.set_verbosity(logging.INFO)
-distributed.serve(cluster.parse(os.environ["TF_CONFIG"]), grace_secs=60, poll_secs=0.2)
+distributed.serve(
+    cluster.parse(os.environ["TF_CONFIG"]), timeout_secs=60, grace_secs=60, poll_secs=0.2
+)
 """
 
 
