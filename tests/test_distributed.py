@@ -202,6 +202,7 @@ def test_multi_worker_mirrored_without_parameter_servers(tmp_path):
         "feature_importance.png",
         "logs",
         "model",
+        "model.json",
         "report.json",
         "report.png",
         "run.json",
