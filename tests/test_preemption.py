@@ -297,6 +297,7 @@ def test_ctrl_c_mid_iteration_saves_the_step_reached_like_sigterm(binary_data, t
     step = int(saved.group(1))
     assert 0 < step < steps
     assert _checkpoint_steps(job / "checkpoints" / "iteration-0") == [step]
+    assert "Iteration 0: SIGINT (Ctrl-C): saved" in output and "(preemption)" not in output
 
 
 @pytest.mark.slow

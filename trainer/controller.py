@@ -14,6 +14,7 @@ calls: a checkpoint at the step reached, then `Preempted`; the restart resumes a
 from __future__ import annotations
 
 import dataclasses
+import signal
 import time
 from collections.abc import Iterator
 
@@ -291,8 +292,8 @@ class Controller:
         return chunk.step, stopped
 
     def _checkpoint_preempted(self, iteration: Iteration, progress: Progress) -> Preempted:
-        """After SIGTERM, at a safe point: a checkpoint at the step reached (how long it took,
-        against the notice, is logged); returns the `Preempted` to raise."""
+        """After SIGTERM (or Ctrl-C), at a safe point: a checkpoint at the step reached (how long
+        it took, against the notice, is logged); returns the `Preempted` to raise."""
         if progress.bar is not None:
             progress.bar.close()
         step = int(iteration.step.numpy())
@@ -300,9 +301,10 @@ class Controller:
         path = progress.manager.save(checkpoint_number=step, options=progress.options)
         saved = time.monotonic() - started
         logging.warning(
-            "Iteration %d: SIGTERM (preemption): saved %s at step %d in %.2f s, %.1f s after "
-            "the signal (the notice is about %.0f s). Stopping; the restart resumes there.",
+            "Iteration %d: %s: saved %s at step %d in %.2f s, %.1f s after the signal (a "
+            "preemption's notice is about %.0f s). Stopping; the restart resumes there.",
             iteration.number,
+            "SIGINT (Ctrl-C)" if self.notice.signum == signal.SIGINT else "SIGTERM (preemption)",
             path,
             step,
             saved,
