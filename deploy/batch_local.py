@@ -27,7 +27,6 @@ import fcntl
 import json
 import logging
 import os
-import re
 import time
 import uuid
 from collections.abc import Iterator, Sequence
@@ -268,9 +267,15 @@ def _csv_batches(
                 "bad": (bad_rows.file, bad_rows.line, bad_rows.text),
             }
 
+        # A file cut short ends where it stops being whole (not raised inside tf.data, where
+        # TensorFlow would log the exception's traceback); it stops the run below.
         dataset = (
             blocks_lib.blocks(
-                source, blocks_lib.indexed_files(source), parallel=1, deterministic=True
+                source,
+                blocks_lib.indexed_files(source),
+                parallel=1,
+                deterministic=True,
+                lost_tails=True,
             )
             .rebatch(batch_size)
             .map(
@@ -279,7 +284,7 @@ def _csv_batches(
             )
             .prefetch(2)
         )
-        for block in _reading(dataset):
+        for block in dataset:
             python, errors = [], []
             for file, line, text in zip(
                 *(
@@ -299,23 +304,9 @@ def _csv_batches(
                     errors.append(json.dumps(error_record(where, row, reason)))
             lines = _utf8(block["text"].numpy()) + _predicted(predictor, python)
             yield lines, int(block["count"]) + len(python), errors
-
-
-def _reading(dataset: tf.data.Dataset) -> Iterator[dict]:
-    """The dataset's elements; the trainer's InputError (a file cut short) raised by its
-    reader, which runs in `tf.data.Dataset.from_generator` and so reaches here as an
-    InvalidArgumentError "NAME: MESSAGE", raised again as an InputError of that message."""
-    from trainer.input import blocks as blocks_lib
-
-    try:
-        yield from dataset
-    except tf.errors.InvalidArgumentError as e:
-        # The first line is "{{function_node ...}} NAME: MESSAGE", then Python's traceback.
-        name, _, message = re.sub(r"^\{\{.*?\}\}\s*", "", e.message).partition(": ")
-        raised = getattr(blocks_lib, name, None)
-        if isinstance(raised, type) and issubclass(raised, InputError):
-            raise InputError(message.splitlines()[0]) from None
-        raise
+        for path in paths:  # read to their ends: one that was cut short stops the run
+            if tail := blocks_lib.lost_tail(path):
+                raise blocks_lib.TruncatedInput(tail)
 
 
 def _instance_json(features: dict, names: list[str], fields: Fields):
