@@ -258,7 +258,10 @@ def test_the_tasks_listen_where_only_the_cluster_reaches_them(make_cluster):
 )
 def test_what_needs_the_network(args, env, why):
     found = local_cluster.network_needs(args, env)
-    assert (found is None) if why is None else found.startswith(why)
+    if why is None:
+        assert found is None
+    else:
+        assert found is not None and found.startswith(why)
 
 
 def test_a_job_that_needs_the_network_runs_on_the_machines_network_and_is_warned(make_cluster):
