@@ -241,7 +241,8 @@ def _csv_batches(
             "--source", ",".join(paths), tuple(paths), files_lib.CSV, columns_of_file
         )
         parser = rows_lib.RowParser(source, columns)
-        shown = [n for n in columns_of_file if n not in excluded]
+        header = list(columns_of_file)  # this group's, which describes its bad rows
+        shown = [n for n in header if n not in excluded]
 
         def predict(file, line, text, parser=parser, shown=shown):
             parsed = parser.parse(file, line, text)
@@ -294,7 +295,7 @@ def _csv_batches(
             ):
                 path = paths[int(file)]
                 where, row, reason = csv_row(
-                    path, int(line), text.decode("utf-8", "replace"), list(header)
+                    path, int(line), text.decode("utf-8", "replace"), header
                 )
                 if reason is None:
                     row, reason = checked(fields, row, excluded, typed=False)

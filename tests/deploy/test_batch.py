@@ -139,6 +139,39 @@ def test_csv_with_an_excluded_label_and_bad_rows(tmp_path, predictor, census_row
     ]
 
 
+def test_csv_files_with_other_column_orders_describe_bad_rows_with_their_own_header(
+    tmp_path, predictor, census_rows
+):
+    """Files whose headers order the columns differently are read in groups, one per header;
+    a bad row is described with its own file's header (it was the last file's, so a bad row
+    of the first file was shown with its values under other columns' names)."""
+    header = list(census_rows[0])
+    bad = {**census_rows[0], "age": "x"}
+    files = {  # line 2 of a.csv is bad
+        "a.csv": (header, [bad, *census_rows[1:3]]),
+        "b.csv": (header[::-1], census_rows[3:6]),
+    }
+    paths = []
+    for name, (columns, rows) in files.items():
+        with open(tmp_path / name, "w", newline="") as f:
+            writer = csv.writer(f)
+            writer.writerow(columns)
+            writer.writerows([[row[c] for c in columns] for row in rows])
+        paths.append(str(tmp_path / name))
+    result = batch_local.predict_local(
+        model_dir="",
+        sources=paths,
+        predictor=predictor,
+        output_prefix=str(tmp_path / "out"),
+        instances_format="csv",
+    )
+    results, errors = batch.read_results(result.output_dir)
+    assert [r["instance"] for r in results] == census_rows[1:6]
+    (error,) = errors
+    assert error["error"]["message"] == f"{paths[0]}:2: field 'age' must be a number, got 'x'."
+    assert error["instance"] == {k: str(v) for k, v in bad.items()}
+
+
 def test_gcs_in_and_out_through_the_emulator(gcs, tmp_path, predictor, census_rows):
     bucket = gcs.bucket("test-bucket")
     for part in range(2):
