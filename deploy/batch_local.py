@@ -84,9 +84,10 @@ def predict_local(
         Where the results and errors went, and how many of each.
 
     Raises:
-        DeployError: bad arguments, a CSV header that does not fit the model, or a file that
-            cannot be read whole (a `.gz` file cut short or corrupt); nothing is written. A
-            bad line never raises: it goes to the errors file.
+        DeployError: bad arguments, a CSV header that cannot be read (empty, not UTF-8, a
+            name repeated) or does not fit the model, or a file that cannot be read whole (a
+            `.gz` file cut short or corrupt); nothing is written. A bad line never raises: it
+            goes to the errors file.
 
     Example:
         result = predict_local(model_dir="runs/job/model", sources=["test.csv"],
@@ -102,7 +103,7 @@ def predict_local(
     excluded = frozenset(excluded_fields)
     try:
         if instances_format == "csv":
-            headers = {path: csv_header(path) for path in files}
+            headers = {path: _csv_header(path) for path in files}
             for path, header in headers.items():
                 check_header(path, header, predictor.fields, excluded)
             batches = _csv_batches(predictor, headers, excluded, batch_size)
@@ -135,14 +136,16 @@ def check_format(instances_format: str) -> None:
         )
 
 
-def csv_header(path: str) -> list[str]:
-    """The column names in the first line of a CSV file (optionally .gz), read as the rows
-    are (so a .gz file cut short before its first line end fails as they would)."""
-    from trainer.input import blocks as blocks_lib
+def _csv_header(path: str) -> list[str]:
+    """The column names in the first line of a CSV file (optionally .gz), read by the
+    trainer's reader (DeployError naming the file when it cannot be read, is empty, or its
+    names are empty or repeated)."""
+    from trainer.input import files as files_lib
 
-    text, _ = next(blocks_lib.line_chunks(path), (b"", 1))
-    first = text.split(b"\n", 1)[0].decode("utf-8-sig", errors="replace")
-    return [h.strip() for h in next(csv.reader([first]), [])]
+    try:
+        return list(files_lib.csv_header(path, flag="--source"))
+    except InputError as e:
+        raise api.DeployError(str(e)) from None
 
 
 def check_header(path: str, header: list[str], fields: Fields, excluded: frozenset) -> None:

@@ -249,8 +249,42 @@ def test_a_gz_file_cut_short_stops_the_run_naming_it(
     assert code == 2, err
     assert "Traceback" not in err
     last = err.strip().splitlines()[-1]
-    assert last.startswith(f"error: --source: {cut} ") and "gzip" in last, err
+    assert last.startswith("error: --source: ") and cut in last, err
+    # Cut in its header (csv-header), the file stops the run where the trainer reads headers,
+    # which says it in gzip's words.
+    assert re.search("gzip|Compressed file ended before", last), err
     assert not out.exists() or os.listdir(out) == []
+
+
+@pytest.mark.parametrize(
+    "header, message",
+    [
+        (b"HEADER,age", r"the header of \S+a.csv has empty or repeated column names"),
+        (b"HEADER,col\xff", r"cannot read \S+a.csv as CSV text \('utf-8' codec"),
+        (b"", r"\S+a.csv is empty; a CSV file needs a header row"),
+    ],
+    ids=["repeated", "not-utf8", "empty"],
+)
+def test_a_csv_header_is_read_as_the_trainer_reads_it(
+    tmp_path, predictor, census_rows, header, message
+):
+    """The header of a local batch prediction's CSV file is read by the trainer's reader,
+    with its checks: a column named twice (each row's second value was predicted, silently)
+    or a header that is not UTF-8 stops the run naming the file, with nothing written."""
+    values = ",".join(map(str, census_rows[0].values()))
+    text = header.replace(b"HEADER", ",".join(census_rows[0]).encode())
+    path = tmp_path / "a.csv"
+    path.write_bytes(text + f"\n{values},25\n".encode() if text else b"")
+    with pytest.raises(api.DeployError, match=f"^--source: {message}"):
+        batch_local.predict_local(
+            model_dir="",
+            sources=[str(path)],
+            predictor=predictor,
+            output_prefix=str(tmp_path / "out"),
+            instances_format="csv",
+            excluded_fields=["col\ufffd"],
+        )
+    assert not (tmp_path / "out").exists()
 
 
 def test_a_csv_gz_cut_short_is_not_converted_for_a_vertex_job(gcs, predictor):
