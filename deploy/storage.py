@@ -3,6 +3,9 @@ functions.
 
 `gs://` goes through google-cloud-storage, which honours `STORAGE_EMULATOR_HOST` (so tests run
 against a local emulator) and needs no TensorFlow: submitting and publishing never load it.
+A `.gz` file is inflated by the trainer's reader (`trainer/input/blocks.py`), so that both
+take and refuse the same files; it loads TensorFlow, which only a command that reads a `.gz`
+file pays for (batch prediction loads it anyway; `deploy.predict` given .gz instances).
 The trainer reads and lists through `tf.io.gfile` instead (`trainer/storage.py`,
 `trainer/input/files.py`), the filesystem its tf.data pipelines and checkpoints use; what a
 path names is decided in one place for both (`trainer/paths.py`). Local writes are atomic (a
@@ -14,10 +17,9 @@ from __future__ import annotations
 
 import fnmatch
 import glob
-import gzip
+import io
 import os
 import tempfile
-import zlib
 
 from deploy.api import DeployError
 from trainer.paths import GCS_PREFIX, is_gcs, split_gcs
@@ -36,8 +38,9 @@ def _client(client=None):
 
 
 def read_bytes(uri: str, *, client=None) -> bytes:
-    """The whole file; `.gz` files are decompressed (DeployError when one is cut short or
-    corrupt: never part of it read as if whole)."""
+    """The whole file; `.gz` files are decompressed by the trainer's reader, gzip members one
+    after another, zero bytes between them being padding (DeployError when one is cut short
+    or corrupt: never part of it read as if whole)."""
     if is_gcs(uri):
         bucket, name = split_gcs(uri)
         data = _client(client).bucket(bucket).blob(name).download_as_bytes()
@@ -46,12 +49,16 @@ def read_bytes(uri: str, *, client=None) -> bytes:
             data = f.read()
     if not uri.endswith(".gz"):
         return data
+    # Inflated by the trainer's reader, so that a file batch prediction takes is one training
+    # takes, and one it refuses (cut short, corrupt) is refused by both.
+    from trainer.input import blocks
+
     try:
-        return gzip.decompress(data)
-    except (EOFError, OSError, zlib.error) as e:  # cut short; not gzip; corrupt
+        return b"".join(blocks._decompressed(io.BytesIO(data), gzipped=True))
+    except blocks._Cut as e:
         raise DeployError(
-            f"{uri} is not a whole gzip file ({e}): a copy or a writer that was interrupted? "
-            "Copy or write the file again, or leave it out."
+            f"{uri} {e}: a copy or a writer that was interrupted? Copy or write the file "
+            "again, or leave it out."
         ) from None
 
 

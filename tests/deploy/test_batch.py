@@ -292,7 +292,9 @@ def test_a_csv_gz_cut_short_is_not_converted_for_a_vertex_job(gcs, predictor):
     data = gzip.compress("\n".join([header, *rows]).encode())
     gcs.bucket("test-bucket").blob("in/a.csv.gz").upload_from_string(data[: len(data) // 2])
     csv_job = _csv_job(["gs://test-bucket/in/a.csv.gz"])
-    with pytest.raises(api.DeployError, match="gs://test-bucket/in/a.csv.gz is not a whole gzip"):
+    with pytest.raises(
+        api.DeployError, match="gs://test-bucket/in/a.csv.gz ends before its gzip stream"
+    ):
         batch_csv.convert_csv(csv_job, predictor.fields)
     assert _objects(gcs, "out/") == {}
 
