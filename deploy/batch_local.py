@@ -27,6 +27,7 @@ import fcntl
 import json
 import logging
 import os
+import socket
 import time
 import uuid
 from collections.abc import Iterator, Sequence
@@ -425,6 +426,7 @@ def _predicted(predictor: Predictor, instances: list[dict]) -> bytes:
 _TEMP = ".tmp-"  # starts the name of a run's temporary dir
 _LOCK = ".lock"  # in a local temporary dir: locked by its run for as long as it lives
 _LEFTOVER_AFTER_S = 3600  # a temporary dir no lock vouches for, unchanged this long, is dead
+_BOOT_ID = "/proc/sys/kernel/random/boot_id"  # Linux: one kernel's run, one per boot
 
 
 class _Output:
@@ -435,9 +437,12 @@ class _Output:
     A run killed before it publishes (SIGKILL, a lost machine) leaves its temporary dir; the
     next run with the same output prefix removes it (`_remove_leftovers`). Locally each run
     holds a lock on a file in its dir, which the kernel releases when the run dies however it
-    dies, so a dir whose lock is free is dead and one whose lock is held is left alone. On
-    Cloud Storage a file only appears when it is closed, at publish, so a run killed before
-    leaves nothing; one killed while it copies leaves its files, removed once an hour old.
+    dies, so a dir whose lock is free is dead and one whose lock is held is left alone. Only
+    the kernel that holds a lock is sure to see it, so the lock file names its machine (host,
+    boot, pid): a dir made on another machine (an output prefix on NFS or a /gcs/ mount shared
+    by several) is removed once nothing in it changed for an hour, as are those on Cloud
+    Storage, where a file only appears when it is closed, at publish: a run killed before
+    leaves nothing there, one killed while it copies leaves its files.
     """
 
     def __init__(self, output_prefix: str, model_name: str, num_shards: int):
@@ -494,14 +499,37 @@ class _Output:
 
 
 def _hold_lock(directory: str) -> int:
-    """Locks `directory` for this process: the descriptor of its `_LOCK` file, locked. The
-    file is locked before it takes its name, so no run ever finds it unlocked while this one
-    lives."""
+    """Locks `directory` for this process: the descriptor of its `_LOCK` file, locked, which
+    names this machine and process (`_lock_owner`). The file is locked and written before it
+    takes its name, so no run ever finds it unlocked or unnamed while this one lives."""
     path = f"{directory}/{_LOCK}-{os.getpid()}"
     lock = os.open(path, os.O_CREAT | os.O_WRONLY, 0o644)
     fcntl.flock(lock, fcntl.LOCK_EX)
+    os.write(lock, json.dumps(_lock_owner()).encode())
     os.rename(path, f"{directory}/{_LOCK}")
     return lock
+
+
+def _lock_owner() -> dict:
+    """Who holds a lock: the host, the boot of its kernel (two machines may share a host
+    name) and the process."""
+    try:
+        with open(_BOOT_ID) as f:
+            boot = f.read().strip()
+    except OSError:  # not Linux: the host name alone
+        boot = ""
+    return {"host": socket.gethostname(), "boot": boot, "pid": os.getpid()}
+
+
+def _made_here(owner: bytes) -> bool:
+    """Whether a lock file holding `owner` was made on this machine (by this kernel, which
+    sees its lock)."""
+    try:
+        made = json.loads(owner)
+    except ValueError:  # empty or unreadable: made by no run of this version
+        return False
+    here = _lock_owner()
+    return isinstance(made, dict) and all(made.get(k) == here[k] for k in ("host", "boot"))
 
 
 def _remove_leftovers(prefix: str) -> None:
@@ -516,10 +544,20 @@ def _remove_leftovers(prefix: str) -> None:
             logging.warning("removed %s, left by a batch prediction that was killed", temp)
 
 
+def _is_held(lock: int) -> bool:
+    """Whether another open file holds the lock on the file open as `lock` (a run alive)."""
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    return False  # and now held by `lock`, until it is closed
+
+
 def _is_dead(temp: str) -> bool:
-    """Whether no run writes to the temporary dir `temp` any more: its lock is free (a local
-    run's), or, with no lock to ask (Cloud Storage, or a local run killed in the instant
-    between making its dir and locking it), nothing in it changed for `_LEFTOVER_AFTER_S`."""
+    """Whether no run writes to the temporary dir `temp` any more: its lock, made on this
+    machine, is free; or, with no lock to ask (Cloud Storage, a dir made on another machine,
+    or a local run killed in the instant between making its dir and locking it), nothing in
+    it changed for `_LEFTOVER_AFTER_S`."""
     if not storage.is_gcs(temp):
         try:
             lock = os.open(f"{temp}/{_LOCK}", os.O_RDONLY)
@@ -527,12 +565,10 @@ def _is_dead(temp: str) -> bool:
             pass
         else:
             try:
-                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                return False  # its run is alive
+                if _made_here(os.read(lock, 4096)):
+                    return not _is_held(lock)
             finally:
                 os.close(lock)
-            return True
     try:
         paths = [temp, *(f"{temp}/{name}" for name in tf.io.gfile.listdir(temp))]
         changed = max(tf.io.gfile.stat(path).mtime_nsec for path in paths)

@@ -355,6 +355,33 @@ def test_the_temporary_dir_of_a_killed_run_is_removed_by_the_next_one(
     ]
 
 
+def test_the_temporary_dir_of_a_run_on_another_host_is_kept_until_an_hour_old(
+    tmp_path, predictor, census_rows
+):
+    """A lock is only seen by the machine that holds it: a dir whose lock file names another
+    host (an output prefix on NFS or a /gcs/ mount shared by several machines) is its run's
+    while anything in it changed within the hour, whether or not its lock looks free here (it
+    was removed as dead), and removed once unchanged for an hour."""
+    out = tmp_path / "out"
+    elsewhere = json.dumps({**batch_local._lock_owner(), "host": "another-host", "pid": 1})
+    recent, old = out / ".tmp-prediction-recent-1", out / ".tmp-prediction-old-1"
+    for directory in (recent, old):
+        directory.mkdir(parents=True)
+        (directory / "prediction.results-00000-of-00001").write_text("")
+        (directory / ".lock").write_text(elsewhere)  # not locked: as it looks from here
+    hours_ago = time.time() - 2 * 3600
+    for path in [*old.iterdir(), old]:
+        os.utime(path, (hours_ago, hours_ago))
+    source = _write_jsonl(tmp_path / "in.jsonl", census_rows[:3])
+    result = batch_local.predict_local(
+        model_dir="", sources=[source], predictor=predictor, output_prefix=str(out)
+    )
+    assert sorted(p.name for p in out.iterdir()) == [
+        recent.name,
+        os.path.basename(result.output_dir),
+    ]
+
+
 def test_vertex_job_through_the_sdk_matches_the_dry_run(cloud_sdk):
     fake, cloud = cloud_sdk
     model = fake.add_model(cloud.parent, "m")
