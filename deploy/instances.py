@@ -138,7 +138,8 @@ class Fields:
                 raise InstanceError(
                     index, f"field '{name}' must be a {kind}, got {_SHOW.repr(value)}."
                 )
-            if kind == TEXT and not _is_unicode(value):
+            # ASCII (nearly all text) is Unicode: a flag of the string, read before encoding.
+            if kind == TEXT and not (value.isascii() or _is_unicode(value)):
                 raise InstanceError(
                     index,
                     f"field '{name}' is {_SHOW.repr(value)}, which holds a lone surrogate (a "
