@@ -274,6 +274,7 @@ def _csv_batches(
 
         # A file cut short ends where it stops being whole (not raised inside tf.data, where
         # TensorFlow would log the exception's traceback); it stops the run below.
+        notes = blocks_lib.Notes()
         dataset = (
             blocks_lib.blocks(
                 source,
@@ -281,6 +282,7 @@ def _csv_batches(
                 parallel=1,
                 deterministic=True,
                 lost_tails=True,
+                notes=notes,
             )
             .rebatch(batch_size)
             .map(
@@ -309,9 +311,8 @@ def _csv_batches(
                     errors.append(json.dumps(error_record(where, row, reason)))
             lines = _utf8(block["text"].numpy()) + _predicted(predictor, python)
             yield lines, int(block["count"]) + len(python), errors
-        for path in paths:  # read to their ends: one that was cut short stops the run
-            if tail := blocks_lib.lost_tail(path):
-                raise blocks_lib.TruncatedInput(tail)
+        if notes.lost:  # the files were read to their ends: one cut short stops the run
+            raise blocks_lib.TruncatedInput(next(iter(notes.lost.values())))
 
 
 def _instance_json(features: dict, names: list[str], fields: Fields):

@@ -3,9 +3,8 @@ functions.
 
 `gs://` goes through google-cloud-storage, which honours `STORAGE_EMULATOR_HOST` (so tests run
 against a local emulator) and needs no TensorFlow: submitting and publishing never load it.
-A `.gz` file is inflated by the trainer's reader (`trainer/input/blocks.py`), so that both
-take and refuse the same files; it loads TensorFlow, which only a command that reads a `.gz`
-file pays for (batch prediction loads it anyway; `deploy.predict` given .gz instances).
+A `.gz` file is inflated by the trainer's inflater (`trainer/input/gzipped.py`, which loads no
+TensorFlow), so that both take and refuse the same files.
 The trainer reads and lists through `tf.io.gfile` instead (`trainer/storage.py`,
 `trainer/input/files.py`), the filesystem its tf.data pipelines and checkpoints use; what a
 path names is decided in one place for both (`trainer/paths.py`). Local writes are atomic (a
@@ -49,13 +48,13 @@ def read_bytes(uri: str, *, client=None) -> bytes:
             data = f.read()
     if not uri.endswith(".gz"):
         return data
-    # Inflated by the trainer's reader, so that a file batch prediction takes is one training
+    # Inflated by the trainer's inflater, so that a file batch prediction takes is one training
     # takes, and one it refuses (cut short, corrupt) is refused by both.
-    from trainer.input import blocks
+    from trainer.input import gzipped
 
     try:
-        return b"".join(blocks._decompressed(io.BytesIO(data), gzipped=True))
-    except blocks._Cut as e:
+        return b"".join(gzipped.inflate(io.BytesIO(data)))
+    except gzipped.Cut as e:
         raise DeployError(
             f"{uri} {e}: a copy or a writer that was interrupted? Copy or write the file "
             "again, or leave it out."

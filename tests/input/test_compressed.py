@@ -61,17 +61,25 @@ def test_a_cut_file_raises_after_its_whole_lines_and_never_yields_the_fragment(t
     assert f"its first {lines:,} lines are whole" in str(caught.value)
 
 
-def test_with_lost_tails_the_whole_lines_are_read_and_the_file_noted(tmp_path):
+def test_with_lost_tails_the_whole_lines_are_read_and_notes_say_where_the_cut_is(tmp_path):
     text = _csv_bytes(synthetic_rows("binary", 20_000, 1))
     path = tmp_path / "cut.csv.gz"
     whole = _gzip_cut(path, text, 0.5)
-    assert _read(path, lost_tails=True) + b"\n" == whole
-    tail = blocks.lost_tail(str(path))
-    assert tail is not None and tail.lines == whole.count(b"\n")
-    # A later read of the file, now whole, forgets the cut.
+    assert _read(path, lost_tails=True) + b"\n" == whole  # nothing noted, nothing raised
+    notes = blocks.Notes()
+    assert _read(path, lost_tails=True, notes=notes) + b"\n" == whole
+    assert notes.lost[str(path)].lines == whole.count(b"\n") and not notes.checksums
+    # Noted without lost_tails: the cut is noted, then raised.
+    with pytest.raises(blocks.TruncatedInput):
+        _read(path, notes=(raised := blocks.Notes()))
+    assert raised.lost[str(path)] == notes.lost[str(path)]
+    # A whole file: its checksum, no cut.
     path.write_bytes(gzip.compress(text))
-    assert _read(path, lost_tails=True) + b"\n" == text
-    assert blocks.lost_tail(str(path)) is None
+    whole_notes = blocks.Notes()
+    assert _read(path, notes=whole_notes) + b"\n" == text
+    assert whole_notes.checksums == {str(path): zlib.crc32(path.read_bytes())}
+    assert whole_notes.checksums[str(path)] == blocks.checksum(str(path))
+    assert not whole_notes.lost
 
 
 def test_a_corrupt_stream_is_not_whole(tmp_path):

@@ -3,6 +3,7 @@ hold-out that is the same whoever reads it, eval passes that see each row once, 
 batches from memory or streamed."""
 
 import collections
+import zlib
 
 import numpy as np
 import pytest
@@ -141,6 +142,33 @@ def test_bad_rows_are_skipped_or_fail_the_pass(tmp_path):
     assert sorted(ids(Pipeline(source, schema, BadRows.SKIP).raw())) == list(range(100))
     with pytest.raises(tf.errors.InvalidArgumentError, match="a row that cannot be used"):
         ids(Pipeline(source, schema, BadRows.ERROR).raw())
+
+
+@pytest.mark.parametrize("in_process", [True, False])
+def test_a_cut_file_under_skip_reads_the_rows_of_its_whole_lines_in_both_readers(
+    tmp_path, in_process
+):
+    """TensorFlow's line reader (a parameter-server worker's) reads a cut .gz as if whole,
+    its partial last line too: it stops at the last whole line the scan found. The cut falls
+    inside the last field, a number ("0.92" of "0.923..."): read, the fragment would be a
+    row with all its fields and a wrong value."""
+    lines = ["id,c,y,x"] + [f"{i},{'abc'[i % 3]},{i % 2},{i % 13 / 13}" for i in range(600)]
+    text = "\n".join(lines) + "\n"
+    start = text.index("\n597,") + 1
+    cut_at = text.index("\n", start) - 10  # inside 0.9230769230769231
+    compressor = zlib.compressobj(wbits=zlib.MAX_WBITS | 16)
+    path = tmp_path / "cut.csv.gz"
+    path.write_bytes(
+        compressor.compress(text[:cut_at].encode()) + compressor.flush(zlib.Z_SYNC_FLUSH)
+    )
+    source = files.open_source(str(path), flag="--train_data")
+    schema = scan.scan_training(
+        source, S.ColumnChoices("y", numeric=("id", "x")), bad_rows=BadRows.SKIP, holdout=None
+    )
+    assert schema.summary["train"]["files"][0]["lost_tail_after_line"] == 598
+    assert schema.summary["train"]["rows"] == 597
+    read = ids(Pipeline(source, schema, BadRows.SKIP, in_process=in_process).raw())
+    assert sorted(read) == list(range(597))
 
 
 def _job_input(tmp_path, *, cache_mb=256.0):

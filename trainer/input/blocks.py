@@ -10,9 +10,11 @@ copy or writer) or whose stream is corrupt is never read as if whole: TensorFlow
 reader returns what it could inflate without a word (a truncated `.csv.gz` read as half of its
 rows, the last one a fragment). Files read here in Python (`line_chunks`) are checked as they
 are inflated; the last, partial line is never a row. By default that raises `TruncatedInput`;
-a pass that skips bad rows (`lost_tails=True`) keeps the whole lines before the cut and notes
-the file (`lost_tail`), where the statistics pass finds it and reports it. Compressed
-TFRecord files, which TensorFlow reads, are checked whole by `check_compressed`.
+a pass that skips bad rows (`lost_tails=True`) keeps the whole lines before the cut, and a
+caller that asks (`Notes`, the statistics pass) learns which files were cut where, and each
+whole file's CRC-32. TensorFlow's own readers cannot check: compressed TFRecord files are
+checked whole by `check_compressed` first, and a parameter-server worker's TextLineDataset
+stops each file at the last whole line the statistics pass found (`last_lines`).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import tensorflow as tf
 from trainer.errors import InputError
 from trainer.input import files as files_lib
 from trainer.input.files import Source
+from trainer.input.gzipped import Cut, inflate
 
 # TFRecord and TextLineDataset rows are read in blocks of this many.
 READ_BLOCK_ROWS = 1024
@@ -41,6 +44,8 @@ def blocks(
     in_process: bool = True,
     cycle: int | None = None,
     lost_tails: bool = False,
+    notes: Notes | None = None,
+    last_lines: Sequence[int | None] | None = None,
 ) -> tf.data.Dataset:
     """Blocks `(file, line, text)` of the files that `files` yields as `(index, path)`,
     `parallel` files read at once (CSV headers left out), blocks of `cycle` files (default:
@@ -53,7 +58,9 @@ def blocks(
     function the chief traces) cannot call back into Python: it reads with TextLineDataset.
 
     A file read in Python that is cut short raises `TruncatedInput`, or with `lost_tails`
-    yields its whole lines and is noted (`lost_tail`; see the module doc).
+    yields its whole lines; `notes` records the cuts and checksums (see `line_chunks`).
+    `last_lines`: the last line to read of each file of the source (None: all), for
+    TensorFlow's line reader, which cannot tell a cut file (the module doc).
     """
     if source.format == files_lib.TFRECORD:
         one_file = _record_blocks
@@ -73,13 +80,13 @@ def blocks(
                 f"{source.flag}={source.pattern}: JSON Lines files are converted in Python, "
                 "which a parameter-server worker's dataset cannot call."
             )
-        one_file = _jsonl_blocks(source.columns, lost_tails)
+        one_file = _jsonl_blocks(source.columns, lost_tails, notes)
         parallel = 1  # one file at a time, as CSV chunks (the json fallback holds the GIL)
     elif in_process:
-        one_file = _chunk_blocks(lost_tails)
+        one_file = _chunk_blocks(lost_tails, notes)
         parallel = 1  # the chunks are cut under the GIL: one file at a time reads fastest
     else:
-        one_file = _line_blocks
+        one_file = _line_blocks(last_lines)
     cycle = max(cycle or parallel, parallel)
     if parallel == 1:  # one thread takes the files' blocks in turn
         return files.interleave(one_file, cycle_length=cycle)
@@ -97,23 +104,42 @@ def _record_blocks(index: tf.Tensor, path: tf.Tensor) -> tf.data.Dataset:
     )
 
 
-def _line_blocks(index: tf.Tensor, path: tf.Tensor) -> tf.data.Dataset:
-    lines = tf.data.TextLineDataset(path, _compression(path), buffer_size=_READ_BUFFER_BYTES)
-    # Line 1 is the header; blocks are full but for the last, so block i starts at line
-    # 2 + i * READ_BLOCK_ROWS.
-    return (
-        lines.skip(1)
-        .batch(READ_BLOCK_ROWS)
-        .enumerate()
-        .map(lambda i, text: _located(index, i * READ_BLOCK_ROWS + 2, text))
+def _line_blocks(last_lines: Sequence[int | None] | None):
+    """fn(index, path) -> blocks of a CSV file read by TensorFlow's TextLineDataset, up to
+    line `last_lines[index]` (all lines where None)."""
+    limits = (
+        None
+        if last_lines is None
+        else tf.constant([-1 if n is None else n for n in last_lines], tf.int64)
     )
 
+    def one_file(index: tf.Tensor, path: tf.Tensor) -> tf.data.Dataset:
+        lines = tf.data.TextLineDataset(path, _compression(path), buffer_size=_READ_BUFFER_BYTES)
+        # Line 1 is the header; blocks are full but for the last, so block i starts at line
+        # 2 + i * READ_BLOCK_ROWS.
+        located = (
+            lines.skip(1)
+            .batch(READ_BLOCK_ROWS)
+            .enumerate()
+            .map(lambda i, text: _located(index, i * READ_BLOCK_ROWS + 2, text))
+        )
+        if limits is None:
+            return located
 
-def _chunk_blocks(lost_tails: bool):
+        def cut(file, line, text):
+            keep = (limits[index] < 0) | (line <= limits[index])
+            return tuple(tf.boolean_mask(t, keep) for t in (file, line, text))
+
+        return located.map(cut)
+
+    return one_file
+
+
+def _chunk_blocks(lost_tails: bool, notes: Notes | None):
     """fn(index, path) -> blocks of a CSV file read by `line_chunks`."""
 
     def chunks(path: bytes):
-        yield from line_chunks(path, lost_tails=lost_tails)
+        yield from line_chunks(path, lost_tails=lost_tails, notes=notes)
 
     def one_file(index: tf.Tensor, path: tf.Tensor) -> tf.data.Dataset:
         data = tf.data.Dataset.from_generator(
@@ -133,13 +159,13 @@ def _chunk_blocks(lost_tails: bool):
     return one_file
 
 
-def _jsonl_blocks(columns: tuple[str, ...], lost_tails: bool):
+def _jsonl_blocks(columns: tuple[str, ...], lost_tails: bool, notes: Notes | None):
     """fn(index, path) -> blocks of a JSON Lines file, each line converted to a CSV line
     (`jsonl.csv_chunks`); line 1 is the first object."""
     from trainer.input import jsonl
 
     def chunks(path: bytes):
-        yield from jsonl.csv_chunks(path, columns, lost_tails=lost_tails)
+        yield from jsonl.csv_chunks(path, columns, lost_tails=lost_tails, notes=notes)
 
     def one_file(index: tf.Tensor, path: tf.Tensor) -> tf.data.Dataset:
         data = tf.data.Dataset.from_generator(
@@ -194,25 +220,16 @@ class TruncatedInput(InputError):
         self.tail = tail
 
 
-# Files read with `lost_tails=True` whose tail was lost, by path: the last read of each (a
-# read of the same path starts by forgetting it). See `lost_tail`.
-_lost: dict[str, LostTail] = {}
+@dataclasses.dataclass
+class Notes:
+    """What `line_chunks` found in the files it read for a caller that keeps it: the files
+    cut short (`lost`, by path) and the CRC-32 of the bytes of each file read to its end
+    (`checksums`: the statistics pass records them, so that a resume can tell a file whose
+    modification time changed but not its contents, a package installed again, from a
+    rewritten one)."""
 
-
-def lost_tail(path: str) -> LostTail | None:
-    """Where the last read of `path` with `lost_tails=True` found it cut short (None: whole)."""
-    return _lost.get(path)
-
-
-# The CRC-32 of the raw bytes of each file `line_chunks` read to its end in this process: the
-# statistics pass records it, so that a resume can tell a file whose modification time
-# changed but not its contents (a package installed again) from a rewritten one.
-_checksums: dict[str, int] = {}
-
-
-def read_checksum(path: str) -> int | None:
-    """The CRC-32 of `path`'s bytes as its last whole read by `line_chunks` found them."""
-    return _checksums.get(path)
+    lost: dict[str, LostTail] = dataclasses.field(default_factory=dict)
+    checksums: dict[str, int] = dataclasses.field(default_factory=dict)
 
 
 def checksum(path: str) -> int:
@@ -237,23 +254,18 @@ class _Summed:
         return data
 
 
-class _Cut(Exception):
-    """Inside `line_chunks`: the compressed stream stops being readable here."""
-
-
-def line_chunks(path: bytes | str, *, lost_tails: bool = False):
+def line_chunks(path: bytes | str, *, lost_tails: bool = False, notes: Notes | None = None):
     """(text of whole lines, the number of its first line) for a file, about `CHUNK_BYTES` of
     text at a time, decompressed if it ends in .gz (concatenated gzip members too); "\r\n"
     line ends become "\n".
 
     A .gz file cut short or corrupt raises `TruncatedInput` after the whole lines before the
-    cut; with `lost_tails` it ends there instead and is noted (`lost_tail`).
-    The partial line at the cut is never yielded."""
+    cut; with `lost_tails` it ends there instead. The partial line at the cut is never
+    yielded. `notes` (if given) records the cut, or the CRC-32 of a file read to its end."""
     path = path.decode() if isinstance(path, bytes) else path
-    _lost.pop(path, None)
     line, pending = 1, b""
     with tf.io.gfile.GFile(path, "rb") as raw:
-        f = _Summed(raw)
+        f = _Summed(raw) if notes is not None else raw
         try:
             for data in _decompressed(f, gzipped=path.endswith(".gz")):
                 pending += data
@@ -265,18 +277,21 @@ def line_chunks(path: bytes | str, *, lost_tails: bool = False):
                 text, pending = _lines(pending[: cut + 1]), pending[cut + 1 :]
                 yield text, line
                 line += text.count(b"\n") + 1
-        except _Cut as e:
+        except Cut as e:
             whole = pending[: pending.rfind(b"\n") + 1]
             if whole:
                 text = _lines(whole)
                 yield text, line
                 line += text.count(b"\n") + 1
             tail = LostTail(path, line - 1, str(e))
+            if notes is not None:
+                notes.lost[path] = tail
             if not lost_tails:
                 raise TruncatedInput(tail) from None
-            _lost[path] = tail
             return
-    _checksums[path] = f.crc
+    if isinstance(f, _Summed):
+        assert notes is not None
+        notes.checksums[path] = f.crc
     if pending:
         yield _lines(pending), line
 
@@ -290,32 +305,12 @@ def _lines(text: bytes) -> bytes:
 
 def _decompressed(f, *, gzipped: bool):
     """The bytes of an open file, in pieces of at most `CHUNK_BYTES` (inflated if `gzipped`:
-    every gzip member, zero bytes after one being padding, as `gzip` reads them). Raises
-    `_Cut`, after every byte before it, where a gzip stream is cut short or corrupt."""
-    if not gzipped:
-        while data := f.read(CHUNK_BYTES):
-            yield data
+    `trainer.input.gzipped.inflate`, which raises `Cut` where a gzip stream is cut short)."""
+    if gzipped:
+        yield from inflate(f, read_size=CHUNK_BYTES, piece_size=CHUNK_BYTES)
         return
-    inflate, started = zlib.decompressobj(wbits=zlib.MAX_WBITS | 16), False
-    try:
-        while raw := f.read(CHUNK_BYTES):
-            while raw:
-                if not started:
-                    raw = raw.lstrip(b"\0")
-                    if not raw:
-                        break
-                    started = True
-                yield inflate.decompress(raw, CHUNK_BYTES)
-                raw = inflate.unconsumed_tail
-                if inflate.eof:  # a file of several gzip members: the next one starts here
-                    raw = inflate.unused_data + raw
-                    inflate, started = zlib.decompressobj(wbits=zlib.MAX_WBITS | 16), False
-        if started:
-            yield inflate.flush()
-    except zlib.error as e:
-        raise _Cut(f"is not a whole gzip stream ({e})") from None
-    if started and not inflate.eof:
-        raise _Cut("ends before its gzip stream does")
+    while data := f.read(CHUNK_BYTES):
+        yield data
 
 
 def check_compressed(path: str) -> str | None:
@@ -328,7 +323,7 @@ def check_compressed(path: str) -> str | None:
         try:
             for _ in _decompressed(f, gzipped=True):
                 pass
-        except _Cut as e:
+        except Cut as e:
             return f"{path} {e}"
     return None
 

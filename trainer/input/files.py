@@ -11,7 +11,6 @@ from __future__ import annotations
 import concurrent.futures
 import csv
 import dataclasses
-import gzip
 import io
 import os
 from collections.abc import Sequence
@@ -20,6 +19,7 @@ from typing import TYPE_CHECKING
 import tensorflow as tf
 
 from trainer.errors import InputError
+from trainer.input import gzipped
 from trainer.input import jsonl as jsonl_lib
 
 if TYPE_CHECKING:
@@ -192,13 +192,17 @@ def identities(paths: Sequence[str]) -> list[dict]:
 
 
 def csv_header(path: str, *, flag: str) -> tuple[str, ...]:
-    """The column names in the first line of a CSV file (optionally .gz)."""
+    """The column names in the first line of a CSV file (optionally .gz, inflated as the rows
+    are: `trainer.input.gzipped`)."""
     try:
-        with tf.io.gfile.GFile(path, "rb") as raw:
-            stream = gzip.GzipFile(fileobj=raw) if path.endswith(".gz") else raw
-            first = stream.readline()
-    except (tf.errors.OpError, OSError, EOFError) as e:
+        first = _first_line(path)
+    except (tf.errors.OpError, OSError) as e:
         raise InputError(f"{flag}: cannot read {path}: {getattr(e, 'message', e)}") from None
+    except gzipped.Cut as e:
+        raise InputError(
+            f"{flag}: cannot read the first line of {path}: it {e}. Is it a gzip file, whole "
+            "(not cut short by an interrupted copy or writer)? Write it again, or leave it out."
+        ) from None
     try:
         # utf-8-sig: spreadsheet exports start with a byte-order mark that is not part of the
         # first column name.
@@ -221,6 +225,19 @@ def csv_header(path: str, *, flag: str) -> tuple[str, ...]:
             f"{flag}: the header of {path} has empty or repeated column names: {list(names)}."
         )
     return names
+
+
+def _first_line(path: str) -> bytes:
+    """The first line of a file (inflated if .gz), with its line end."""
+    with tf.io.gfile.GFile(path, "rb") as raw:
+        if not path.endswith(".gz"):
+            return raw.readline()
+        text = b""
+        for piece in gzipped.inflate(raw, read_size=1 << 16, piece_size=1 << 16):
+            text += piece
+            if b"\n" in text:
+                break
+        return text.split(b"\n", 1)[0] + b"\n"
 
 
 def _sniff_tfrecord(files: list[str], *, flag: str) -> tuple[tuple[str, ...], tuple[str, ...]]:

@@ -361,16 +361,14 @@ def _identities(source: Source | None) -> list[dict] | None:
 
 
 def _with_identities(schema: Schema, identities: dict[str, list[dict] | None]) -> Schema:
-    """The schema with each input file's identity beside its row counts, for `_check_unchanged`
-    on resume. Staged inputs (the job's own shards) are the files the job reads."""
+    """The schema with each input file's identity beside its row counts (and the CRC-32 the
+    scan found), for `_check_unchanged` on resume. Staged inputs (the job's own shards) are the
+    files the job reads."""
     summary = dict(schema.summary)
     for key, files in identities.items():
         if files is None or key not in summary or "staged" in summary[key]:
             continue
-        entries = []
-        for entry, identity in zip(summary[key]["files"], files):
-            crc = blocks.read_checksum(entry["path"])  # CSV and JSON Lines: the scan's read
-            entries.append({**entry, **identity, **({"crc32": crc} if crc is not None else {})})
+        entries = [{**entry, **i} for entry, i in zip(summary[key]["files"], files)]
         summary[key] = dict(summary[key], files=entries)
     return dataclasses.replace(schema, summary=summary)
 
@@ -388,7 +386,7 @@ def _check_unchanged(source: Source | None, summary: dict | None) -> None:
         if entry["bytes"] == now["bytes"]:
             if entry["modified_ns"] == now["modified_ns"]:
                 continue
-            if entry.get("crc32") == blocks.checksum(entry["path"]):
+            if "crc32" in entry and entry["crc32"] == blocks.checksum(entry["path"]):
                 logging.info(
                     "%s: %s was modified since the job's scan, but its bytes are the same.",
                     source.flag,

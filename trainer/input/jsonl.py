@@ -23,9 +23,12 @@ from __future__ import annotations
 import concurrent.futures
 import io
 import json
-import zlib
+from typing import TYPE_CHECKING
 
 from trainer.errors import InputError
+
+if TYPE_CHECKING:
+    from trainer.input import blocks as blocks_lib
 
 SUFFIXES = (".jsonl", ".jsonl.gz", ".ndjson", ".ndjson.gz")
 # Lines of each file whose keys make the columns.
@@ -67,12 +70,12 @@ def _first_keys(path: str, *, flag: str) -> dict[str, None]:
 
     keys: dict[str, None] = {}
     lines: list[bytes] = []
-    try:
-        for chunk, _ in blocks.line_chunks(path):
+    try:  # (a file cut short is the statistics pass's to report: its whole lines are read)
+        for chunk, _ in blocks.line_chunks(path, lost_tails=True):
             lines += chunk.split(b"\n")
             if len(lines) >= SNIFF_LINES:
                 break
-    except (tf.errors.OpError, OSError, EOFError, zlib.error) as e:
+    except (tf.errors.OpError, OSError) as e:
         raise InputError(f"{flag}: cannot read {path}: {getattr(e, 'message', e)}") from None
     if lines:
         lines[0] = lines[0].removeprefix(b"\xef\xbb\xbf")
@@ -87,13 +90,19 @@ def _first_keys(path: str, *, flag: str) -> dict[str, None]:
 
 
 # -- lines as CSV -----------------------------------------------------------------------------
-def csv_chunks(path: bytes | str, columns: tuple[str, ...], *, lost_tails: bool = False):
+def csv_chunks(
+    path: bytes | str,
+    columns: tuple[str, ...],
+    *,
+    lost_tails: bool = False,
+    notes: blocks_lib.Notes | None = None,
+):
     """(CSV lines of a chunk of the file's lines, the number of its first line), for
     `blocks.blocks`: as many CSV lines as JSON lines, in the order of `columns`. A file cut
-    short: as `blocks.line_chunks`."""
+    short, `notes`: as `blocks.line_chunks`."""
     from trainer.input import blocks
 
-    for text, first_line in blocks.line_chunks(path, lost_tails=lost_tails):
+    for text, first_line in blocks.line_chunks(path, lost_tails=lost_tails, notes=notes):
         if first_line == 1:
             text = text.removeprefix(b"\xef\xbb\xbf")
         yield to_csv(text, columns), first_line

@@ -153,6 +153,23 @@ class Pipeline:
     in_process: bool = True  # False: a dataset a parameter-server worker runs (no Python)
 
     # -- parsing ----------------------------------------------------------------------------
+    def _cut_files(self) -> dict:
+        """How `blocks.blocks` reads this source's files cut short: the statistics pass
+        stopped the job on one, or (`--bad_rows=skip`) found where each ends; the reader
+        stops there too (in Python it finds it again; TensorFlow's line reader, a
+        parameter-server worker's, is told)."""
+        skip = self.bad_rows is BadRows.SKIP
+        if self.in_process or not skip:
+            return {"in_process": self.in_process, "lost_tails": skip}
+        ends = {
+            entry["path"]: entry["lost_tail_after_line"]
+            for key in ("train", "eval")
+            for entry in (self.schema.summary.get(key) or {}).get("files", ())
+            if "lost_tail_after_line" in entry
+        }
+        last_lines = [ends.get(path) for path in self.source.files] if ends else None
+        return {"in_process": False, "lost_tails": True, "last_lines": last_lines}
+
     def _readers(self, count: int) -> int:
         return max(1, min(len(self.source.files), os.cpu_count() or 2, 8, count))
 
@@ -162,8 +179,7 @@ class Pipeline:
             selection.files(self.source),
             parallel=self._readers(len(self.source.files)),
             deterministic=deterministic,
-            in_process=self.in_process,
-            lost_tails=self.bad_rows is BadRows.SKIP,
+            **self._cut_files(),
         )
 
     def _parse_fn(
@@ -332,9 +348,8 @@ class Pipeline:
             files,
             parallel=self._readers(len(self.source.files)),
             deterministic=False,
-            in_process=self.in_process,
             cycle=min(len(self.source.files), _FILES_MIXED),
-            lost_tails=self.bad_rows is BadRows.SKIP,
+            **self._cut_files(),
         )
         encode = self._encode_fn(selection)
 

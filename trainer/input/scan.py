@@ -72,16 +72,23 @@ def _reader_threads(source: Source) -> int:
 
 
 def _blocks(
-    source: Source, fn: Callable, *, take_rows: int | None = None, files: list[int] | None = None
+    source: Source,
+    fn: Callable,
+    *,
+    take_rows: int | None = None,
+    files: list[int] | None = None,
+    notes: blocks_lib.Notes | None = None,
 ) -> Iterator[dict[str, np.ndarray]]:
     """`fn` applied to every block of the source (in a fixed order), as numpy; only to the
-    first `take_rows` rows if given."""
+    first `take_rows` rows if given. A file cut short yields its whole lines (`notes` says
+    where it was cut: `_check_whole`)."""
     dataset = blocks_lib.blocks(
         source,
         blocks_lib.indexed_files(source, files),
         parallel=_reader_threads(source),
         deterministic=True,
-        lost_tails=True,  # `_check_whole` reports them
+        lost_tails=True,
+        notes=notes,
     )
     if take_rows:  # whole blocks of 4,096: unbatching row by row costs more than parsing
         dataset = dataset.rebatch(4096).take(-(-take_rows // 4096))
@@ -101,11 +108,11 @@ def _blocks(
         ) from None
 
 
-def _check_whole(source: Source, policy: BadRows) -> dict[str, int]:
-    """After a pass over `source`: its files that were cut short (or corrupt) stop the job,
-    or with `--bad_rows=skip` are reported as lost tails; returns {path: whole lines} of
-    those. A truncated file is never one bad row: its partial last line was not read."""
-    tails = [tail for path in source.files if (tail := blocks_lib.lost_tail(path))]
+def _check_whole(source: Source, policy: BadRows, notes: blocks_lib.Notes) -> None:
+    """After a pass over `source` (`notes`): its files that were cut short (or corrupt) stop
+    the job, or with `--bad_rows=skip` are reported as lost tails. A truncated file is never
+    one bad row: its partial last line was not read."""
+    tails = [tail for path in source.files if (tail := notes.lost.get(path))]
     for tail in tails:
         if policy is BadRows.ERROR:
             raise InputError(
@@ -115,7 +122,6 @@ def _check_whole(source: Source, policy: BadRows) -> dict[str, int]:
         logging.warning(
             "%s: %s; its whole lines are used (--bad_rows=skip).", source.flag, tail.describe()
         )
-    return {tail.path: tail.lines for tail in tails}
 
 
 def _check_compressed_records(source: Source) -> None:
@@ -245,7 +251,8 @@ def scan_training(
     label = stats.LabelValues(schema_lib.MAX_CLASSES)
     weights = np.zeros(2)  # the weight sums of the rows trained on and of those held out
     log = BadRowLog(source, numeric)
-    for block in _blocks(source, scan):
+    notes = blocks_lib.Notes()
+    for block in _blocks(source, scan, notes=notes):
         log.update(block)
         if choices.weight:
             w = block["weights"].astype(np.float64)
@@ -266,7 +273,7 @@ def scan_training(
             block["label_numbers"],
             block["label_is_number"],
         )
-    lost = _check_whole(source, bad_rows)
+    _check_whole(source, bad_rows, notes)
     log.check(bad_rows, choices.label, weight=choices.weight)
     if not rows.sum():
         raise InputError(f"{source.flag}: {', '.join(source.files[:5])} holds no data rows.")
@@ -319,7 +326,7 @@ def scan_training(
             )
     summary = {
         "bad_rows": bad_rows.value,
-        "train": _source_summary(source, rows, log.per_file, lost, held if holdout else None),
+        "train": _source_summary(source, rows, log.per_file, notes, held if holdout else None),
         "holdout": dataclasses.asdict(holdout) if holdout else None,
         "statistics": {
             "quantile_sample": stats.QUANTILE_SAMPLE,
@@ -375,31 +382,39 @@ def scan_eval(source: Source, schema: Schema, *, bad_rows: BadRows) -> dict:
     rows = np.zeros(len(source.files), np.int64)
     total_weight = 0.0
     log = BadRowLog(source, schema.numeric_names)
-    for block in _blocks(source, check):
+    notes = blocks_lib.Notes()
+    for block in _blocks(source, check, notes=notes):
         log.update(block)
         rows += np.bincount(block["files"], minlength=len(rows))
         if weight:
             total_weight += float(block["weights"].astype(np.float64).sum())
-    lost = _check_whole(source, bad_rows)
+    _check_whole(source, bad_rows, notes)
     log.check(bad_rows, label.name, label.classes, weight)
     if not rows.sum():
         raise InputError(f"{source.flag}: {', '.join(source.files[:5])} holds no data rows.")
     if weight:
         _check_weights(source, weight, total_weight, "rows")
-    return _source_summary(source, rows, log.per_file, lost, None)
+    return _source_summary(source, rows, log.per_file, notes, None)
 
 
 def _source_summary(
-    source: Source, rows: np.ndarray, bad: np.ndarray, lost: dict[str, int], held: np.ndarray | None
+    source: Source,
+    rows: np.ndarray,
+    bad: np.ndarray,
+    notes: blocks_lib.Notes,
+    held: np.ndarray | None,
 ) -> dict:
     """Rows (usable), bad rows and held-out rows per file, and their totals; a file cut short
-    (`lost`: its whole lines) says after which line its tail was lost."""
+    says after which line its tail was lost, a file read in Python (CSV, JSON Lines) the
+    CRC-32 of its bytes (`notes`)."""
     files = [
         {"path": p, "rows": int(r), "bad_rows": int(b)} for p, r, b in zip(source.files, rows, bad)
     ]
-    for entry in files:
-        if entry["path"] in lost:
-            entry["lost_tail_after_line"] = lost[entry["path"]]
+    for path, entry in zip(source.files, files):
+        if tail := notes.lost.get(path):
+            entry["lost_tail_after_line"] = tail.lines
+        if (crc := notes.checksums.get(path)) is not None:
+            entry["crc32"] = crc
     if held is not None:
         for entry, h in zip(files, held):
             entry["holdout_rows"] = int(h)
@@ -410,8 +425,8 @@ def _source_summary(
         "bad_rows": int(bad.sum()),
         "files": files,
     }
-    if lost:
-        summary["lost_tails"] = len(lost)
+    if notes.lost:
+        summary["lost_tails"] = len(notes.lost)
     if held is not None:
         summary["holdout_rows"] = int(held.sum())
     return summary
