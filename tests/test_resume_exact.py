@@ -80,10 +80,10 @@ def test_a_model_without_its_stamp_is_exported_again(tmp_path, data):
     job = tmp_path / "job"
     _train([*_args(data, job), "--max_iterations=1"])
     (job / "model.json").unlink()
-    before = (job / "model" / "saved_model.pb").stat().st_mtime_ns
-    time.sleep(0.01)
+    before = (job / "model" / "saved_model.pb").stat().st_ino
     _train([*_args(data, job), "--max_iterations=1"])
-    assert (job / "model" / "saved_model.pb").stat().st_mtime_ns != before
+    # A new file: the new export is saved before the old one is removed.
+    assert (job / "model" / "saved_model.pb").stat().st_ino != before
     assert json.loads((job / "model.json").read_text())["source"]["iterations"] == 1
 
 
@@ -210,3 +210,16 @@ def test_a_model_dir_that_cannot_hold_the_model_alone_is_refused_before_any_work
         "other-job",
         "train.csv",
     ]  # no temporary model left anywhere
+
+
+def test_a_resumed_job_given_another_runs_model_dir_is_refused_and_leaves_it(tmp_path, data):
+    """Before: the resume passed the check (its job dir exists), found no export of its own
+    there, and replaced the other run's model with its own."""
+    foreign = tmp_path / "foreign"
+    _train([*_args(data, tmp_path / "other-job"), "--max_iterations=1", f"--model_dir={foreign}"])
+    job = tmp_path / "job"
+    _train([*_args(data, job), "--max_iterations=1"])
+    before = (foreign / "saved_model.pb").read_bytes()
+    stderr = _refused([*_args(data, job), "--max_iterations=1", f"--model_dir={foreign}"])
+    assert f"holds a model this job did not export (its own is in {job / 'model'}" in stderr
+    assert (foreign / "saved_model.pb").read_bytes() == before

@@ -238,8 +238,9 @@ class JobDir:
         """Fails, before any work, when the model dir cannot hold this job's model alone:
         it is (or holds) the job dir or another output dir, it holds files that are not a
         SavedModel's (Vertex AI serves every file of it), or a model this job did not
-        export. A model without a stamp in an existing job dir is this job's (exported just
-        before a crash, or by a version without stamps): it is exported again."""
+        export: in a new job, or where the job's stamp names another dir. A model without a
+        stamp in an existing job dir is this job's (exported just before a crash, or by a
+        version without stamps): it is exported again."""
         flag = "--model_dir (or AIP_MODEL_DIR)"
         for other_flag, other in (
             ("--job_dir", self.root),
@@ -267,13 +268,19 @@ class JobDir:
                 "exported model needs a folder of its own, since Vertex AI serves every file "
                 "in it. Name an empty or new folder."
             )
-        stamped = tf.io.gfile.exists(self.model_stamp) and (
-            read_json(self.model_stamp).get("model_dir") == self.model
-        )
-        if self.has_model() and not stamped and not self.exists():
+        if not self.has_model():
+            return
+        stamp = read_json(self.model_stamp) if tf.io.gfile.exists(self.model_stamp) else None
+        if stamp is None and not self.exists():
             raise InputError(
-                f"{flag} {self.model} holds a model this job did not export (there is no "
-                f"{self.model_stamp}). Delete it, or name an empty or new folder."
+                f"{flag} {self.model} holds a model this job did not export (a new job, with "
+                f"no {self.model_stamp}). Delete it, or name an empty or new folder."
+            )
+        if stamp is not None and stamp.get("model_dir") != self.model:
+            raise InputError(
+                f"{flag} {self.model} holds a model this job did not export (its own is in "
+                f"{stamp.get('model_dir')}, by {self.model_stamp}). Delete it, or name an "
+                "empty or new folder."
             )
 
     def iteration_checkpoints(self, t: int) -> str:
