@@ -108,16 +108,18 @@ def bag_config(config: RunConfig, job: job_dir_lib.JobDir, bag: int, seconds: fl
 
 
 def _finished_report(job: job_dir_lib.JobDir, config: RunConfig) -> dict | None:
-    """A bag's report when that bag is done and its search cannot go further under `config`
-    (a resume does not run it again); None when it may (a larger --max_iterations or
-    --patience, or a time budget that ended it): it then resumes like any job."""
+    """A bag's report when that bag is done and its search cannot go further under `config`,
+    the job's flags, with the --patience the bag chose from its own rows (`trainer.adapt`,
+    in its report): a resume does not run it again. None when it may (a larger
+    --max_iterations or --patience, or a time budget that ended it): it then resumes like
+    any job."""
     report = job.complete_report()
     if report is None:
         return None
-    records = job.records()
-    if len(records) < config.search.max_iterations and not Search(config.search).is_over(records):
-        return None
-    return report
+    chosen = report.get("adapted", {}).get("patience")
+    patience = int(chosen["value"]) if chosen else config.search.patience
+    search = Search(dataclasses.replace(config.search, patience=patience))
+    return None if search.may_grow(job.records()) else report
 
 
 def _share(budget: TimeBudget | None, bags_left: int, total_bags: int) -> float | None:

@@ -109,19 +109,8 @@ class Controller:
                 len(self.records) - 1,
             )
         last = self.config.search.max_iterations
-        for t in range(len(self.records), last):
-            if self.search.is_over(self.records):
-                patience = self.config.search.patience
-                logging.info(
-                    "The search stopped growing: iteration%s %s kept the previous ensemble "
-                    "(--patience=%d), so iterations %d..%d do not run.",
-                    "s" if patience > 1 else "",
-                    f"{t - patience}..{t - 1}" if patience > 1 else t - 1,
-                    patience,
-                    t,
-                    last - 1,
-                )
-                break
+        while self.search.may_grow(self.records):
+            t = len(self.records)
             if self.budget and not self.budget.may_start(t, self.records):
                 self.budget.skip(range(t, last))
                 logging.info(
@@ -133,6 +122,18 @@ class Controller:
             record, self.chosen = self.run_iteration(t, self.chosen)
             self.records.append(record)
             yield record
+        t = len(self.records)
+        if t < last and self.search.is_over(self.records):
+            patience = self.config.search.patience
+            logging.info(
+                "The search stopped growing: iteration%s %s kept the previous ensemble "
+                "(--patience=%d), so iterations %d..%d do not run.",
+                "s" if patience > 1 else "",
+                f"{t - patience}..{t - 1}" if patience > 1 else t - 1,
+                patience,
+                t,
+                last - 1,
+            )
 
     def restore(self, records: list[IterationRecord], *, local: bool = False) -> FrozenEnsemble:
         """The last record's chosen ensemble, rebuilt (under no strategy if `local`)."""

@@ -72,6 +72,11 @@ class Search:
             previous = tuple(members)
         return previous
 
+    def may_grow(self, records: Sequence[IterationRecord]) -> bool:
+        """Whether another iteration runs after `records` (time budget aside): fewer than
+        --max_iterations, and the search has not stopped growing (`is_over`)."""
+        return len(records) < self.config.max_iterations and not self.is_over(records)
+
     def is_over(self, records: Sequence[IterationRecord]) -> bool:
         """Whether the last `patience` iterations all kept the previous ensemble (early
         stopping: the search has stopped growing). Never with patience 0."""
