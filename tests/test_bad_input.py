@@ -258,3 +258,24 @@ def test_a_full_disk_is_an_answer_not_a_traceback(tmp_path, monkeypatch, kind):
     assert code == 1, stderr[-2000:]
     assert f"training stopped: the disk is full: writing {temp} failed" in stderr
     assert "run the same command again to resume" in stderr and "Traceback" not in stderr
+
+
+def test_a_full_disk_is_not_retried_as_a_transient_storage_error():
+    """Cloud Storage's rate limit (429) is a ResourceExhaustedError worth retrying; a full
+    local disk is one too, and is not."""
+    import tensorflow as tf
+
+    from trainer import storage
+
+    calls = []
+
+    def write(message):
+        calls.append(message)
+        raise tf.errors.ResourceExhaustedError(None, None, message)
+
+    with pytest.raises(tf.errors.ResourceExhaustedError):
+        storage.retry(lambda: write("/x/y.tmp-1; No space left on device"), what="w", first_delay=0)
+    assert len(calls) == 1
+    with pytest.raises(tf.errors.ResourceExhaustedError):
+        storage.retry(lambda: write("HTTP 429 rate limit"), what="w", first_delay=0)
+    assert len(calls) == 1 + 4

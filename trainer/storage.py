@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import functools
 import os
 import time
@@ -42,6 +43,16 @@ TRANSIENT_ERRORS = (
 
 
 # -- retries --------------------------------------------------------------------------------
+def is_disk_full(error: Exception) -> bool:
+    """A local disk with no space left: not transient (Cloud Storage's 429s, also a
+    ResourceExhaustedError, are)."""
+    if isinstance(error, OSError):
+        return error.errno == errno.ENOSPC
+    return isinstance(error, tf.errors.ResourceExhaustedError) and (
+        "No space left on device" in (error.message or "")
+    )
+
+
 def retry(fn: Callable[[], T], *, what: str, attempts: int = 4, first_delay: float = 0.5) -> T:
     """Calls `fn`, retrying transient storage errors `attempts - 1` times with doubling
     delays (0.5, 1, 2 s by default); other errors, and the last transient one, propagate.
@@ -55,7 +66,7 @@ def retry(fn: Callable[[], T], *, what: str, attempts: int = 4, first_delay: flo
         try:
             return fn()
         except TRANSIENT_ERRORS as e:
-            if attempt == attempts:
+            if attempt == attempts or is_disk_full(e):
                 raise
             logging.warning(
                 "%s failed (%s: %s); retry %d of %d in %.1f s.",

@@ -10,7 +10,6 @@ pass reads all of it); after that, every step is resumable: finished iterations 
 from __future__ import annotations
 
 import dataclasses
-import errno
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -261,8 +260,7 @@ def _train(
         job_dir_lib.write_json(job.report, value)
         return value
 
-    finished = job.complete_report() if runtime.is_chief else None
-    if finished:  # resumed: "training" until the search is known to be over
+    if runtime.is_chief and job.complete_report():  # resumed: "training" until it is done
         report(final=None, records=job.records())
     for record in controller.iterations():
         if runtime.is_chief:
@@ -284,13 +282,9 @@ def _train(
         logging.info(
             "Exported the chosen ensemble of iteration %d to %s", len(records) - 1, job.model
         )
-        finished = None
-    if finished and len(finished["iterations"]) == len(records):  # nothing new: as it was
-        final, importance = finished["final"], finished["feature_importance"]
-    else:
-        serve = export_lib.load_serving_fn(job.model)  # the export itself, loaded back
-        final = evaluate_export(serve, data, models.head)
-        importance = feature_importance(config, serve, data, models.head, budget)
+    serve = export_lib.load_serving_fn(job.model)  # the export itself, loaded back
+    final = evaluate_export(serve, data, models.head)
+    importance = feature_importance(config, serve, data, models.head, budget)
     value = report(final, importance)
     job_dir_lib.write_atomically(
         job.report_png, leaderboard.plot(value["iterations"], models.head.objective_metric)
@@ -338,15 +332,12 @@ def run(
     try:
         return _run(config, cluster, started=started, tracker=tracker)
     except (tf.errors.ResourceExhaustedError, OSError) as e:
-        if isinstance(e, OSError):
-            if e.errno != errno.ENOSPC:
-                raise
-            where = e.filename or "a file"
-        elif "No space left on device" in e.message:  # (else memory, not disk)
-            # "{{function_node ...}} PATH; No space left on device [Op:SaveV2]"
-            where = e.message.split("}} ", 1)[-1].split("; No space left")[0].strip()
-        else:
+        if not storage.is_disk_full(e):  # (memory, or Cloud Storage's rate limit)
             raise
+        if isinstance(e, OSError):
+            where = e.filename or "a file"
+        else:  # "{{function_node ...}} PATH; No space left on device [Op:SaveV2]"
+            where = e.message.split("}} ", 1)[-1].split("; No space left")[0].strip()
         raise TrainingError(
             f"the disk is full: writing {where} failed (no space left on device). Free "
             "space there, or give another --job_dir to start afresh; run the same command "
