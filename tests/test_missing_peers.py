@@ -127,6 +127,20 @@ def test_an_evaluator_whose_chief_never_comes_exits_naming_it(tmp_path):
     assert not (tmp_path / "job").exists()
 
 
+def test_an_evaluator_beside_a_lone_chief_that_never_starts_the_job_exits_naming_it(tmp_path):
+    """A chief with no workers or ps runs no server: the evaluator waits for the job dir it
+    writes once its input is checked, as long as for a chief's port."""
+    jobs = _jobs("chief")
+    process = _start(tmp_path, jobs, "evaluator")
+    code, _ = _finish(process, TIMEOUT + SLACK)
+    output = (tmp_path / "evaluator.log").read_text()
+    assert code == 1, output[-3000:]
+    job = tmp_path / "job"
+    assert f"no job in {job} after {TIMEOUT} s (--cluster_timeout_secs)" in output
+    assert f"the chief writes {job / 'run.json'} once its input is checked" in output
+    assert not job.exists()
+
+
 def test_a_synchronous_chief_whose_worker_never_comes_exits_naming_it(tmp_path):
     jobs = _jobs("chief", "worker")
     process = _start(tmp_path, jobs, "chief")

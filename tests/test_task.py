@@ -373,3 +373,75 @@ def test_an_evaluator_started_after_the_job_evaluates_each_finished_iteration(
     assert "the job is complete after 2 evaluations" in result.stderr
     again = run_task(args, env=evaluator)
     assert "the job is complete after 0 evaluations" in again.stderr
+
+
+@pytest.mark.slow
+def test_an_evaluator_beside_a_lone_chief_evaluates_until_the_job_is_complete(
+    binary_data, tmp_path
+):
+    """A chief with no workers or ps runs no TensorFlow server (Vertex pools 0 and 3 alone,
+    `trainer.launch --evaluator`): the evaluator must not wait for its port, and ends with the
+    job. The chief is held (SIGSTOP) from its first checkpoint until the evaluator has looked
+    at the unfinished job, so the evaluator waits past --cluster_timeout_secs for it."""
+    import signal
+    import subprocess
+    import sys
+
+    from tests.support import REPO, wait_for
+    from trainer.local_cluster import free_ports
+
+    job = tmp_path / "job"
+    args = [
+        f"--train_data={binary_data.train}",
+        f"--eval_data={binary_data.eval}",
+        "--label_column=target",
+        f"--job_dir={job}",
+        "--max_iterations=1",
+        "--max_iteration_steps=400",
+        "--batch_size=32",
+        "--steps_per_loop=25",
+        "--checkpoint_every_secs=1",
+        "--bags=1",
+        "--cluster_timeout_secs=1",
+    ]
+    cluster = {"chief": [f"127.0.0.1:{free_ports(1)[0]}"]}
+
+    def start(role: str) -> subprocess.Popen:
+        config = {"cluster": cluster, "task": {"type": role, "index": 0}}
+        with open(tmp_path / f"{role}.log", "w") as log:
+            return subprocess.Popen(
+                [sys.executable, "-m", "trainer.task", *args],
+                cwd=REPO,
+                env=task_env(TF_CONFIG=json.dumps(config)),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+
+    def said(role: str) -> str:
+        return (tmp_path / f"{role}.log").read_text()
+
+    chief = start("chief")
+    evaluator = None
+    try:
+        state = job / "checkpoints" / "iteration-0" / "checkpoint"
+        wait_for(lambda: state.exists() or chief.poll() is not None, 240, "a checkpoint")
+        assert chief.poll() is None, said("chief")[-3000:]
+        chief.send_signal(signal.SIGSTOP)
+        evaluator = start("evaluator")
+        looked = "Evaluator: iteration 0 step"  # (an evaluation: the job was not complete)
+        wait_for(
+            lambda: looked in said("evaluator") or evaluator.poll() is not None,
+            240,
+            "the evaluator's first look at the unfinished job",
+        )
+        chief.send_signal(signal.SIGCONT)
+        assert chief.wait(timeout=240) == 0, said("chief")[-3000:]
+        code = evaluator.wait(timeout=120)
+    finally:
+        for process in (chief, evaluator):
+            if process is not None and process.poll() is None:
+                process.kill()
+                process.wait()
+    assert code == 0, said("evaluator")[-3000:]
+    assert "Evaluator: the job is complete after" in said("evaluator")
+    assert (job / "eval" / "iteration-0.json").exists()

@@ -14,6 +14,9 @@ entry gives both). An evaluator that starts late, or restarts, adds only the clo
 still missing. It stops once the chief's report says the job is complete, or with an error when
 the chief never answers on its address within `--cluster_timeout_secs`, or has been gone for
 `--server_grace_secs` with the job incomplete (the bounds workers and parameter servers keep).
+A chief without workers or parameter servers runs no server, so there is no address to watch:
+the evaluator then waits `--cluster_timeout_secs` for the job dir (which the chief creates once
+its input is checked), and after that until the job is complete.
 """
 
 from __future__ import annotations
@@ -48,18 +51,29 @@ def run(config: RunConfig, *, chief: ChiefWatch | None, poll_secs: float = 5.0) 
 
     Args:
         config: the run's settings, the same flags as the chief's.
-        chief: the chief of the cluster, looked for between two polls (None: a TF_CONFIG
-            without a cluster; then nothing bounds the wait).
+        chief: the chief of the cluster, looked for between two polls (None: a chief that
+            runs no server, alone in the cluster or with no cluster at all; then the job dir
+            must appear within `--cluster_timeout_secs`, and nothing bounds the wait after).
         poll_secs: how often to look for new checkpoints.
 
     Returns:
         The evaluations this call made.
 
     Raises:
-        TrainingError: the chief never answered, or has been gone too long (see `chief`).
+        TrainingError: the chief never answered, or has been gone too long (see `chief`), or
+            (without `chief`) never created the job dir.
     """
     job = job_dir_lib.JobDir.of(config.outputs)
+    timeout_secs = config.distribution.cluster_timeout_secs
+    deadline = time.monotonic() + timeout_secs
     while not job.exists():  # the chief creates the job dir once its input is checked
+        if chief is None and time.monotonic() > deadline:
+            raise TrainingError(
+                f"no job in {job.root} after {timeout_secs:.0f} s (--cluster_timeout_secs): "
+                f"the chief writes {job.run} once its input is checked, and has not. Check "
+                "that the chief is running with the same --job_dir (its logs), or raise "
+                "--cluster_timeout_secs if its input takes longer to check."
+            )
         logging.info("Evaluator: waiting for the chief to create %s.", job.root)
         _wait(poll_secs, chief)
     data = training.prepare_input(config, job, scan_if_new=False, open_train=False)

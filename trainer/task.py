@@ -566,8 +566,10 @@ def main(argv):
                 grace_secs=timeouts.server_grace_secs,
             )
         if cluster.task_type == cluster_lib.EVALUATOR:
+            # Only a chief that runs a server answers on its address: one with no workers or
+            # ps trains alone, and the evaluator then waits for its job dir instead.
             chief = None
-            if cluster.jobs:
+            if cluster.is_distributed:
                 chief = cluster_lib.ChiefWatch(
                     cluster,
                     timeout_secs=timeouts.cluster_timeout_secs,
