@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import json
 import signal
-import socket
 import time
 from pathlib import Path
 
 import pytest
 
 from tests.support import REPO, run_task, task_env
-from trainer.local_cluster import ClusterShape, LocalCluster, Task
+from trainer.local_cluster import ClusterShape, LocalCluster, Task, free_ports
 
 BUDGET = 600
 ARGS = (
@@ -368,14 +367,8 @@ def test_tensorflow_servers_listen_in_the_private_namespace_alone(tmp_path):
 
 
 # -- roles from TF_CONFIG, in single processes ------------------------------------------------
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_a_chief_whose_servers_never_start_stops_with_their_names(tmp_path):
-    ports = [_free_port() for _ in range(3)]
+    ports = free_ports(3)
     config = {
         "cluster": {
             "chief": [f"127.0.0.1:{ports[0]}"],
@@ -390,7 +383,10 @@ def test_a_chief_whose_servers_never_start_stops_with_their_names(tmp_path):
         timeout=120,
     )
     assert result.returncode == 1, result.stderr[-3000:]
-    assert f"worker 0 (127.0.0.1:{ports[1]}), ps 0 (127.0.0.1:{ports[2]}) to start" in result.stderr
+    assert (
+        f"training stopped: worker 0 (127.0.0.1:{ports[1]}), ps 0 (127.0.0.1:{ports[2]}) never "
+        "answered in 2 s (--cluster_timeout_secs)" in result.stderr
+    )
     assert not (tmp_path / "job").exists()
 
 

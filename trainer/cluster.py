@@ -13,7 +13,7 @@ import dataclasses
 import json
 import socket
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from trainer.errors import InputError
 
@@ -203,22 +203,45 @@ def _addresses(key: str, value) -> tuple[str, ...]:
     return tuple(value)
 
 
+Replica = tuple[str, int, str]  # (type, index, address), as `Cluster.replicas()` lists them
+
+
+def unanswered(replicas: Iterable[Replica]) -> list[Replica]:
+    """Those of `replicas` that do not accept a connection on their address now."""
+    return [replica for replica in replicas if not is_listening(replica[2])]
+
+
+def never_answered(replicas: Sequence[Replica], timeout_secs: float) -> str:
+    """What a replica says of the peers that never answered within `timeout_secs`: who (the
+    chief by its address, others by role, index and address), the flag, and what to check."""
+    names = ", ".join(
+        f"the chief at {address}" if role == CHIEF else f"{role} {index} ({address})"
+        for role, index, address in replicas
+    )
+    one = len(replicas) == 1
+    chief = any(role == CHIEF for role, _, _ in replicas)
+    return (
+        f"{names} never answered in {timeout_secs:.0f} s (--cluster_timeout_secs). Check that "
+        f"{'it is' if one else 'they are'} running (see {'its' if one else 'their'} logs) and "
+        f"that {'its port is' if one else 'their ports are'} reachable from this replica, or "
+        "raise --cluster_timeout_secs"
+        + (
+            " if the chief takes longer to start (with parameter servers it answers once its "
+            "input is checked)."
+            if chief
+            else "."
+        )
+    )
+
+
 def wait_for_servers(cluster: Cluster, *, timeout_secs: float, poll_secs: float = 0.5) -> None:
     """Blocks until every worker and ps accepts connections (replicas start in any order);
-    raises TimeoutError naming the ones that never did."""
+    raises TimeoutError naming the ones that never did (`never_answered`)."""
     deadline = time.monotonic() + timeout_secs
     waiting = cluster.servers()
-    while waiting:
-        waiting = [s for s in waiting if not is_listening(s[2])]
-        if not waiting:
-            return
+    while waiting := unanswered(waiting):
         if time.monotonic() > deadline:
-            names = ", ".join(f"{t} {i} ({a})" for t, i, a in waiting)
-            raise TimeoutError(
-                f"Waited {timeout_secs:.0f} s for {names} to start. Check that those replicas "
-                "are running (their logs) and that their ports are reachable from the chief; "
-                "--cluster_timeout_secs sets how long to wait."
-            )
+            raise TimeoutError(never_answered(waiting, timeout_secs))
         time.sleep(poll_secs)
 
 
@@ -254,6 +277,11 @@ class ChiefWatch:
         self._seen = False
         self._gone_since: float | None = None
 
+    @property
+    def seen(self) -> bool:
+        """Whether the chief has answered at least once since the watch began."""
+        return self._seen
+
     def gone(self) -> bool:
         """Looks for the chief once: False while it answers, may still come, or may come back;
         True once it has been gone `grace_secs` after answering.
@@ -267,12 +295,7 @@ class ChiefWatch:
             return False
         if not self._seen:
             if now - self._started > self.timeout_secs:
-                raise TimeoutError(
-                    f"the chief at {self.address} never answered in {self.timeout_secs:.0f} s "
-                    "(--cluster_timeout_secs). Check that the chief replica is running (its "
-                    "logs) and that its port is reachable from this replica, or raise "
-                    "--cluster_timeout_secs if its input takes longer to check."
-                )
+                raise TimeoutError(never_answered([(CHIEF, 0, self.address)], self.timeout_secs))
             return False
         self._gone_since = self._gone_since if self._gone_since is not None else now
         return now - self._gone_since > self.grace_secs

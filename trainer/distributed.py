@@ -16,6 +16,7 @@ import contextlib
 import dataclasses
 import os
 import re
+import select
 import signal
 import sys
 import threading
@@ -117,10 +118,11 @@ class Runtime:
 def make_runtime(cluster: Cluster, placement: PlacementStrategy, *, timeout_secs: float) -> Runtime:
     """The strategy for this (training) replica. A chief with parameter servers waits, up to
     `timeout_secs`, for every server of the cluster to listen; a synchronous replica as long
-    for every other one to join.
+    for every other one to join, and ends the process (exit 1, one line) if they do not
+    (`_join_synchronous_cluster`).
 
     Raises:
-        TrainingError: naming the replicas that never came."""
+        TrainingError: a chief with parameter servers, naming the servers that never came."""
     if cluster.has_ps:
         try:
             cluster_lib.wait_for_servers(cluster, timeout_secs=timeout_secs)
@@ -150,8 +152,10 @@ def make_runtime(cluster: Cluster, placement: PlacementStrategy, *, timeout_secs
 
 
 def _join_synchronous_cluster(cluster: Cluster, *, timeout_secs: float) -> tf.distribute.Strategy:
-    """`MultiWorkerMirroredStrategy` over the chief and the workers once every one has joined,
-    or a `TrainingError` naming the ones that did not within `timeout_secs`.
+    """`MultiWorkerMirroredStrategy` over the chief and the workers once every one has joined;
+    if they have not within `timeout_secs`, or joining failed, it ends the process (`_stop`)
+    with exit code 1 and one line naming the replicas that never answered, or saying what
+    else went wrong and what to do.
 
     Without the coordination service. With it (TF 2.17's default), joining waits for every
     replica inside one C++ call that holds the GIL (`TFE_EnableCollectiveOps`), where no Python
@@ -164,8 +168,8 @@ def _join_synchronous_cluster(cluster: Cluster, *, timeout_secs: float) -> tf.di
     created in a helper thread while the main thread keeps the deadline, and SIGTERM stays with
     `preemption.watch`'s handler, there and during training.
 
-    On a timeout the helper thread stays blocked in that all-reduce; the caller's error ends the
-    process.
+    On a timeout the helper thread stays blocked in that all-reduce and this replica's server
+    runs: the process ends past the interpreter's teardown, as `serve`'s does (see there).
     """
     from tensorflow.python.eager import context
 
@@ -177,7 +181,7 @@ def _join_synchronous_cluster(cluster: Cluster, *, timeout_secs: float) -> tf.di
             joined["strategy"] = tf.distribute.MultiWorkerMirroredStrategy(
                 cluster_resolver=cluster.resolver()
             )
-        except Exception as e:  # noqa: BLE001 (raised again in the main thread)
+        except Exception as e:  # noqa: BLE001 (reported by the main thread)
             joined["error"] = e
 
     logging.info("Waiting up to %.0f s for the other synchronous replicas.", timeout_secs)
@@ -185,44 +189,44 @@ def _join_synchronous_cluster(cluster: Cluster, *, timeout_secs: float) -> tf.di
     helper.start()
     helper.join(timeout_secs)
     if helper.is_alive() or "error" in joined:
-        missing = _missing_replicas(cluster)
+        me = (cluster.task_type, cluster.task_index)
+        missing = cluster_lib.unanswered(r for r in cluster.replicas() if r[:2] != me)
         if missing:
-            raise TrainingError(_never_answered(missing, timeout_secs))
+            _stop(1, cluster_lib.never_answered(missing, timeout_secs))
         if helper.is_alive():
-            raise TrainingError(
+            _stop(
+                1,
                 "the synchronous replicas all answer but did not all join in "
-                f"{timeout_secs:.0f} s (--cluster_timeout_secs); see their logs."
+                f"{timeout_secs:.0f} s (--cluster_timeout_secs). Check that every address "
+                "in TF_CONFIG is this job's replica (not another program on that port), that "
+                "every replica has the same cluster in TF_CONFIG, and that none stopped before "
+                "joining (their logs); then restart the job.",
             )
         error = joined["error"]
-        raise TrainingError(
+        _stop(
+            1,
             f"joining the synchronous cluster failed ({type(error).__name__}: "
-            f"{str(error).splitlines()[0][:200]})."
+            f"{str(error).splitlines()[0][:200]}). Check this replica's TF_CONFIG and that its "
+            f"port ({cluster.address(cluster.task_type, cluster.task_index)}) is free on this "
+            "machine, then restart the replica.",
         )
     strategy = joined["strategy"]
     assert isinstance(strategy, tf.distribute.Strategy)
     return strategy
 
 
-def _missing_replicas(cluster: Cluster) -> list[tuple[str, int, str]]:
-    """The other replicas that do not answer on their addresses."""
-    return [
-        (role, index, address)
-        for role, index, address in cluster.replicas()
-        if (role, index) != (cluster.task_type, cluster.task_index)
-        and not cluster_lib.is_listening(address)
-    ]
+def _stop(code: int, message: str | None = None) -> NoReturn:
+    """Ends the process now with `code`, after `training stopped: MESSAGE` on stderr if given.
 
-
-def _never_answered(missing: list[tuple[str, int, str]], timeout_secs: float) -> str:
-    names = ", ".join(
-        f"the chief at {address}" if role == cluster_lib.CHIEF else f"{role} {index} ({address})"
-        for role, index, address in missing
-    )
-    return (
-        f"{names} never answered in {timeout_secs:.0f} s (--cluster_timeout_secs). Synchronous "
-        "replicas start together: check that every replica is running (their logs) and that "
-        "its port is reachable from this one, or raise --cluster_timeout_secs."
-    )
+    Past the interpreter's teardown (`os._exit`): a started TensorFlow server cannot be
+    stopped (its `stop()` is unimplemented), and tearing down the runtime under its running
+    gRPC threads took 1.5-2 s on a loaded 2-core machine and once hung for more than 30 s in
+    CI, where Vertex would have waited on the replica."""
+    if message is not None:
+        print(f"training stopped: {message}", file=sys.stderr)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 # -- workers and parameter servers under a coordinator -------------------------------------------
@@ -230,23 +234,21 @@ def serve(
     cluster: Cluster, *, timeout_secs: float, grace_secs: float, poll_secs: float = 2.0
 ) -> NoReturn:
     """Runs this worker's or ps's TensorFlow server until the chief is done, then ends the
-    process with exit code 0, or `preemption.exit_code` (143) for a SIGTERM while the chief
-    still runs, or 1 when the chief never came.
+    process with exit code 0, or `preemption.exit_code` (143, 130) when a signal stopped it
+    before then, or 1 when the chief never came.
 
     The chief must answer within `timeout_secs` (`--cluster_timeout_secs`); it opens its port
     once it has checked its input, so that wait covers its data scan. A chief that then goes
     away and restarts (Vertex restarts a failed replica under the same name) comes back within
     `grace_secs`, and this server keeps serving it; after that long without a chief, the job is
-    over. SIGTERM (or SIGINT) ends it at once: with 0 when the chief is gone (Vertex and the
-    local launcher stop the others once the chief has exited); while the chief runs it is this
-    replica that is stopped (a Spot VM preempted), and a non-zero code has Vertex restart it
-    (the chief reschedules a lost worker's chunks; a lost ps stops the chief, whose restart
-    finds it again).
+    over. SIGTERM (or SIGINT) ends it at once: with 0 when the chief answered once and is gone
+    now (Vertex and the local launcher stop the others once the chief has exited); while the
+    chief runs, or before it ever answered (its data scan), it is this replica that is stopped
+    (a Spot VM preempted), and a non-zero code has Vertex restart it (the chief reschedules a
+    lost worker's chunks; a lost ps stops the chief, whose restart finds it again).
 
-    It exits with `os._exit`, past the interpreter's teardown: a started TensorFlow server
-    cannot be stopped (its `stop()` is unimplemented), and tearing down the runtime under its
-    running gRPC threads took 1.5-2 s on a loaded 2-core machine and once hung for more than
-    30 s in CI, where Vertex would have waited on the replica.
+    It ends the process past the interpreter's teardown (`_stop`): this server cannot be
+    stopped.
     """
     server = tf.distribute.Server(
         cluster.cluster_spec(),
@@ -255,42 +257,52 @@ def serve(
         protocol=cluster.rpc_layer,
         start=True,
     )
-    logging.info("%s %d serving at %s.", cluster.task_type, cluster.task_index, server.target)
-    stop = threading.Event()
     received: list[int] = []
+    wake_read, wake_write = os.pipe()
 
     def handle(signum, frame):
+        # No lock here (not even an Event's): the handler runs in the main thread, between
+        # two of its bytecodes, maybe while that thread holds the very lock.
         received.append(signum)
-        stop.set()
+        os.write(wake_write, b"!")
 
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, handle)
+    logging.info("%s %d serving at %s.", cluster.task_type, cluster.task_index, server.target)
     chief = cluster_lib.ChiefWatch(cluster, timeout_secs=timeout_secs, grace_secs=grace_secs)
-    code = 0
-    while not stop.wait(poll_secs):
+    while not received:
+        select.select([wake_read], [], [], poll_secs)  # a signal ends the wait at once
+        if received:
+            break
         try:
-            if chief.gone():
+            seen = chief.seen
+            gone = chief.gone()
+            if chief.seen and not seen:
+                logging.info("The chief answers at %s.", chief.address)
+            if gone:
                 logging.info(
                     "The chief (%s) has been gone for %.0f s: done.", chief.address, grace_secs
                 )
                 break
         except TimeoutError as e:
-            print(f"training stopped: {e}", file=sys.stderr)
-            code = 1
-            break
-    if received and cluster_lib.is_listening(chief.address):
-        code = preemption.exit_code(received[0])
-        logging.info(
-            "%s %d: %s while the chief runs (preemption?): exit code %d, to be restarted.",
-            cluster.task_type,
-            cluster.task_index,
-            signal.Signals(received[0]).name,
-            code,
-        )
+            _stop(1, str(e))
+    code = 0
+    if received:
+        name = signal.Signals(received[0]).name
+        if chief.seen and not cluster_lib.is_listening(chief.address):
+            logging.info("%s after the chief had gone: the job is over.", name)
+        else:
+            code = preemption.exit_code(received[0])
+            logging.info(
+                "%s %d: %s while the chief %s (preemption?): exit code %d, to be restarted.",
+                cluster.task_type,
+                cluster.task_index,
+                name,
+                "runs" if chief.seen else "has not answered yet",
+                code,
+            )
     logging.info("%s %d stops.", cluster.task_type, cluster.task_index)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
+    _stop(code)
 
 
 # -- lost replicas ----------------------------------------------------------------------------
