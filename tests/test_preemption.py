@@ -5,6 +5,7 @@ The signal handler itself is tested in this process."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -63,8 +64,10 @@ def test_sigterm_while_training_only_sets_the_flag_and_later_ones_are_ignored(si
             _sigterm_self(notice, 2)  # a second one changes nothing
             assert notice.seconds_since() >= 0
         raise notice.stop("checkpointed at step 7")
-    # On the way out after a preemption, SIGTERM no longer kills the process half way.
+    # On the way out after a preemption, SIGTERM no longer kills the process half way; Ctrl-C
+    # (a user who will not wait) does.
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_IGN
+    assert signal.getsignal(signal.SIGINT) is signal.SIG_DFL
     assert not preemption.current().requested  # outside `watch`: an inert notice
 
 
@@ -155,6 +158,69 @@ def test_a_second_sigterm_on_the_way_out_does_not_cut_it_short():
     code, _ = _terminate(process)  # the second SIGTERM
     assert process.stdout.readline() == "done\n"
     assert code == 0, process.stderr.read()  # (the script itself ends normally)
+
+
+@pytest.mark.parametrize("first", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_a_second_ctrl_c_abandons_a_hung_save_at_once(first):
+    body = (
+        "    with notice.deferred():\n"
+        "        print('ready', flush=True)\n"
+        "        while not notice.requested:\n"
+        "            time.sleep(0.01)\n"
+        "        print('saving', flush=True)\n"
+        "        time.sleep(120)\n"  # a save that hangs (a stuck file system)
+    )
+    process = _watching(body, can_defer=True)
+    assert process.stdout and process.stderr
+    assert process.stdout.readline() == "ready\n"
+    os.kill(process.pid, first)
+    assert process.stdout.readline() == "saving\n"
+    code, seconds = _terminate(process, signal.SIGINT)
+    assert code == 130
+    assert seconds < 20  # at once, not after the save's 120 s
+    assert process.stderr.read().strip().splitlines()[-1] == (
+        "interrupted: SIGINT again: the save was abandoned (a restart resumes from the last "
+        "periodic checkpoint or finished iteration); exit code 130 (restart to resume)"
+    )
+
+
+@pytest.mark.parametrize(
+    "when, said",
+    [
+        ("before", "interrupted: SIGINT before any work; exit code 130"),
+        ("after", "interrupted: SIGINT after the work had ended; what it finished is saved;"),
+    ],
+)
+def test_ctrl_c_outside_the_watch_says_when_it_came(
+    when, said, binary_data, tmp_path, monkeypatch, sigterm_restored
+):
+    """Python's own SIGINT handler raises KeyboardInterrupt before `preemption.watch` takes the
+    signal over and after it gives it back; here raised at those two points of an evaluator."""
+    from tests.support import run_in_process
+    from trainer import task
+
+    watch = preemption.watch
+
+    @contextlib.contextmanager
+    def watch_then_ctrl_c(**kwargs):
+        with watch(**kwargs) as notice:
+            yield notice
+        raise KeyboardInterrupt  # just after SIGINT is Python's again
+
+    def ctrl_c(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    if when == "before":
+        monkeypatch.setattr(task, "build_config", ctrl_c)
+    else:
+        monkeypatch.setattr(task.preemption, "watch", watch_then_ctrl_c)
+    monkeypatch.setattr(task.evaluator, "run", lambda config, chief: [])
+    evaluator = {"cluster": {"chief": ["127.0.0.1:1"]}, "task": {"type": "evaluator"}}
+    monkeypatch.setenv("TF_CONFIG", json.dumps(evaluator))
+    args = [f"--train_data={binary_data.train}", "--label_column=target"]
+    code, stderr = run_in_process([*args, f"--job_dir={tmp_path / 'job'}"])
+    assert code == 130
+    assert said in stderr
 
 
 def test_the_previous_handlers_come_back_after_a_normal_end(sigterm_restored):

@@ -23,8 +23,12 @@ host name and with the same job dir (up to 5 times, then it retries the whole jo
 times); 143 is neither the 1 of a `TrainingError` nor the 2 of bad input, so the logs say which
 it was.
 
-A second signal changes nothing: the save it would interrupt is the point of the first one, and
-the platform's SIGKILL at the end of the notice (or the user's `kill -9`) is the hard stop.
+A second SIGTERM changes nothing: the save it would interrupt is the point of the first one, and
+the platform's SIGKILL at the end of the notice is the hard stop. A second SIGINT is a user who
+will not wait: it ends the process at once, exit code 130, abandoning the save (the checkpoint
+being written is never published half way; the restart resumes from the last periodic checkpoint
+or finished iteration). After the save (`Preempted`) SIGTERM is ignored and SIGINT ends the
+process as Python's default would, by the signal.
 
 A replica of a synchronous cluster (`watch(can_defer=False)`) cannot checkpoint alone (each
 checkpoint needs every replica): it stops at once even in training, and the job resumes from
@@ -127,8 +131,14 @@ class Notice:
         doc)."""
         del frame
         self.count += 1
-        if self.received_at is not None:
-            return  # a second signal: this process is already stopping
+        if self.received_at is not None:  # this process is already stopping
+            if signum == signal.SIGINT:  # Ctrl-C again: not waiting for the save
+                _exit_now(
+                    signum,
+                    "again: the save was abandoned (a restart resumes from the last periodic "
+                    "checkpoint or finished iteration)",
+                )
+            return
         self.received_at = time.monotonic()
         self.signum = signum
         if not self._training:
@@ -155,9 +165,9 @@ def current() -> Notice:
 def watch(*, can_defer: bool = True) -> Iterator[Notice]:
     """Handles SIGTERM and SIGINT with a `Notice` for the duration of the block (in the main
     thread only: elsewhere Python cannot install handlers and the notice stays inert). The
-    previous handlers come back afterwards, unless the block ends in `Preempted`: then later
-    signals are ignored, so that the process exits with its code and is not killed half way
-    out."""
+    previous handlers come back afterwards, unless the block ends in `Preempted`: then a later
+    SIGTERM is ignored, so that the process exits with its code and is not killed half way out,
+    and a later SIGINT (a user who will not wait) kills it."""
     global _current
     notice = Notice(can_defer=can_defer)
     if threading.current_thread() is not threading.main_thread():
@@ -176,4 +186,6 @@ def watch(*, can_defer: bool = True) -> Iterator[Notice]:
         for signum, handler in previous.items():
             # (None: a handler installed outside Python, which cannot be put back; the default.)
             restored = signal.SIG_DFL if handler is None else handler
-            signal.signal(signum, signal.SIG_IGN if preempted else restored)
+            if preempted:
+                restored = signal.SIG_DFL if signum == signal.SIGINT else signal.SIG_IGN
+            signal.signal(signum, restored)

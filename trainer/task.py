@@ -553,6 +553,7 @@ def _tracker(
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments {argv[1:]}; all options are --flags.")
+    watched = False  # whether `preemption.watch` took SIGINT over (and then gave it back)
     try:
         environment = Environment.from_environ()
         config = build_config(FLAGS, environment)
@@ -576,6 +577,7 @@ def main(argv):
                     grace_secs=timeouts.server_grace_secs,
                 )
             with preemption.watch():  # nothing to save: SIGTERM or Ctrl-C ends it at once
+                watched = True
                 evaluator.run(config, chief=chief)
             return 0
         # SIGTERM (a Spot VM's preemption) or Ctrl-C: a checkpoint, then exit 143 (130) so that
@@ -583,14 +585,20 @@ def main(argv):
         # alone: it just stops.
         synchronous = cluster.is_distributed and not cluster.has_ps
         with preemption.watch(can_defer=not synchronous):
+            watched = True
             report = training.run(config, cluster, started=STARTED, tracker=tracker)
         if not cluster.is_chief:
             return 0
     except preemption.Preempted as e:
         print(preemption.stopped_line(e.signum, str(e)), file=sys.stderr)
         return preemption.exit_code(e.signum)
-    except KeyboardInterrupt:  # Ctrl-C before `preemption.watch` took SIGINT over
-        print(preemption.stopped_line(signal.SIGINT, "SIGINT before any work"), file=sys.stderr)
+    except KeyboardInterrupt:  # Ctrl-C outside `preemption.watch`: before it, or just after
+        what = (
+            "SIGINT after the work had ended; what it finished is saved"
+            if watched
+            else "SIGINT before any work"
+        )
+        print(preemption.stopped_line(signal.SIGINT, what), file=sys.stderr)
         return preemption.exit_code(signal.SIGINT)
     except InputError as e:
         print(f"error: {e}", file=sys.stderr)
