@@ -20,6 +20,20 @@ def binary_data(tmp_path) -> DataFiles:
     return make_data(tmp_path, "binary")
 
 
+@pytest.fixture(scope="session")
+def private_network() -> None:
+    """Skips a test that needs the local cluster's private network namespace where none can be
+    made, saying why: Docker's default seccomp profile refuses unshare, Ubuntu 24.04 restricts
+    unprivileged user namespaces (kernel.apparmor_restrict_unprivileged_userns=1), a minimal
+    image lacks util-linux."""
+    from trainer.local_cluster import PrivateNetworkUnavailable, probe_private_network
+
+    try:
+        probe_private_network()
+    except PrivateNetworkUnavailable as e:
+        pytest.skip(f"no private network namespace can be made here: {e}")
+
+
 def pytest_configure(config):
     # Two logical CPU devices, so that distribution strategies run several replicas in one
     # process (the runtime must not have started yet).

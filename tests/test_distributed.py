@@ -350,7 +350,7 @@ def test_a_cluster_writes_its_checkpoints_to_cloud_storage(tmp_path, gcs, bucket
     assert not job.dir.exists()
 
 
-def test_tensorflow_servers_listen_in_the_private_namespace_alone(tmp_path):
+def test_tensorflow_servers_listen_in_the_private_namespace_alone(tmp_path, private_network):
     """TensorFlow's servers bind every interface (its address in TF_CONFIG notwithstanding);
     a local cluster's are in a network namespace with only loopback, not on this machine's."""
     from tests.test_local_cluster import interfaces, listening

@@ -177,7 +177,7 @@ def test_cli_stops_everything_on_a_signal(launcher, sig):
     assert f"[launch] {signal.Signals(sig).name}: stopping the cluster" in run.lines
 
 
-def test_cli_runs_the_cluster_where_only_it_reaches_its_servers(launcher):
+def test_cli_runs_the_cluster_where_only_it_reaches_its_servers(launcher, private_network):
     """The tasks listen on every interface, as TensorFlow's servers do, but of a private network
     namespace: nothing on this machine's network answers on their ports."""
     from tests.test_local_cluster import listening
@@ -201,6 +201,34 @@ def test_cli_without_namespaces_refuses_a_private_network_naming_the_way_out(lau
     assert "no private network namespace for the cluster" in run.stderr
     assert "--network=host runs it on this machine's network" in run.stderr
     assert run.pids() == []
+
+
+def test_cli_blames_the_network_only_for_the_network():
+    """Another failure to start the cluster (here too many open files, with the host network)
+    is not answered with the private network's way out."""
+    import resource
+
+    def few_files():
+        resource.setrlimit(resource.RLIMIT_NOFILE, (20, 20))
+
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "trainer.launch",
+            "--workers=30",
+            "--network=host",
+            f"--module={DUMMY}",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        preexec_fn=few_files,
+    )
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert "Too many open files" in result.stderr
+    assert "--network=host runs it" not in result.stderr
 
 
 def test_cli_takes_sizes_and_args_from_the_config(launcher, tmp_path):

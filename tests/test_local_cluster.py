@@ -19,7 +19,7 @@ from tests.support import DUMMY_TASK as DUMMY
 from tests.support import REPO, is_alive, wait_for
 from trainer import local_cluster
 from trainer.errors import InputError
-from trainer.local_cluster import ClusterShape, LocalCluster, Task
+from trainer.local_cluster import ClusterShape, LocalCluster, PrivateNetworkUnavailable, Task
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -223,14 +223,14 @@ def test_every_role_gets_its_tf_config_and_a_free_port(make_cluster):
         assert env["pid"] == cluster.process(task.role, task.index).pid
 
 
-def test_the_tasks_listen_where_only_the_cluster_reaches_them(make_cluster):
+def test_the_tasks_listen_where_only_the_cluster_reaches_them(make_cluster, private_network):
     """Like TensorFlow's servers, the stand-ins listen on every interface; in the cluster's
     private network namespace that is loopback alone, and on this machine nothing."""
     sink = io.StringIO()
     cluster = make_cluster(FULL, "--listen", "--sleep=-1", sink=sink)
     cluster.start()
     wait_for(lambda: all_ready(cluster), what="every task listening on its port")
-    assert cluster.network == "private"
+    assert (cluster.requested_network, cluster.network) == ("auto", "private")
     assert "[launch] network: private" in sink.getvalue()
     for task, address in cluster.addresses.items():
         port, pid = int(address.rsplit(":", 1)[1]), cluster.process(task.role, task.index).pid
@@ -267,8 +267,9 @@ def test_what_needs_the_network(args, env, why):
 def test_a_job_that_needs_the_network_runs_on_the_machines_network_and_is_warned(make_cluster):
     sink = io.StringIO()
     cluster = make_cluster(ClusterShape(workers=1), "--job_dir=gs://b/x", "--sleep=-1", sink=sink)
+    assert (cluster.requested_network, cluster.network) == ("auto", None)  # (not started)
     cluster.start()
-    assert cluster.network == "host"
+    assert (cluster.requested_network, cluster.network) == ("auto", "host")
     said = sink.getvalue()
     assert "warning: network: this machine's, as --job_dir=gs://b/x is in Cloud Storage" in said
     assert "listen on every interface (0.0.0.0), unauthenticated" in said
@@ -283,8 +284,33 @@ def test_without_namespaces_the_cluster_runs_on_the_machines_network_or_refuses(
     cluster.start()
     assert cluster.network == "host"
     assert "no private network namespace (util-linux's unshare and nsenter" in sink.getvalue()
-    with pytest.raises(OSError, match="no private network namespace for the cluster"):
+    with pytest.raises(PrivateNetworkUnavailable, match="no private network namespace for the"):
         make_cluster(ClusterShape(workers=1), "--sleep=-1", network="private").start()
+
+
+def test_a_namespace_that_never_gets_ready_is_given_up_saying_so(
+    make_cluster, monkeypatch, private_network
+):
+    monkeypatch.setattr(local_cluster, "_HOLD_NAMESPACE", "import time; time.sleep(60)")
+    monkeypatch.setattr(local_cluster, "NAMESPACE_START_SECS", 0.5)
+    started = time.monotonic()
+    with pytest.raises(
+        PrivateNetworkUnavailable, match="the namespace's holder gave no word in 0.5 s"
+    ):
+        make_cluster(ClusterShape(workers=1), "--sleep=-1", network="private").start()
+    assert time.monotonic() - started < 10  # not the holder's 60 s
+
+
+def test_a_stopped_cluster_starts_nothing_again(make_cluster):
+    """Its private network ends with it: a task restarted after stop() would run nowhere (or,
+    without the namespace, on this machine's network)."""
+    cluster = make_cluster(ClusterShape(workers=1), "--sleep=-1")
+    cluster.start()
+    cluster.stop()
+    with pytest.raises(RuntimeError, match="the cluster is stopped"):
+        cluster.restart("worker", 0)
+    with pytest.raises(RuntimeError, match="the cluster is stopped"):
+        cluster.start()
 
 
 def test_chief_and_evaluator_alone_still_get_tf_config(make_cluster):

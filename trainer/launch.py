@@ -36,6 +36,7 @@ from trainer.local_cluster import (
     NETWORKS,
     ClusterShape,
     LocalCluster,
+    PrivateNetworkUnavailable,
     exit_description,
 )
 
@@ -170,7 +171,7 @@ def run(options: LaunchOptions) -> int:
     try:
         try:
             cluster.start()
-        except OSError as e:
+        except PrivateNetworkUnavailable as e:
             print(f"error: {e}; --network=host runs it on this machine's network.", file=sys.stderr)
             return 2
         code = cluster.wait()

@@ -32,6 +32,7 @@ import contextlib
 import dataclasses
 import json
 import os
+import select
 import shutil
 import signal
 import socket
@@ -57,6 +58,13 @@ AUTO, PRIVATE, HOST = "auto", "private", "host"
 NETWORKS = (AUTO, PRIVATE, HOST)
 # Variables the launcher sets per process; inherited values would mislead the processes.
 _CLUSTER_VARIABLES = ("TF_CONFIG", "CLUSTER_SPEC")
+# How long a namespace's holder may take to say it is ready (it starts a Python interpreter).
+NAMESPACE_START_SECS = 20.0
+
+
+class PrivateNetworkUnavailable(Exception):
+    """No private network namespace could be made here; the message says why, each way tried.
+    `network="auto"` then runs the cluster on this machine's network; `private` stops."""
 
 
 # -- the shape of the cluster -----------------------------------------------------------------
@@ -228,6 +236,37 @@ sys.stdin.read()
 """
 
 
+def _first_line(stream, timeout_secs: float) -> bytes | None:
+    """The first line `stream` gives (what it gave if it ended first), or None if no whole
+    line came within `timeout_secs`."""
+    deadline = time.monotonic() + timeout_secs
+    fd, data = stream.fileno(), b""
+    while not data.endswith(b"\n"):
+        left = deadline - time.monotonic()
+        if left <= 0 or not select.select([fd], [], [], left)[0]:
+            return None
+        chunk = os.read(fd, 256)
+        if not chunk:
+            break
+        data += chunk
+    return data
+
+
+def _close_pipes(process: subprocess.Popen) -> None:
+    for stream in (process.stdin, process.stdout, process.stderr):
+        if stream is not None:
+            stream.close()
+
+
+def probe_private_network() -> None:
+    """Makes a private network namespace and ends it.
+
+    Raises:
+        PrivateNetworkUnavailable: none can be made here, saying why.
+    """
+    _Namespace.start().stop()
+
+
 @dataclasses.dataclass
 class _Namespace:
     """A private network namespace: its holder process, and the command prefix that enters it."""
@@ -236,11 +275,14 @@ class _Namespace:
     enter: list[str]
 
     @classmethod
-    def start(cls) -> _Namespace:
-        """Raises OSError saying why no namespace could be made (each way tried)."""
+    def start(cls, timeout_secs: float | None = None) -> _Namespace:
+        """Raises PrivateNetworkUnavailable saying why no namespace could be made (each way
+        tried), also when a holder did not say it was ready within `timeout_secs` (default:
+        `NAMESPACE_START_SECS`)."""
+        timeout_secs = NAMESPACE_START_SECS if timeout_secs is None else timeout_secs
         unshare, nsenter = shutil.which("unshare"), shutil.which("nsenter")
         if not unshare or not nsenter:
-            raise OSError("util-linux's unshare and nsenter are not on PATH")
+            raise PrivateNetworkUnavailable("util-linux's unshare and nsenter are not on PATH")
         # Root (or CAP_SYS_ADMIN) makes a network namespace alone; others need a user namespace
         # of their own too (unprivileged user namespaces: most Linux distributions allow them).
         ways = [(["--user", "--map-root-user"], ["--user", "--preserve-credentials"])]
@@ -248,26 +290,36 @@ class _Namespace:
             ways.insert(0, ([], []))
         reasons = []
         for unshare_flags, nsenter_flags in ways:
-            holder = subprocess.Popen(
-                [unshare, "--net", *unshare_flags, "--", sys.executable, "-c", _HOLD_NAMESPACE],
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                start_new_session=True,  # a Ctrl-C in the terminal reaches the launcher alone
-            )
+            how = " ".join(["unshare --net", *unshare_flags])
+            try:
+                holder = subprocess.Popen(
+                    [unshare, "--net", *unshare_flags, "--", sys.executable, "-c", _HOLD_NAMESPACE],
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    start_new_session=True,  # a Ctrl-C in the terminal reaches the launcher alone
+                )
+            except OSError as e:
+                reasons.append(f"{how}: {e}")
+                continue
             assert holder.stdout is not None and holder.stderr is not None
-            if holder.stdout.readline() == b"ready\n":
+            said = _first_line(holder.stdout, timeout_secs)
+            if said == b"ready\n":
                 return cls(holder, [nsenter, f"--target={holder.pid}", "--net", *nsenter_flags])
+            holder.kill()  # (one that still runs)
             holder.wait()
-            said = holder.stderr.read().decode(errors="replace").strip().splitlines()
-            reasons.append(f"unshare --net {' '.join(unshare_flags)}: {said[-1] if said else ''}")
-        raise OSError("; ".join(reasons))
+            if said is None:
+                why = f"the namespace's holder gave no word in {timeout_secs:g} s"
+            else:
+                lines = holder.stderr.read().decode(errors="replace").strip().splitlines()
+                why = lines[-1] if lines else said.decode(errors="replace").strip()
+            reasons.append(f"{how}: {why or f'exit code {holder.returncode}'}")
+            _close_pipes(holder)
+        raise PrivateNetworkUnavailable("; ".join(reasons))
 
     def stop(self) -> None:
         """Ends the holder (the namespace goes with its last process)."""
-        for stream in (self.holder.stdin, self.holder.stdout, self.holder.stderr):
-            if stream is not None:
-                stream.close()
+        _close_pipes(self.holder)
         try:
             self.holder.wait(5)
         except subprocess.TimeoutExpired:
@@ -338,8 +390,10 @@ class LocalCluster:
         self.host = host
         if network not in NETWORKS:
             raise ValueError(f"network {network!r} is not one of {', '.join(NETWORKS)}.")
-        self.network = network  # once started: PRIVATE or HOST
+        self.requested_network = network  # AUTO, PRIVATE or HOST
+        self.network: str | None = None  # where it runs once started: PRIVATE or HOST
         self._namespace: _Namespace | None = None
+        self._stopped = False
         self._base_env = dict(os.environ if env is None else env)
         self._addresses: dict[Task, str] | None = None
         self._launches: dict[Task, _Launch] = {}
@@ -375,6 +429,8 @@ class LocalCluster:
     # -- starting
     def start(self) -> None:
         """Chooses ports and starts every process; on a failure stops the ones started."""
+        if self._stopped:
+            raise RuntimeError("the cluster is stopped; start a new LocalCluster.")
         if self._launches:
             raise RuntimeError("the cluster is already started; use restart() for one task.")
         tasks = self.shape.tasks()
@@ -390,25 +446,29 @@ class LocalCluster:
             raise
 
     def _choose_network(self) -> None:
-        """Makes the private namespace, or says why the cluster runs on this machine's network.
+        """Makes the private namespace, or says why the cluster runs on this machine's network;
+        sets `network`.
 
         Raises:
-            OSError: `network="private"` and no namespace could be made.
+            PrivateNetworkUnavailable: `network="private"` and no namespace could be made.
         """
-        if self.network == HOST or self.shape.is_single_process:  # (no server, nothing to hide)
+        requested = self.requested_network
+        if requested == HOST or self.shape.is_single_process:  # (no server, nothing to hide)
             self.network = HOST
             return
         why = None
         if self.host not in LOOPBACK_NO_PROXY:
             why = f"the tasks listen on {self.host}, not on loopback"
-        elif self.network == AUTO:
+        elif requested == AUTO:
             why = network_needs(self.args, self._base_env)
         if why is None:
             try:
                 self._namespace = _Namespace.start()
-            except OSError as e:
-                if self.network == PRIVATE:
-                    raise OSError(f"no private network namespace for the cluster: {e}") from None
+            except PrivateNetworkUnavailable as e:
+                if requested == PRIVATE:
+                    raise PrivateNetworkUnavailable(
+                        f"no private network namespace for the cluster: {e}"
+                    ) from None
                 why = f"no private network namespace ({e})"
         if self._namespace is not None:
             self.network = PRIVATE
@@ -500,6 +560,11 @@ class LocalCluster:
         old = self._launches.get(task)
         if old is None:
             raise RuntimeError(f"{task.label} has not been started; call start() first.")
+        if self._stopped:
+            raise RuntimeError(
+                f"the cluster is stopped (its private network with it): {task.label} cannot "
+                "restart; start a new LocalCluster."
+            )
         self._terminate([old])
         self.log(f"restarting {task.label}")
         return self._spawn(task)
@@ -519,7 +584,9 @@ class LocalCluster:
         return code
 
     def stop(self) -> None:
-        """Stops every process (SIGTERM, SIGKILL after `grace` seconds) and drains output."""
+        """Stops every process (SIGTERM, SIGKILL after `grace` seconds), drains output and ends
+        the private network; the cluster cannot start or restart a task again."""
+        self._stopped = True
         self._chief_done.set()
         running = [launch for launch in self._launches.values() if launch.process.poll() is None]
         if running:
@@ -529,6 +596,7 @@ class LocalCluster:
             reader.join(timeout=self.grace)
         if self._namespace is not None:
             self._namespace.stop()
+            self._namespace = None
 
     def _terminate(self, launches: list[_Launch]) -> None:
         """SIGTERM to each process group, then SIGKILL to those alive after `grace` seconds."""
