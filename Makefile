@@ -31,11 +31,13 @@ demo: $(VENV)/.installed-bench
 # Locally the slow tests are skipped; CI (which sets CI=true) runs the full suite.
 PYTEST_MARKS := $(if $(CI),,-m "not slow")
 
-# Style (ruff) and types (mypy, settings in pyproject.toml) first: a regression fails fast.
+# Style (ruff), types (mypy) and the architecture's layers (import-linter; all three set in
+# pyproject.toml) first: a regression fails fast.
 test: $(VENV)/.installed-test $(BQEMULATOR)/.installed
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports
 	$(VENV)/bin/python -m pytest $(PYTEST_MARKS) tests
 
 test-all: $(VENV)/.installed-test $(BQEMULATOR)/.installed

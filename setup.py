@@ -32,8 +32,8 @@ setuptools.setup(
         "pyyaml>=5.1",  # trainer.job_spec reads config.yaml
         "rich>=13",  # the progress bar on a terminal (Keras depends on it too)
         "matplotlib>=3.7",  # report.png, the plot of the search
-        # --experiment: Vertex AI Experiments (trainer/experiments.py); Vertex AI installs no
-        # extras of a python package, so it is here (deploy/ needs it too)
+        # --experiment: Vertex AI Experiments (trainer/reporting/experiments.py); Vertex AI
+        # installs no extras of a python package, so it is here (deploy/ needs it too)
         "google-cloud-aiplatform>=1.60",
         # bq:// input: the BigQuery Storage Read API in Arrow format (pyarrow 26 fails to
         # import with the NumPy 1.26 of TensorFlow 2.17; 20 is the newest tried with it)
@@ -53,9 +53,10 @@ setuptools.setup(
             "matplotlib>=3.7",
             "scikit-learn>=1.3",  # bench/quality.py, type-checked with the benchmarks
             *DEPLOY,
-            # style and types, checked by `make test` (pinned: new rules fail old code)
+            # style, types and layers, checked by `make test` (pinned: new rules fail old code)
             "ruff==0.17.6",
             "mypy==2.4.1",
+            "import-linter==2.17",
             # the fake Vertex AI service reads the API's discovery document from here
             "google-api-python-client>=2.100",
             # gs:// tests and bench/storage.py: a GCS emulator behind an HTTPS proxy

@@ -8,17 +8,17 @@ import tempfile
 import numpy as np
 import tensorflow as tf
 
-from trainer import job_dir as job_dir_lib
-from trainer import training
 from trainer.config import RunConfig
-from trainer.input.job import JobInput
+from trainer.input.job_input import JobInput
+from trainer.job import job as job_lib
+from trainer.storage import job_dir as job_dir_lib
 
 
 def census_input(config: RunConfig, job_dir: str | None = None) -> JobInput:
     """The job's input (the census data by default): scanned unless `job_dir` holds a
     schema."""
     job = job_dir_lib.JobDir(job_dir or tempfile.mkdtemp(prefix="bench-census-"))
-    return training.prepare_input(config, job)
+    return job_lib.prepare_input(config, job)
 
 
 def arrays(dataset: tf.data.Dataset) -> tuple[np.ndarray, np.ndarray]:

@@ -7,8 +7,9 @@ Run from the repo root::
     .venv/bin/python bench/cluster.py --fit_only                # refit --out, run nothing
 
 For each worker count in --workers and placement in --placements it starts a real cluster on
-loopback (`trainer.local_cluster.LocalCluster`: a chief, the workers, --ps parameter servers, each a
-`python -m trainer.task` process with its own TF_CONFIG) and trains one iteration of the
+loopback (`trainer.distribute.local.cluster.LocalCluster`: a chief, the workers, --ps parameter
+servers, each a `python -m trainer.task` process with its own TF_CONFIG) and trains one
+iteration of the
 default search on the census data: k = 4 new subnetworks (dnn_0x64, dnn_1x64, cross_1x64,
 cross_2x64) and their candidate ensembles, --steps steps per job. A single process with no
 cluster (the default strategy) is the baseline row.
@@ -54,7 +55,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
-from trainer.local_cluster import ClusterShape, LocalCluster
+from trainer.distribute.local.cluster import ClusterShape, LocalCluster
 from trainer.placement import Placement, cost
 
 SEARCH = ("--generator=dnn,cross", "--max_iterations=1", "--checkpoint_every_secs=600")
@@ -130,8 +131,8 @@ def subnetwork_bytes(schema_path: str) -> list[int]:
     """The variable bytes of each subnetwork SEARCH trains in iteration 0, built from the
     job's schema as the trainer builds them."""
     from trainer import model, task
+    from trainer.input.schema import Schema
     from trainer.model.subnetwork import propose
-    from trainer.schema import Schema
 
     with open(schema_path) as f:
         schema = Schema.from_json(f.read(), path=schema_path)

@@ -518,13 +518,14 @@ def evaluate_export(job_dir: str, trainer_argv: Sequence[str], task: str, test: 
 def _member_scores(task: str, test: Split, trainer_argv: Sequence[str], signature: dict) -> dict:
     from absl import flags
 
-    from trainer import adapt
-    from trainer import job_dir as job_dir_lib
     from trainer import task as task_lib
-    from trainer.factory import Models
-    from trainer.features import Preprocessor
-    from trainer.heads import Head
-    from trainer.schema import Schema
+    from trainer.input.features import Preprocessor
+    from trainer.input.schema import Schema
+    from trainer.model.heads import Head
+    from trainer.search import adapt
+    from trainer.search import record as record_lib
+    from trainer.search.factory import Models
+    from trainer.storage import job_dir as job_dir_lib
 
     flags.FLAGS.unparse_flags()
     flags.FLAGS(["quality", *trainer_argv])
@@ -535,7 +536,7 @@ def _member_scores(task: str, test: Split, trainer_argv: Sequence[str], signatur
     # the defaults the trainer chose for the rows it trained on (a generator among them)
     rows = job_dir_lib.read_json(job.report)["input"]["training_rows"]
     config, _ = adapt.resolve(config, rows, schema.label.head)
-    frozen = Models(config, schema).restore(job.records(), job, local=True)
+    frozen = Models(config, schema).restore(record_lib.finished(job), job, local=True)
     preprocessor = Preprocessor(schema)
     metric = "rmse" if task == "regression" else "accuracy"
 
@@ -774,7 +775,7 @@ def table(results: dict) -> str:
         "process; baselines: fit + predict; the mean is in quality.json). accuracy: higher is "
         "better; rmse: lower is better.\n"
         "beats linear? / HGB?: ours' mean against theirs (tie: equal means).\n"
-        "ours below 1,000 rows: 5 bags (--bags, trainer/bagging.py; the mean of their "
+        "ours below 1,000 rows: 5 bags (--bags, trainer/job/bagging.py; the mean of their "
         "probabilities, a regression's trimmed mean of their predictions); each bag "
         "alone is in quality.json (`bags`; bag 0 is the search --bags=1 runs).\n"
         "ens > best member: seeds whose exported ensemble beat its best member alone on the "

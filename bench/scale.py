@@ -47,8 +47,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
+from trainer.distribute.local.cluster import ClusterShape, LocalCluster
 from trainer.input.files import CENSUS_LABEL, CENSUS_TEST, CENSUS_TRAIN
-from trainer.local_cluster import ClusterShape, LocalCluster
 
 SEARCH = ("--max_iterations=1", "--checkpoint_every_secs=600")
 ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONUNBUFFERED="1")
@@ -144,7 +144,7 @@ SCAN = """
 import json, sys, time
 from trainer.input import files, scan
 from trainer.input.options import BadRows
-from trainer.schema import ColumnChoices
+from trainer.input.schema import ColumnChoices
 started = time.monotonic()
 source = files.open_source(sys.argv[1], flag="--train_data")
 schema = scan.scan_training(source, ColumnChoices(sys.argv[2]), bad_rows=BadRows.ERROR,

@@ -5,7 +5,7 @@ Run from the repo root (needs the test extra: the GCS emulator and mitmproxy)::
     .venv/bin/python bench/storage.py [--repeats=5] [--out=bench/results]
 
 Builds iteration 0 of the default search on the census data exactly as the controller does
-(`trainer.factory.Models`, `trainer.task` flags with no arguments), trains it for a few steps
+(`trainer.search.factory.Models`, `trainer.task` flags with no arguments), trains it for a few steps
 so that every variable and optimizer slot exists, then times, in each of a local temporary dir
 and `gs://` (TensorFlow's own GCS client through the test proxy to gcp-storage-emulator on
 loopback, see `tests/gcs.py`):
@@ -41,12 +41,14 @@ import tensorflow as tf
 
 from tests.gcs import running_gcs
 from tests.support import minimal_record, parsed_flags
-from trainer import job_dir as job_dir_lib
-from trainer import task, training
+from trainer import task
 from trainer.config import RunConfig
-from trainer.factory import Models
-from trainer.input.job import JobInput
-from trainer.iteration import Iteration
+from trainer.input.job_input import JobInput
+from trainer.job import job as job_lib
+from trainer.search import record as record_lib
+from trainer.search.factory import Models
+from trainer.search.iteration import Iteration
+from trainer.storage import job_dir as job_dir_lib
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -68,7 +70,7 @@ def census_iteration() -> tuple[Census, Iteration]:
     with parsed_flags([]):
         config = task.build_config()
     job = job_dir_lib.JobDir(tempfile.mkdtemp(prefix="bench-storage-job-"))
-    data = training.prepare_input(config, job)
+    data = job_lib.prepare_input(config, job)
     models = Models(config, data.schema)
     return Census(config, data), models.iteration(models.search.propose(0, []), None)
 
@@ -85,7 +87,7 @@ def write_metadata(job: job_dir_lib.JobDir, census: Census) -> None:
 def read_metadata(job: job_dir_lib.JobDir) -> None:
     job_dir_lib.read_json(job.run)
     job_dir_lib.read_text(job.schema)
-    assert len(job.records()) == 1
+    assert len(record_lib.finished(job)) == 1
 
 
 def time_it(fn, repeats: int) -> list[float]:

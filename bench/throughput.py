@@ -33,7 +33,7 @@ At t=1 the previous ensemble is what iteration 0 of the default search leaves (o
 dnn_1x64). Ours then also runs the frozen member forward (the AdaNet objective needs it) and
 trains k grow candidates; the hand-written baselines do not run it unless --hand_with_previous.
 
-Part 2, the pause. Runs `trainer.training.run` (default search flags, as `trainer.task` builds
+Part 2, the pause. Runs `trainer.job.run` (default search flags, as `trainer.task` builds
 them) for --pause_iterations iterations of --pause_steps steps on census into a temporary job
 dir, and reads `report.json["iterations"][t]["seconds"]["pause_before"]`: the seconds from the
 end of training of t-1 to the first train step of t done.
@@ -66,14 +66,14 @@ from absl import logging as absl_logging
 from bench import census as census_lib
 from trainer import config as config_lib
 from trainer import ensemble as ens
-from trainer import training
 from trainer.config import TrainOptions
-from trainer.frozen import FrozenEnsemble
-from trainer.heads import Head
 from trainer.input import files as files_lib
-from trainer.iteration import Iteration
+from trainer.input.schema import ColumnChoices
+from trainer.job import job as job_lib
 from trainer.model import DNNBuilder, DNNGenerator, Inputs, IterationContext, Subnetwork
-from trainer.schema import ColumnChoices
+from trainer.model.heads import Head
+from trainer.search.frozen import FrozenEnsemble
+from trainer.search.iteration import Iteration
 
 LEARNING_RATE = 0.001  # the rate of bench/results/throughput.json (--learning_rate was 0.001)
 SEED = 42  # --seed's default
@@ -135,7 +135,7 @@ def parse_args(argv=None) -> argparse.Namespace:
         "--pause_iterations",
         type=int,
         default=3,
-        help="iterations of the trainer.training.run job of part 2",
+        help="iterations of the trainer.job.run job of part 2",
     )
     p.add_argument("--pause_steps", type=int, default=500, help="max_iteration_steps of that job")
     p.add_argument("--pause_batch_size", type=int, default=64, help="batch size of that job")
@@ -451,7 +451,7 @@ def pause(args) -> dict:
         )
         load_before = os.getloadavg()[0]
         started = time.perf_counter()
-        training.run(config)
+        job_lib.run(config)
         wall = time.perf_counter() - started
         with open(os.path.join(job_dir, "report.json")) as f:
             report = json.load(f)
@@ -625,7 +625,7 @@ def format_results(results: dict) -> str:
         ]
         out += [
             "",
-            f"Pause between iterations: trainer.training.run on census, "
+            f"Pause between iterations: trainer.job.run on census, "
             f"{p['steps_per_iteration']} steps per iteration, batch {p['batch_size']} "
             f"(target pause_before < {TARGET_PAUSE_SECONDS:g} s). 'after select': "
             "pause_before minus select+freeze of t-1.",
@@ -649,7 +649,7 @@ def main(argv=None) -> int:
         results["throughput"] = throughput(args, schema, x, y)
     if not args.skip_pause:
         print(
-            f"Running trainer.training.run, {args.pause_iterations} iterations of "
+            f"Running trainer.job.run, {args.pause_iterations} iterations of "
             f"{args.pause_steps} steps ...",
             flush=True,
         )

@@ -15,7 +15,7 @@ import re
 import sys
 from collections.abc import Callable, Sequence
 
-from trainer import paths
+from trainer.storage import paths
 
 DEFAULT_REGION = "us-central1"
 _REGION = re.compile(r"^[a-z]+-[a-z]+\d+$")

@@ -5,9 +5,9 @@ functions.
 against a local emulator) and needs no TensorFlow: submitting and publishing never load it.
 A `.gz` file is inflated by the trainer's inflater (`trainer/input/gzipped.py`, which loads no
 TensorFlow), so that both take and refuse the same files.
-The trainer reads and lists through `tf.io.gfile` instead (`trainer/storage.py`,
+The trainer reads and lists through `tf.io.gfile` instead (`trainer/storage/files.py`,
 `trainer/input/files.py`), the filesystem its tf.data pipelines and checkpoints use; what a
-path names is decided in one place for both (`trainer/paths.py`). Local writes are atomic (a
+path names is decided in one place for both (`trainer/storage/paths.py`). Local writes are atomic (a
 temporary file, then a rename), and a Cloud Storage object only appears once its upload is
 complete, so readers never see half a file.
 """
@@ -21,7 +21,7 @@ import os
 import tempfile
 
 from deploy.api import DeployError
-from trainer.paths import GCS_PREFIX, is_gcs, split_gcs
+from trainer.storage.paths import GCS_PREFIX, is_gcs, split_gcs
 
 
 def _client(client=None):

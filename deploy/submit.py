@@ -35,9 +35,9 @@ from collections.abc import Callable, Sequence
 from typing import Any, Generic, Protocol, TypeVar
 
 from deploy import api, storage
-from trainer import job_spec
+from trainer.distribute.local import job_spec
+from trainer.distribute.local.cluster import POOL_ROLES, ClusterShape
 from trainer.errors import InputError
-from trainer.local_cluster import POOL_ROLES, ClusterShape
 from trainer.placement import Placement, cost
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -177,7 +177,7 @@ class Submission:
 
 def load_config(path: str = CONFIG) -> dict:
     """config.yaml as plain JSON values, read as the local launcher reads it
-    (`trainer.job_spec`).
+    (`trainer.distribute.local.job_spec`).
 
     Raises:
         DeployError: the file is missing, not YAML or not a CustomJobSpec.

@@ -29,7 +29,7 @@ from deploy import api, submit
 from deploy.submit import JobOptions
 
 STUDY = os.path.join(submit.REPO, "tune.yaml")
-# The metrics the trainer reports (trainer/heads.py: Head.metric_names) and their direction.
+# The metrics the trainer reports (trainer/model/heads.py: Head.metric_names) and their direction.
 METRIC_GOALS = {
     "accuracy": "MAXIMIZE",
     "auc": "MAXIMIZE",

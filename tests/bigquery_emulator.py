@@ -5,7 +5,7 @@ It runs as its own process from its own virtual environment, `.venv/bqemulator` 
 `make test`): bqemulator requires cryptography>=46.0.7 while mitmproxy, which the GCS tests
 use, requires cryptography<44.1 on Python 3.11, so pip cannot put both in one environment
 (and bqemulator's protobuf 6 would not suit TensorFlow 2.17 either). The trainer finds it through
-`BIGQUERY_STORAGE_EMULATOR_HOST` (read in trainer/environment.py); the tests load tables
+`BIGQUERY_STORAGE_EMULATOR_HOST` (read in trainer/distribute/environment.py); the tests load tables
 through the REST API with google-cloud-bigquery.
 
 Limits of the emulator found here (November 2026):

@@ -146,7 +146,7 @@ def run_in_process(args: list[str]) -> tuple[int, str]:
 
 def minimal_record(iteration: int, **changes):
     """A valid IterationRecord with one candidate and no subnetworks (for job-dir tests)."""
-    from trainer.record import Architecture, CandidateRecord, IterationRecord, Seconds
+    from trainer.search.record import Architecture, CandidateRecord, IterationRecord, Seconds
 
     record = IterationRecord(
         iteration=iteration,

@@ -1,14 +1,15 @@
-"""Defaults that follow the data (trainer/adapt.py)."""
+"""Defaults that follow the data (trainer/search/adapt.py)."""
 
 from __future__ import annotations
 
 import pytest
 
 from tests.support import load_report, make_data, parsed_flags, run_task, task_env
-from trainer import adapt, model, task
+from trainer import model, task
 from trainer.ensemble import Selection
 from trainer.errors import InputError
-from trainer.schema import HeadType
+from trainer.input.schema import HeadType
+from trainer.search import adapt
 
 
 @pytest.mark.parametrize(

@@ -203,7 +203,7 @@ def test_replicas_probing_the_same_new_job_dir_at_once_all_pass(tmp_path):
     its probe while another writes there, which must not stop the second (seen in CI)."""
     import threading
 
-    from trainer.storage import check_writable
+    from trainer.storage.files import check_writable
 
     errors: list[Exception] = []
 
@@ -232,12 +232,12 @@ def test_a_full_disk_is_an_answer_not_a_traceback(tmp_path, monkeypatch, kind):
 
     import tensorflow as tf
 
-    from trainer import job_dir as job_dir_lib
+    from trainer.storage import job_dir as job_dir_lib
 
     job = tmp_path / "job"
     temp = f"{job}/checkpoints/iteration-0.json.tmp-1234"
 
-    def full(self, record):
+    def full(self, iteration, document):
         if kind == "python":
             raise OSError(errno.ENOSPC, "No space left on device", temp)
         raise tf.errors.ResourceExhaustedError(
@@ -265,7 +265,7 @@ def test_a_full_disk_is_not_retried_as_a_transient_storage_error():
     local disk is one too, and is not."""
     import tensorflow as tf
 
-    from trainer import storage
+    from trainer.storage import files as storage
 
     calls = []
 

@@ -1,4 +1,4 @@
-"""Bagging (trainer/bagging.py): K searches on their own hold-outs and seeds, served as one
+"""Bagging (trainer/job/bagging.py): K searches on their own hold-outs and seeds, served as one
 model."""
 
 from __future__ import annotations
@@ -19,12 +19,15 @@ from tests.support import (
     run_task,
     task_env,
 )
-from trainer import bagging, importance, task, training
-from trainer.cluster import CHIEF, PS, WORKER, Cluster
+from trainer import task
 from trainer.config import BAG_SEED_STRIDE
+from trainer.distribute.cluster import CHIEF, PS, WORKER, Cluster
 from trainer.errors import InputError
-from trainer.heads import Head
-from trainer.schema import HeadType, Label
+from trainer.evaluation import importance
+from trainer.input.schema import HeadType, Label
+from trainer.job import job as job_lib
+from trainer.model.heads import Head
+from trainer.serving import bagged
 
 QUICK = ["--max_iterations=1", "--max_iteration_steps=60", "--feature_importance_repeats=1"]
 
@@ -35,7 +38,7 @@ def _outputs(**values):
 
 def test_the_mean_of_classifiers_is_their_mean_probability_and_its_logits_give_it_back():
     binary = Head(Label("y", HeadType.BINARY, ("no", "yes")))
-    mean = bagging.bagged_outputs(
+    mean = bagged.bagged_outputs(
         binary,
         [
             _outputs(probabilities=[[0.9, 0.1], [0.2, 0.8]]),
@@ -47,7 +50,7 @@ def test_the_mean_of_classifiers_is_their_mean_probability_and_its_logits_give_i
     assert mean["classes"].numpy().tolist() == [b"no", b"yes"]
 
     three = Head(Label("y", HeadType.MULTICLASS, ("a", "b", "c")))
-    mean = bagging.bagged_outputs(
+    mean = bagged.bagged_outputs(
         three,
         [_outputs(probabilities=[[0.6, 0.3, 0.1]]), _outputs(probabilities=[[0.0, 0.2, 0.8]])],
     )
@@ -58,7 +61,7 @@ def test_the_mean_of_classifiers_is_their_mean_probability_and_its_logits_give_i
 
 def test_two_regressions_serve_their_mean_prediction_on_the_heads_scale():
     head = Head(Label("y", HeadType.REGRESSION, mean=2.0, std=4.0))
-    mean = bagging.bagged_outputs(
+    mean = bagged.bagged_outputs(
         head, [_outputs(predictions=[10.0, -2.0]), _outputs(predictions=[6.0, 0.0])]
     )
     np.testing.assert_allclose(mean["predictions"], [8.0, -1.0], atol=1e-6)
@@ -68,11 +71,11 @@ def test_two_regressions_serve_their_mean_prediction_on_the_heads_scale():
 def test_three_or_more_regressions_drop_each_rows_highest_and_lowest_prediction():
     head = Head(Label("y", HeadType.REGRESSION, mean=0.0, std=1.0))
     bags = [[1.0, 5.0], [2.0, -40.0], [90.0, 6.0], [3.0, 7.0], [4.0, 5.0]]
-    served = bagging.bagged_outputs(head, [_outputs(predictions=p) for p in bags])
+    served = bagged.bagged_outputs(head, [_outputs(predictions=p) for p in bags])
     # Row 0 drops 1 and 90 (mean of 2, 3, 4); row 1 drops -40 and 7 (mean of 5, 6, 5).
     np.testing.assert_allclose(served["predictions"], [3.0, 16 / 3], atol=1e-5)
     # Ties: one copy of the extreme goes, the other stays.
-    three = bagging.trimmed_mean(tf.constant([[1.0], [1.0], [4.0]]))
+    three = bagged.trimmed_mean(tf.constant([[1.0], [1.0], [4.0]]))
     np.testing.assert_allclose(three, [1.0], atol=1e-6)
 
 
@@ -123,7 +126,7 @@ def test_bags_on_a_cluster_are_refused_before_the_input_is_read(tmp_path):
         CHIEF, 0, {CHIEF: ("localhost:1",), WORKER: ("localhost:2",), PS: ("localhost:3",)}
     )
     with pytest.raises(InputError, match=r"--bags=3 trains its bags one after the other"):
-        training.run(config, cluster)
+        job_lib.run(config, cluster)
     assert not (tmp_path / "job").exists()
 
 

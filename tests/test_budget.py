@@ -8,8 +8,8 @@ import time
 import pytest
 
 from tests.support import load_report, run_in_process, run_task
-from trainer import budget as budget_lib
-from trainer.record import Seconds
+from trainer.search import budget as budget_lib
+from trainer.search.record import Seconds
 
 
 class _Record:

@@ -9,12 +9,12 @@ import tensorflow as tf
 
 from trainer import ensemble as ens
 from trainer.config import TrainOptions
-from trainer.features import encoded
-from trainer.frozen import FrozenEnsemble, FrozenMember
-from trainer.heads import Head
-from trainer.iteration import Iteration
+from trainer.input.features import encoded
+from trainer.input.schema import Embedded, HeadType, Label
 from trainer.model import CrossBuilder, DNNBuilder, Inputs, LinearBuilder, Subnetwork
-from trainer.schema import Embedded, HeadType, Label
+from trainer.model.heads import Head
+from trainer.search.frozen import FrozenEnsemble, FrozenMember
+from trainer.search.iteration import Iteration
 
 BUILDERS = [
     DNNBuilder(0),

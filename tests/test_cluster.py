@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from trainer import cluster as cluster_lib
-from trainer.environment import Environment
+from trainer.distribute import cluster as cluster_lib
+from trainer.distribute.environment import Environment
 from trainer.errors import InputError
 
 CLUSTER = {

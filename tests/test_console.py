@@ -13,7 +13,7 @@ import pytest
 from absl import logging
 
 from tests.support import ABSL_PREFIX, FAST_FLAGS, REPO, task_env
-from trainer import console
+from trainer.reporting import console
 
 
 @pytest.mark.parametrize(
@@ -59,7 +59,7 @@ def test_plain_lines_keep_this_projects_lines_and_other_packages_errors():
     tensorflow_filters = list(tensorflow.filters)
     try:
         console.plain_lines()
-        ours = os.path.join(REPO, "trainer", "controller.py")
+        ours = os.path.join(REPO, "trainer", "search", "controller.py")
         theirs = "/usr/lib/python3/site-packages/tensorflow/python/checkpoint/sharding.py"
         assert handler.filter(_record(ours, std_logging.INFO))
         assert not handler.filter(_record(theirs, std_logging.INFO))
@@ -122,8 +122,8 @@ def test_a_terminal_shows_a_progress_bar_and_no_library_noise(binary_data, tmp_p
 
 
 def test_the_progress_line_never_shows_negative_time_left():
-    from trainer.iteration import Snapshot
-    from trainer.progress import progress_status
+    from trainer.reporting.progress import progress_status
+    from trainer.search.iteration import Snapshot
 
     def status(step: int) -> str:
         snapshot = Snapshot(step, (step,), (0.5,), (0.5,), (False,), (False,), (0,))

@@ -1,5 +1,6 @@
 """Real multi-process clusters on loopback: `python -m trainer.task` as chief, workers, ps and
-evaluator, each with its own TF_CONFIG (trainer.local_cluster.LocalCluster), on the census data.
+evaluator, each with its own TF_CONFIG (trainer.distribute.local.cluster.LocalCluster), on the
+census data.
 
 Every test writes each task's prefixed output to a log file, has a timeout, and stops every
 process when it ends, pass or fail (LocalCluster's context manager).
@@ -15,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.support import REPO, run_task, task_env
-from trainer.local_cluster import ClusterShape, LocalCluster, Task, free_ports
+from trainer.distribute.local.cluster import ClusterShape, LocalCluster, Task, free_ports
 
 BUDGET = 600
 ARGS = (

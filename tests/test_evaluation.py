@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from trainer.evaluation import PairedLosses
+from trainer.evaluation.streaming import PairedLosses
 
 
 def _by_hand(losses, weights):

@@ -1,5 +1,5 @@
-"""Vertex AI Experiments (`trainer/experiments.py`): names and defaults from flags and Vertex
-AI's variables, what is logged, and real `python -m trainer.task --experiment=...` runs
+"""Vertex AI Experiments (`trainer/reporting/experiments.py`): names and defaults from flags
+and Vertex AI's variables, what is logged, and real `python -m trainer.task --experiment=...` runs
 against the fake Vertex AI service (its ML Metadata, `tests/deploy/fake_metadata.py`), which
 the google-cloud-aiplatform SDK in the trainer reaches over REST with ordinary Application
 Default Credentials (a service account key file made for the test)."""
@@ -24,8 +24,8 @@ from tests.support import (
     task_env,
     wait_for,
 )
-from trainer import experiments
 from trainer.errors import InputError
+from trainer.reporting import experiments
 
 STORE = "projects/my-project/locations/us-central1/metadataStores/default"
 

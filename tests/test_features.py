@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from trainer import schema as S
-from trainer.features import Preprocessor
+from trainer.input import schema as S
+from trainer.input.features import Preprocessor
 
 LABEL = S.Label("y", S.HeadType.BINARY, ("0", "1"))
 

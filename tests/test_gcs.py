@@ -16,17 +16,19 @@ import pytest
 import tensorflow as tf
 
 from tests.support import FAST_FLAGS, REPO, minimal_record, run_in_process, run_task, task_env
-from trainer import job_dir as job_dir_lib
-from trainer import paths, storage
-from trainer.environment import Environment
+from trainer.distribute.environment import Environment
 from trainer.errors import InputError
+from trainer.search import record as record_lib
+from trainer.storage import files as storage
+from trainer.storage import job_dir as job_dir_lib
+from trainer.storage import paths
 
 
 # -- fast: the metadata a resume reads, on gs:// ---------------------------------------------
 def test_job_state_round_trips_on_gcs_and_crash_leftovers_are_removed(gcs, bucket):
     job = job_dir_lib.JobDir(f"gs://{bucket}/job")
     job.create()
-    assert not job.exists() and job.records() == []
+    assert not job.exists() and record_lib.finished(job) == []
     job_dir_lib.write_json(job.run, {"fingerprint": {"seed": 1}})
     job_dir_lib.write_json(job.record_path(0), minimal_record(0).to_json())
     rewritten = minimal_record(0, steps=20)
@@ -37,7 +39,7 @@ def test_job_state_round_trips_on_gcs_and_crash_leftovers_are_removed(gcs, bucke
         f.write('{"iteration": 1, "trunc')
 
     assert job.exists()
-    assert job.records() == [rewritten]
+    assert record_lib.finished(job) == [rewritten]
     job.remove_leftovers()
     names = gcs.object_names(bucket)
     assert "job/checkpoints/iteration-0.json" in names and "job/run.json" in names

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from trainer.heads import Head, Metrics
-from trainer.schema import HeadType, Label
+from trainer.input.schema import HeadType, Label
+from trainer.model.heads import Head, Metrics
 
 BINARY = Label("y", HeadType.BINARY, ("no", "yes"))
 MULTICLASS = Label("y", HeadType.MULTICLASS, ("a", "b", "c"))

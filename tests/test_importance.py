@@ -1,5 +1,6 @@
-"""Permutation feature importance (trainer/importance.py): the figures on hand-made models,
-and a real training run writing report.json `feature_importance` and feature_importance.png."""
+"""Permutation feature importance (trainer/evaluation/importance.py): the figures on hand-made
+models, and a real training run writing report.json `feature_importance` and
+feature_importance.png."""
 
 from __future__ import annotations
 
@@ -10,10 +11,11 @@ import numpy as np
 import pytest
 
 from tests.support import run_in_process, write_csv
-from trainer import importance
+from trainer.config import ImportanceOptions
 from trainer.errors import InputError
-from trainer.heads import Head
-from trainer.schema import HeadType, Label
+from trainer.evaluation import importance
+from trainer.input.schema import HeadType, Label
+from trainer.model.heads import Head
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -137,7 +139,7 @@ def test_weights_weight_the_metric():
 )
 def test_bad_options_are_named(options, message):
     with pytest.raises(InputError, match=message):
-        importance.ImportanceOptions(**options)
+        ImportanceOptions(**options)
 
 
 def test_plot_is_a_png():
@@ -179,7 +181,7 @@ def test_a_serving_signature_is_measured_on_its_own_inputs_only(tmp_path):
         ({k: v[i : i + 1024] for k, v in rows.items()}, labels[i : i + 1024])
         for i in range(0, 3000, 1024)
     ]
-    options = importance.ImportanceOptions(rows=2500, repeats=2)
+    options = ImportanceOptions(rows=2500, repeats=2)
     head = Head(_label(HeadType.BINARY))
     result = importance.of_model(serve, batches, head, options, seed=3)
     assert result is not None and result["rows"] == 2500
@@ -201,7 +203,7 @@ def test_a_time_budget_samples_the_rows_that_fit_or_skips(tmp_path):
     rows = _rows(3000)
     labels = (rows["signal"] > 0).astype(np.int64)
     batches = [(rows, labels)]
-    options = importance.ImportanceOptions(rows=2500, repeats=2)  # 1 + 2 x 2 passes: 0.25 s
+    options = ImportanceOptions(rows=2500, repeats=2)  # 1 + 2 x 2 passes: 0.25 s
     head = Head(_label(HeadType.BINARY))
     full = importance.of_model(SlowServe(), batches, head, options, seed=3, seconds=60.0)
     assert full is not None and full["rows"] == 2500 and "rows_before_budget" not in full

@@ -12,15 +12,17 @@ from absl import flags
 
 from tests.support import parsed_flags
 from trainer import ensemble as ens
-from trainer import job_dir as job_dir_lib
-from trainer import task, training
+from trainer import task
 from trainer.config import TrainOptions
-from trainer.factory import Models
-from trainer.features import PREVIOUS_OUTPUTS, Preprocessor, encoded
-from trainer.heads import Head
-from trainer.iteration import Iteration
+from trainer.input.features import PREVIOUS_OUTPUTS, Preprocessor, encoded
+from trainer.input.schema import Embedded, HeadType, Label
+from trainer.job import job as job_lib
 from trainer.model import Builder, DNNBuilder, Inputs
-from trainer.schema import Embedded, HeadType, Label
+from trainer.model.heads import Head
+from trainer.search import record as record_lib
+from trainer.search.factory import Models
+from trainer.search.iteration import Iteration
+from trainer.storage import job_dir as job_dir_lib
 
 
 def _config(args):
@@ -43,11 +45,11 @@ def test_exported_model_predicts_exactly_what_the_trainer_computes(binary_data, 
             "--use_bias",
         ]
     )
-    report = training.run(config)
+    report = job_lib.run(config)
     job = job_dir_lib.JobDir(config.job_dir)
-    data = training.prepare_input(config, job)
+    data = job_lib.prepare_input(config, job)
     models = Models(config, data.schema)
-    ensemble = models.restore(job.records(), job)
+    ensemble = models.restore(record_lib.finished(job), job)
     assert [m.key for m in ensemble.members] == [
         m["key"] for m in report["architecture"]["members"]
     ]

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from tests.support import REPO
-from trainer import job_spec
+from trainer.distribute.local import job_spec
+from trainer.distribute.local.cluster import ClusterShape
 from trainer.errors import InputError
-from trainer.local_cluster import ClusterShape
 
 
 def test_reads_the_repos_config_yaml():

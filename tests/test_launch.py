@@ -15,9 +15,9 @@ import pytest
 from tests.support import DUMMY_TASK as DUMMY
 from tests.support import REPO, is_alive, kill_quietly, wait_for
 from tests.test_job_spec import write
-from trainer import launch
+from trainer.distribute.local import launch
+from trainer.distribute.local.cluster import ClusterShape
 from trainer.errors import InputError
-from trainer.local_cluster import ClusterShape
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -17,9 +17,14 @@ import pytest
 
 from tests.support import DUMMY_TASK as DUMMY
 from tests.support import REPO, is_alive, wait_for
-from trainer import local_cluster
+from trainer.distribute.local import cluster as local_cluster
+from trainer.distribute.local.cluster import (
+    ClusterShape,
+    LocalCluster,
+    PrivateNetworkUnavailable,
+    Task,
+)
 from trainer.errors import InputError
-from trainer.local_cluster import ClusterShape, LocalCluster, PrivateNetworkUnavailable, Task
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from trainer.distributed import lost_replica, lost_workers_only
+from trainer.distribute.runtime import lost_replica, lost_workers_only
 
 _GRPC = (
     ':{"created":"@1795318152.8","description":"Error received from peer '
@@ -88,7 +88,7 @@ def test_the_coordinator_takes_a_nameless_lost_worker_error_for_a_worker_failure
     to the chief (a cascade of cancelled chunks that could leave the chief waiting)."""
     from tensorflow.python.distribute.coordinator import cluster_coordinator
 
-    from trainer import distributed
+    from trainer.distribute import runtime as distributed
 
     own = cluster_coordinator._is_worker_failure
     monkeypatch.setattr(cluster_coordinator, "_is_worker_failure", own)  # restored after

@@ -6,7 +6,7 @@ import pytest
 import tensorflow as tf
 
 from trainer.config import OPTIMIZER_NAMES
-from trainer.optimizers import Optimizer, cosine_decay
+from trainer.search.optimizers import Optimizer, cosine_decay
 
 KERAS = {
     "adam": keras.optimizers.Adam,

@@ -28,8 +28,8 @@ from tests.support import (
     task_env,
     write_csv,
 )
-from trainer import preemption
-from trainer.local_cluster import free_ports
+from trainer.distribute import preemption
+from trainer.distribute.local.cluster import free_ports
 
 
 # -- the handler, in this process --------------------------------------------------------------
@@ -76,7 +76,7 @@ def _watching(body: str, *, can_defer: bool) -> subprocess.Popen:
     the test wants the signal) under `preemption.watch(can_defer=...) as notice`."""
     code = (
         "import time\n"
-        "from trainer import preemption\n"
+        "from trainer.distribute import preemption\n"
         f"with preemption.watch(can_defer={can_defer}) as notice:\n"
     )
     return subprocess.Popen(
@@ -432,7 +432,8 @@ def test_sigterm_after_training_during_the_export_resumes_to_a_complete_model(tm
 _SERVE = """
 import os
 from absl import logging
-from trainer import cluster, distributed
+from trainer.distribute import cluster
+from trainer.distribute import runtime as distributed
 logging.set_verbosity(logging.INFO)
 distributed.serve(
     cluster.parse(os.environ["TF_CONFIG"]), timeout_secs=60, grace_secs=60, poll_secs=0.2
@@ -488,7 +489,7 @@ def test_a_preempted_chief_of_a_parameter_server_cluster_saves_and_its_restart_r
     """Under parameter servers the chief checkpoints between two chunks it fetches; chunks
     still in flight may add steps before the save reads the counters, never remove any."""
     from tests.test_distributed import Job, assert_trained
-    from trainer.local_cluster import ClusterShape
+    from trainer.distribute.local.cluster import ClusterShape
 
     steps = 30_000  # (about 15 s of training here: the first progress line comes after 5 s)
     extra = ("--max_iterations=1", f"--max_iteration_steps={steps}", "--checkpoint_every_secs=1e5")
@@ -518,7 +519,7 @@ def test_a_synchronous_replica_stops_at_once_on_sigterm_in_training(tmp_path):
     at once with 143 (TensorFlow's coordination service, which swallowed the signal with a
     handler of its own, is not used)."""
     from tests.test_distributed import Job
-    from trainer.local_cluster import ClusterShape
+    from trainer.distribute.local.cluster import ClusterShape
 
     extra = ("--max_iterations=1", "--max_iteration_steps=30000")
     with Job(tmp_path, ClusterShape(workers=1), *extra) as job:

@@ -10,7 +10,7 @@ import pytest
 
 from tests.support import minimal_record
 from trainer.errors import InputError
-from trainer.record import (
+from trainer.search.record import (
     Architecture,
     CandidateRecord,
     IterationRecord,

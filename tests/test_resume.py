@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.support import REPO, load_report, run_task, task_env
-from trainer import job_dir as job_dir_lib
+from trainer.storage import job_dir as job_dir_lib
 
 
 def _args(data, job: Path) -> list[str]:

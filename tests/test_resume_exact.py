@@ -105,9 +105,10 @@ def test_a_model_without_its_stamp_is_exported_again(tmp_path, data):
 )
 def test_a_resume_with_other_column_choices_is_refused_naming_them(tmp_path, data, flag, expected):
     from tests.support import parsed_flags
-    from trainer import job_dir as job_dir_lib
-    from trainer import task, training
+    from trainer import config as config_lib
+    from trainer import task
     from trainer.errors import InputError
+    from trainer.storage import job_dir as job_dir_lib
 
     job = tmp_path / "job"
 
@@ -118,9 +119,9 @@ def test_a_resume_with_other_column_choices_is_refused_naming_them(tmp_path, dat
     started = job_dir_lib.JobDir(str(job))
     started.create()
     job_dir_lib.write_json(started.run, {"fingerprint": config().fingerprint()})
-    training.check_resumable(config(), started)
+    config_lib.check_resumable(config(), started)
     with pytest.raises(InputError) as refused:
-        training.check_resumable(config(*flag.split()), started)
+        config_lib.check_resumable(config(*flag.split()), started)
     assert expected in str(refused.value) and "new --job_dir" in str(refused.value)
 
 

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from trainer import schema as S
 from trainer.errors import InputError
-from trainer.features import Preprocessor
+from trainer.input import schema as S
+from trainer.input.features import Preprocessor
 
 HeadType = S.HeadType
 CHOICES = S.ColumnChoices("y")

@@ -11,8 +11,8 @@ from trainer import ensemble as ens
 from trainer.config import SearchConfig
 from trainer.errors import InputError, TrainingError
 from trainer.model.dnn import DNNBuilder, DNNGenerator
-from trainer.record import PREVIOUS_ENSEMBLER, Architecture, CandidateRecord, MemberRecord
-from trainer.search import Search
+from trainer.search.record import PREVIOUS_ENSEMBLER, Architecture, CandidateRecord, MemberRecord
+from trainer.search.rules import Search
 
 
 def _search(**changes) -> Search:

@@ -388,7 +388,7 @@ def test_an_evaluator_beside_a_lone_chief_evaluates_until_the_job_is_complete(
     import sys
 
     from tests.support import REPO, wait_for
-    from trainer.local_cluster import free_ports
+    from trainer.distribute.local.cluster import free_ports
 
     job = tmp_path / "job"
     args = [

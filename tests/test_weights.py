@@ -12,11 +12,11 @@ import tensorflow as tf
 from sklearn import metrics as sk
 
 from tests.support import load_report, run_in_process, write_csv
-from trainer.heads import Head, Metrics
 from trainer.input import files as files_lib
 from trainer.input import scan
 from trainer.input.options import BadRows
-from trainer.schema import ColumnChoices, HeadType, Label
+from trainer.input.schema import ColumnChoices, HeadType, Label
+from trainer.model.heads import Head, Metrics
 
 HEADER = ["x1", "x2", "color", "w", "target"]
 FLAGS = [
@@ -137,7 +137,7 @@ def test_report_metrics_are_weighted_and_the_model_serves_without_the_weight(tmp
     assert final["examples"] == 1000
     unweighted = {"loss": sk.log_loss(y, p_yes), "accuracy": sk.accuracy_score(y, p_yes > 0.5)}
     assert abs(got["loss"] - unweighted["loss"]) > 1e-3, (got, unweighted)
-    # The iteration's record (evaluated on the encoded rows, `trainer/evaluation.py`) says
+    # The iteration's record (evaluated on the encoded rows, `trainer/evaluation/streaming.py`) says
     # the same of the chosen candidate, and hyperparameter tuning got the weighted accuracy.
     [record] = report["iterations"]
     [chosen] = [c for c in record["candidates"] if c["name"] == record["chosen"]]
@@ -323,7 +323,7 @@ def test_a_resume_with_another_weight_column_is_refused(tmp_path):
 )
 def test_a_cluster_trains_on_the_weights(tmp_path, shape, placement):
     from tests.test_distributed import Job
-    from trainer.local_cluster import ClusterShape
+    from trainer.distribute.local.cluster import ClusterShape
 
     eval_rows = imbalanced_rows(2000, 2)
     eval_path = write_csv(tmp_path / "eval.csv", HEADER, eval_rows)
@@ -348,7 +348,7 @@ def test_a_cluster_trains_on_the_weights(tmp_path, shape, placement):
 def test_tfrecord_weights_of_any_feature_type(tmp_path, kind):
     from tests.input.support import write_tfrecord
     from trainer.errors import InputError
-    from trainer.features import WEIGHT
+    from trainer.input.features import WEIGHT
     from trainer.input.pipeline import Pipeline
 
     def weight(i, sign=1):
@@ -378,7 +378,7 @@ def test_tfrecord_weights_of_any_feature_type(tmp_path, kind):
 
 
 def test_the_encoded_weights_are_scaled_to_a_mean_of_one_and_bad_ones_skipped(tmp_path):
-    from trainer.features import WEIGHT
+    from trainer.input.features import WEIGHT
     from trainer.input.pipeline import Pipeline
 
     rows = imbalanced_rows(200, 1, 9.0)

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import dataclasses
 
+from absl import logging
+
 from trainer import ensemble as ens
-from trainer import job_dir as job_dir_lib
 from trainer.errors import InputError
-from trainer.importance import ImportanceOptions
 from trainer.input.options import InputOptions
+from trainer.input.schema import ColumnChoices
 from trainer.model import Generator
 from trainer.placement import Placement
-from trainer.schema import ColumnChoices
+from trainer.storage import job_dir as job_dir_lib
 
 
 @dataclasses.dataclass(frozen=True)
@@ -30,7 +31,7 @@ class DataConfig:
         """What must not change when a job dir is resumed: the inputs and every choice that
         shapes the schema (which columns, their kinds and encodings, the label and head).
         The files' contents are checked against the schema's record of them
-        (`trainer.input.job`)."""
+        (`trainer.input.job_input`)."""
         columns = self.columns
         return {
             "train_data": self.train_data,
@@ -139,6 +140,27 @@ class DistributionConfig:
 
 
 @dataclasses.dataclass(frozen=True)
+class ImportanceOptions:
+    """Permutation importance of the exported model (`trainer/evaluation/importance.py`): `rows`:
+    eval rows used (0: no importance); `repeats`: shuffles per column."""
+
+    rows: int = 10_000  # eval rows: a baseline and a shuffle each cost a pass over them
+    repeats: int = 3
+
+    def __post_init__(self):
+        if self.rows < 0:
+            raise InputError(
+                f"--feature_importance_rows ({self.rows}) must be >= 0 (0 turns it off)."
+            )
+        if self.repeats < 1:
+            raise InputError(f"--feature_importance_repeats ({self.repeats}) must be >= 1.")
+
+    @property
+    def enabled(self) -> bool:
+        return self.rows > 0
+
+
+@dataclasses.dataclass(frozen=True)
 class RunConfig:
     data: DataConfig
     search: SearchConfig
@@ -153,12 +175,12 @@ class RunConfig:
     model_dir: str | None = None
     checkpoint_dir: str | None = None
     log_dir: str | None = None
-    time_budget_secs: float | None = None  # the whole job's (trainer/budget.py)
-    # Permutation importance of the exported model (trainer/importance.py; rows=0: none).
+    time_budget_secs: float | None = None  # the whole job's (trainer/search/budget.py)
+    # Permutation importance of the exported model (trainer/evaluation/importance.py; rows=0: none).
     importance: ImportanceOptions = ImportanceOptions()
-    # The flags left at their defaults that `trainer.adapt` may choose from the data.
+    # The flags left at their defaults that `trainer.search.adapt` may choose from the data.
     auto: frozenset[str] = frozenset()
-    # Bagging (trainer/bagging.py): the job trains `bags` searches and serves their average;
+    # Bagging (trainer/job/bagging.py): the job trains `bags` searches and serves their average;
     # `bag` is the index of one of them (its hold-out fold and its training seed).
     bags: int = 1
     bag: int = 0
@@ -201,7 +223,7 @@ class RunConfig:
             )
 
     def fingerprint(self) -> dict:
-        """What must not change when a job dir is resumed (`training.check_resumable`): the
+        """What must not change when a job dir is resumed (`check_resumable`): the
         search, how it trains, and the input. What may change: --max_iterations, --patience
         and --time_budget_secs (the search may go further), and the flags of how it runs
         (memory, placement, timeouts, output dirs, reporting); see README, "Resuming"."""
@@ -218,3 +240,45 @@ class RunConfig:
             **self.data.fingerprint(),
             "bags": self.bags,
         }
+
+
+# Settings added to the fingerprint after job dirs were written without them, and what those
+# runs did: a job dir that does not record one ran with this value.
+BEFORE_RECORDED = {
+    "weight_decay": 0.0,
+    "subnetwork_loss": "own",
+    "selection_margin": 0.0,
+    "bags": 1,
+}
+
+
+def check_resumable(config: RunConfig, job: job_dir_lib.JobDir) -> None:
+    """Fails when the job dir was written by a run with other settings (`config.fingerprint`).
+    A setting its run did not record (a job dir of an older version) is not compared, unless
+    `BEFORE_RECORDED` knows what such runs did."""
+    if not job.exists():
+        return
+    written = job_dir_lib.read_json(job.run)["fingerprint"]
+    recorded = {**BEFORE_RECORDED, **written}
+    current = config.fingerprint()
+    unknown = sorted(k for k in current if k not in recorded)
+    if unknown:
+        logging.warning(
+            "--job_dir %s was started by an older version that did not record %s: resumed "
+            "without checking them.",
+            job.root,
+            ", ".join(unknown),
+        )
+    changed = {
+        k: (recorded[k], v) for k, v in current.items() if k in recorded and recorded[k] != v
+    }
+    if changed:
+        lines = "; ".join(
+            f"{k}: was {old!r}{'' if k in written else ' (before it was recorded)'}, now {new!r}"
+            for k, (old, new) in changed.items()
+        )
+        raise InputError(
+            f"--job_dir {job.root} holds a run with other settings ({lines}). "
+            "Re-run with the same flags to resume it, or start afresh in a new --job_dir "
+            "(or after deleting this one)."
+        )

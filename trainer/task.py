@@ -1,6 +1,6 @@
 """Entry point: `python -m trainer.task [flags]`.
 
-Parses flags, builds the frozen `RunConfig`, and calls `training.run(config)`. With no flags
+Parses flags, builds the frozen `RunConfig`, and calls `job_lib.run(config)`. With no flags
 it trains on the census data shipped in the package.
 """
 
@@ -15,25 +15,36 @@ STARTED = time.monotonic()  # before the imports: a --time_budget_secs counts th
 
 from absl import app, flags, logging
 
-from trainer import console
+from trainer.reporting import console
 
 # Run as `python -m trainer.task`: the libraries' noise is off before TensorFlow loads (below).
 VERBOSE = console.quiet_libraries() if __name__ == "__main__" else True
 
-from trainer import adapt, distributed, evaluator, experiments, model, preemption, training
-from trainer import cluster as cluster_lib
 from trainer import config as config_lib
 from trainer import ensemble as ens
-from trainer import job_dir as job_dir_lib
-from trainer import report as report_lib
-from trainer.config import LEARNING_RATE_SCHEDULES, OPTIMIZER_NAMES, SUBNETWORK_LOSSES, TrainOptions
-from trainer.environment import Environment
+from trainer import model
+from trainer.config import (
+    LEARNING_RATE_SCHEDULES,
+    OPTIMIZER_NAMES,
+    SUBNETWORK_LOSSES,
+    ImportanceOptions,
+    TrainOptions,
+)
+from trainer.distribute import cluster as cluster_lib
+from trainer.distribute import preemption
+from trainer.distribute import runtime as distributed
+from trainer.distribute.environment import Environment
 from trainer.errors import InputError, TrainingError
-from trainer.importance import ImportanceOptions
 from trainer.input import files as files_lib
 from trainer.input.options import BadRows, BigQueryConnection, InputOptions
+from trainer.input.schema import ColumnChoices, HeadType
+from trainer.job import evaluator
+from trainer.job import job as job_lib
 from trainer.placement import Placement
-from trainer.schema import ColumnChoices, HeadType
+from trainer.reporting import experiments
+from trainer.reporting import report as report_lib
+from trainer.search import adapt
+from trainer.storage import job_dir as job_dir_lib
 
 FLAGS = flags.FLAGS
 
@@ -303,7 +314,7 @@ flags.DEFINE_float(
     "How long workers, parameter servers and the evaluator wait "
     "for a vanished chief to come back before they exit.",
 )
-# -- Vertex AI Experiments (trainer/experiments.py) -------------------------------------------
+# -- Vertex AI Experiments (trainer/reporting/experiments.py) --------------------------------------
 flags.DEFINE_string(
     "experiment",
     None,
@@ -586,7 +597,7 @@ def main(argv):
         synchronous = cluster.is_distributed and not cluster.has_ps
         with preemption.watch(can_defer=not synchronous):
             watched = True
-            report = training.run(config, cluster, started=STARTED, tracker=tracker)
+            report = job_lib.run(config, cluster, started=STARTED, tracker=tracker)
         if not cluster.is_chief:
             return 0
     except preemption.Preempted as e:

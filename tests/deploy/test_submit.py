@@ -14,8 +14,8 @@ from deploy import api, submit
 from deploy.submit import JobOptions
 from tests.deploy import discovery
 from tests.support import REPO
-from trainer import job_spec
-from trainer.local_cluster import ClusterShape
+from trainer.distribute.local import job_spec
+from trainer.distribute.local.cluster import ClusterShape
 from trainer.placement import Placement, cost
 
 SPEC = "GoogleCloudAiplatformV1CustomJobSpec"

@@ -16,16 +16,16 @@ import pytest
 
 from tests import bigquery_emulator
 from tests.support import FAST_FLAGS, load_report, parsed_flags, run_in_process, run_task, task_env
-from trainer import job_dir as job_dir_lib
 from trainer import task
-from trainer.environment import Environment
+from trainer.distribute.environment import Environment
+from trainer.distribute.local.cluster import ClusterShape
 from trainer.errors import InputError
 from trainer.input import bigquery, scan, staging
-from trainer.input import job as input_lib
+from trainer.input import job_input as input_lib
 from trainer.input.options import BadRows, BigQueryConnection, InputOptions
 from trainer.input.pipeline import Pipeline, Selection, Shard
-from trainer.local_cluster import ClusterShape
-from trainer.schema import CategoricalColumn, ColumnChoices, NumericColumn
+from trainer.input.schema import CategoricalColumn, ColumnChoices, NumericColumn
+from trainer.storage import job_dir as job_dir_lib
 
 SMALL_ROWS, EVAL_ROWS, BIG_ROWS = 1200, 300, 25_000
 

@@ -23,11 +23,11 @@ from tests.support import (
     task_env,
     write_csv,
 )
-from trainer import schema as S
 from trainer import task
-from trainer.environment import Environment
+from trainer.distribute.environment import Environment
 from trainer.errors import InputError
 from trainer.input import files, jsonl, scan
+from trainer.input import schema as S
 from trainer.input.options import BadRows
 
 
@@ -307,7 +307,7 @@ def test_readers_share_json_lines_read_in_small_chunks(tmp_path, monkeypatch, fi
 
 
 def _ps_prepare(job, train_data: str, **kwargs):
-    from trainer.input import job as input_lib
+    from trainer.input import job_input as input_lib
     from trainer.input.options import InputOptions
 
     kwargs.setdefault("scan_if_new", True)
@@ -330,8 +330,8 @@ def test_parameter_servers_stage_json_lines_once_and_a_second_prepare_reuses_it(
     JOB_DIR/data (every line once, the manifest last), the job reads the shards with the
     kinds reading the JSON files gives, and a restarted chief, a resume and a worker reuse
     them without converting a line again."""
-    from trainer import job_dir as job_dir_lib
     from trainer.input import staging
+    from trainer.storage import job_dir as job_dir_lib
 
     pattern = _id_files(tmp_path, 3)
     direct = _ps_prepare(job_dir_lib.JobDir(str(tmp_path / "direct")), pattern)
@@ -376,7 +376,7 @@ def test_parameter_servers_stage_json_lines_once_and_a_second_prepare_reuses_it(
 
 
 def test_a_bad_json_line_staged_for_parameter_servers_is_named_and_leaves_no_shards(tmp_path):
-    from trainer import job_dir as job_dir_lib
+    from trainer.storage import job_dir as job_dir_lib
 
     pattern = _id_files(tmp_path, 1)
     with open(pattern, "a") as f:
@@ -392,7 +392,7 @@ def test_a_parameter_server_cluster_trains_on_json_lines(tmp_path):
     """The default Vertex shape (chief, workers, ps) on .jsonl files: the chief stages them,
     the workers read the shards through the dataset function it traces."""
     from tests.test_distributed import Job
-    from trainer.local_cluster import ClusterShape
+    from trainer.distribute.local.cluster import ClusterShape
 
     (tmp_path / "json").mkdir()
     train, evaluation = _rows(1200, 1), _rows(300, 2)

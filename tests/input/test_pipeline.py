@@ -10,9 +10,9 @@ import pytest
 import tensorflow as tf
 
 from tests.input.support import write_rows
-from trainer import schema as S
 from trainer.input import files, pipeline, scan
-from trainer.input.job import JobInput
+from trainer.input import schema as S
+from trainer.input.job_input import JobInput
 from trainer.input.options import BadRows, InputOptions
 from trainer.input.pipeline import Pipeline, Selection, Shard, Side
 

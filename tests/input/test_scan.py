@@ -6,9 +6,9 @@ import pytest
 import tensorflow as tf
 
 from tests.input.support import write, write_rows, write_tfrecord
-from trainer import schema as S
 from trainer.errors import InputError
 from trainer.input import files, scan
+from trainer.input import schema as S
 from trainer.input.options import BadRows
 
 HeadType = S.HeadType

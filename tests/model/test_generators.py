@@ -8,7 +8,7 @@ import pytest
 import tensorflow as tf
 
 from trainer.errors import InputError
-from trainer.features import encoded
+from trainer.input.features import encoded
 from trainer.model import (
     CrossBuilder,
     CrossGenerator,

@@ -34,7 +34,7 @@ from trainer.errors import InputError
 from trainer.input import files as files_lib
 from trainer.input.files import Source
 from trainer.input.options import BigQueryConnection
-from trainer.schema import ColumnChoices
+from trainer.input.schema import ColumnChoices
 
 PREFIX = "bq://"
 NUMERIC = frozenset({"INT64", "FLOAT64", "NUMERIC", "BIGNUMERIC"})

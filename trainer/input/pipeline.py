@@ -27,10 +27,10 @@ from collections.abc import Callable
 
 import tensorflow as tf
 
-from trainer import schema as schema_lib
-from trainer.features import WEIGHT, Preprocessor
 from trainer.input import blocks as blocks_lib
 from trainer.input import rows as rows_lib
+from trainer.input import schema as schema_lib
+from trainer.input.features import WEIGHT, Preprocessor
 from trainer.input.files import Source
 from trainer.input.options import BadRows
 from trainer.input.rows import Columns

@@ -14,9 +14,9 @@ import re
 
 import tensorflow as tf
 
-from trainer import schema as schema_lib
 from trainer.input import files as files_lib
 from trainer.input import jsonl
+from trainer.input import schema as schema_lib
 from trainer.input.files import Source
 
 # Why a row cannot be used: bits of one int32 per row, 0 for a good row.

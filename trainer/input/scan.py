@@ -22,17 +22,17 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
-from trainer import schema as schema_lib
 from trainer.errors import InputError
 from trainer.input import blocks as blocks_lib
 from trainer.input import files as files_lib
 from trainer.input import rows as rows_lib
+from trainer.input import schema as schema_lib
 from trainer.input import stats
 from trainer.input.bad_rows import BadRowLog, first_bad
 from trainer.input.files import Source
 from trainer.input.options import BadRows
 from trainer.input.rows import Columns
-from trainer.schema import ColumnChoices, HeadType, Kind, Schema
+from trainer.input.schema import ColumnChoices, HeadType, Kind, Schema
 
 SAMPLE_ROWS = 20_000
 _HOLDOUT_BUCKETS = 1_000_000
@@ -45,7 +45,7 @@ class Holdout:
     with the same text go to the same side.
 
     `fold` picks which `fraction` of the hash range is held out: the folds of one seed are
-    disjoint, so the bags of a bagged job (trainer/bagging.py) each hold out other rows."""
+    disjoint, so the bags of a bagged job (trainer/job/bagging.py) each hold out other rows."""
 
     fraction: float
     seed: int

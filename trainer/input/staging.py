@@ -33,14 +33,14 @@ import time
 import tensorflow as tf
 from absl import logging
 
-from trainer import job_dir as job_dir_lib
-from trainer import storage
 from trainer.errors import InputError
 from trainer.input import bigquery
 from trainer.input import files as files_lib
 from trainer.input.bigquery import Session, Table
 from trainer.input.files import Source
 from trainer.input.options import BigQueryConnection
+from trainer.storage import files as storage
+from trainer.storage import job_dir as job_dir_lib
 
 ROWS_PER_SHARD = 500_000
 # Streams written at once: each is a gRPC read, a CSV writer and gzip, which release the GIL.

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 import tensorflow as tf
 
-from trainer.schema import Embedded
+from trainer.input.schema import Embedded
 
 
 def make_tables(embedded: Sequence[Embedded], *, seed: int) -> list[tf.Variable]:

@@ -38,9 +38,9 @@ import numpy as np
 import tensorflow as tf
 
 from trainer.errors import InputError
-from trainer.features import Encoded
+from trainer.input.features import Encoded
+from trainer.input.schema import Embedded
 from trainer.model import embedding
-from trainer.schema import Embedded
 
 
 class Builder(abc.ABC):
@@ -140,7 +140,7 @@ def find_builder(generator: Generator, context: IterationContext, name: str) -> 
 
 @dataclasses.dataclass(frozen=True)
 class Inputs:
-    """What the subnetworks take (see `trainer.features.Encoded`): `dense_width` float inputs
+    """What the subnetworks take (see `trainer.input.features.Encoded`): `dense_width` float inputs
     and the ids of the `embedded` columns; `plain`, the positions of the dense inputs that are
     not piecewise-linear bins (None: all of them)."""
 

@@ -4,7 +4,7 @@ An iteration trains `k` new subnetworks and the candidate ensembles' mixture wei
 these is a *job*; a `Unit` is the set of jobs one worker trains together in each step. A
 placement strategy maps the workers of a cluster to units (`assign`) and each subnetwork to a
 group of parameter servers (`ps_group`). Both are pure functions of small integers: they are
-tested as truth tables, and the coordinated train loop (`trainer/loops.py`,
+tested as truth tables, and the coordinated train loop (`trainer/distribute/loops.py`,
 `CoordinatedLoop`) executes them.
 
 Every job trains for the iteration's step budget, whatever the placement, so the search is

@@ -2,7 +2,7 @@
 how fast it gets through an iteration, from the cluster's shape; fitted to the rows
 `bench/cluster.py` measures.
 
-What it assumes (`CoordinatedLoop` in `trainer/loops.py`, whose workers keep their unit's
+What it assumes (`CoordinatedLoop` in `trainer/distribute/loops.py`, whose workers keep their unit's
 variables for a chunk of steps):
 
 - A worker's step of unit `u` costs `share(u) x compute_s_per_example x batch_size +
@@ -47,7 +47,7 @@ from trainer.placement import Placement, Unit
 # A forward pass costs about a third of forward and backward.
 FORWARD_SHARE = 1 / 3
 
-# Optimizer slots per variable (`trainer/optimizers.py`).
+# Optimizer slots per variable (`trainer/search/optimizers.py`).
 OPTIMIZER_SLOTS = {"adam": 2, "sgd": 0, "rmsprop": 1, "adagrad": 1}
 
 # Variable bytes of the default search's iteration-0 subnetworks on census (dnn_0x64,

@@ -1,0 +1,47 @@
+"""Resuming a job dir: which recorded settings must match the flags."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.support import parsed_flags
+from trainer import config as config_lib
+from trainer import task
+from trainer.errors import InputError
+from trainer.storage import job_dir as job_dir_lib
+
+
+def _config(job, *args):
+    with parsed_flags(["--train_data=x.csv", "--label_column=y", f"--job_dir={job}", *args]) as f:
+        return task.build_config(f)
+
+
+def _job_dir_of(config, *, without=()):
+    """A job dir whose run.json records `config`'s fingerprint less the keys `without`."""
+    job = job_dir_lib.JobDir(config.job_dir)
+    job.create()
+    fingerprint = {k: v for k, v in config.fingerprint().items() if k not in without}
+    job_dir_lib.write_json(job.run, {"fingerprint": fingerprint})
+    return job
+
+
+def test_a_job_dir_resumes_with_the_same_settings_and_not_with_others(tmp_path):
+    job = _job_dir_of(_config(tmp_path / "job"))
+    config_lib.check_resumable(_config(tmp_path / "job"), job)
+    with pytest.raises(InputError, match=r"learning_rate: was 0.003, now 0.01"):
+        config_lib.check_resumable(_config(tmp_path / "job", "--learning_rate=0.01"), job)
+
+
+def test_settings_added_later_count_as_what_older_job_dirs_ran_with(tmp_path):
+    """A job dir written before a setting was recorded ran with its value of the time
+    (`BEFORE_RECORDED`): it resumes with those flags, and today's defaults are refused with
+    a message that says so."""
+    old = ("--weight_decay=0", "--subnetwork_loss=own", "--selection_margin=0")
+    job = _job_dir_of(_config(tmp_path / "job", *old), without=config_lib.BEFORE_RECORDED)
+    config_lib.check_resumable(_config(tmp_path / "job", *old), job)
+    with pytest.raises(InputError) as raised:
+        config_lib.check_resumable(_config(tmp_path / "job"), job)
+    message = str(raised.value)
+    assert "subnetwork_loss: was 'own' (before it was recorded), now 'residual'" in message
+    assert "selection_margin: was 0.0 (before it was recorded), now 1.0" in message
+    assert "weight_decay" not in message  # its default has not changed

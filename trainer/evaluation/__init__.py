@@ -1,0 +1,2 @@
+"""Evaluation: streaming metrics of candidates, the exported model's metrics, feature
+importance."""

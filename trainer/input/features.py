@@ -1,0 +1,93 @@
+"""The preprocessing layer: raw feature columns in; dense float32 features and embedding ids out.
+
+The same module encodes the input pipeline's batches and sits at the front of the exported
+model, so training and serving cannot disagree about the encoding.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import tensorflow as tf
+
+from trainer.input import schema as schema_lib
+from trainer.input.schema import CategoricalColumn, Encoding, Kind, NumericColumn
+
+# One batch, encoded: "dense" [batch, schema.dense_width] float32 and, with embedded columns,
+# "ids" [batch, number of embedded columns] int64 (each column's id into its vocabulary, the
+# last id for values outside it). A dict without "ids" rather than a None or a zero-width
+# tensor: tf.data and distributed iterators handle neither.
+Encoded = Mapping[str, tf.Tensor]
+# The input pipeline's encoded batches of a schema with a weight column also hold each row's
+# weight, [batch] float32, under this key: the loss and the metrics read it, the model never
+# does (the exported model's preprocessor makes no weight).
+WEIGHT = "weight"
+# An in-memory training table's rows may also carry the frozen previous ensemble's members'
+# outputs, a tuple of (last layer, logits) per member, under this key: computed once per
+# iteration (`Iteration.previous_outputs`), read by the forward pass instead of running the
+# members at every step.
+PREVIOUS_OUTPUTS = "previous_outputs"
+
+
+def encoded(dense: tf.Tensor, ids: tf.Tensor | None = None) -> dict[str, tf.Tensor]:
+    return {"dense": dense} if ids is None else {"dense": dense, "ids": ids}
+
+
+class Preprocessor(tf.Module):
+    """Encodes raw columns: numerics standardised plus a piecewise-linear encoding over
+    quantile bins, missing values at the mean; categoricals one-hot over the vocabulary with
+    one out-of-vocabulary slot, or (large vocabularies) as ids for the subnetworks'
+    embeddings. Its lookup tables are created with it, so build it where it is used (an input
+    pipeline on a worker builds its own)."""
+
+    def __init__(self, schema: schema_lib.Schema):
+        super().__init__(name="preprocessor")
+        self._schema = schema
+        self._tables = {}
+        for column in schema.columns:
+            if isinstance(column, CategoricalColumn):
+                init = tf.lookup.KeyValueTensorInitializer(
+                    tf.constant(column.vocabulary or ("",), tf.string),
+                    tf.range(max(1, len(column.vocabulary)), dtype=tf.int64),
+                )
+                self._tables[column.name] = tf.lookup.StaticHashTable(
+                    init, default_value=len(column.vocabulary)
+                )
+
+    def input_signature(self) -> dict[str, tf.TensorSpec]:
+        """One rank-1 tensor per raw column: float32 for numeric, string for categorical."""
+        return {
+            c.name: tf.TensorSpec(
+                [None], tf.float32 if c.kind is Kind.NUMERIC else tf.string, name=c.name
+            )
+            for c in self._schema.columns
+        }
+
+    def __call__(self, features: dict[str, tf.Tensor]) -> Encoded:
+        parts, ids = [], []
+        for column in self._schema.columns:
+            value = features[column.name]
+            if isinstance(column, NumericColumn):
+                value = tf.cast(value, tf.float32)
+                value = tf.where(tf.math.is_finite(value), value, column.mean)
+                parts.append(tf.expand_dims((value - column.mean) / column.std, -1))
+                if column.num_bins:
+                    parts.append(_piecewise_linear(value, column.edges))
+                continue
+            index = self._tables[column.name].lookup(tf.strings.strip(value))
+            if column.encoding is Encoding.EMBEDDING:
+                ids.append(index)
+            else:
+                parts.append(tf.one_hot(index, column.width))
+        batch = tf.shape(features[self._schema.columns[0].name])[0]
+        dense = tf.concat(parts, axis=-1) if parts else tf.zeros([batch, 0])
+        return encoded(dense, tf.stack(ids, axis=1) if ids else None)
+
+
+def _piecewise_linear(value: tf.Tensor, edges: tuple[float, ...]) -> tf.Tensor:
+    """Piecewise-linear encoding (Gorishniy et al., 2022): component t is 0 below bin t, 1
+    above it, and the position within it in between. A thermometer code that keeps the
+    position inside the bin, so a linear layer on top fits any piecewise-linear function."""
+    low = tf.constant(edges[:-1], tf.float32)
+    width = tf.constant([b - a for a, b in zip(edges[:-1], edges[1:])], tf.float32)
+    return tf.clip_by_value((value[:, None] - low) / width, 0.0, 1.0)

@@ -1,0 +1,427 @@
+"""A job's input, prepared once per replica: its sources opened and checked, its schema scanned
+(by the chief, before training) or read from the job dir (a resume, a worker, the evaluator),
+and the datasets each role reads."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+
+import tensorflow as tf
+from absl import logging
+
+from trainer.errors import InputError
+from trainer.input import bigquery, blocks, scan, staging
+from trainer.input import files as files_lib
+from trainer.input.files import Source
+from trainer.input.options import InputOptions
+from trainer.input.pipeline import (
+    EVAL_BATCH_SIZE,
+    Derived,
+    Pipeline,
+    Selection,
+    Shard,
+    Side,
+    in_memory,
+    shard_plan,
+)
+from trainer.input.scan import Holdout
+from trainer.input.schema import ColumnChoices, Schema
+from trainer.storage import job_dir as job_dir_lib
+
+
+@dataclasses.dataclass(frozen=True)
+class JobInput:
+    """The schema, the sources, the hold-out (without eval data) and how to read them.
+    `train` is None for an evaluator given its own eval data: it never opens the training
+    data."""
+
+    schema: Schema
+    train: Source | None
+    eval: Source
+    holdout: Holdout | None
+    options: InputOptions
+    # The encoded tables this process holds in memory (`_table`), built on first use.
+    _tables: dict = dataclasses.field(default_factory=dict, init=False, repr=False, compare=False)
+
+    @property
+    def train_source(self) -> Source:
+        """The training files; only a replica that trains (or scans) asks for them."""
+        if self.train is None:
+            raise RuntimeError("this replica did not open --train_data")
+        return self.train
+
+    # -- evaluation -----------------------------------------------------------------------
+    @property
+    def eval_selection(self) -> Selection:
+        return Selection(self.holdout, Side.HELD_OUT) if self.holdout else Selection()
+
+    def eval_encoded(self) -> tf.data.Dataset:
+        """One pass over the eval rows, encoded: from memory when they fit the memory budget
+        (read and encoded once per process, however many evaluations the job runs)."""
+        if self._fits(self.eval_rows):
+            table = self._table(self.eval, self.eval_selection, self.eval_rows)
+            return tf.data.Dataset.from_tensor_slices(table).batch(EVAL_BATCH_SIZE)
+        return self._pipeline(self.eval).encoded(self.eval_selection)
+
+    def eval_raw(self, *, with_weight: bool = False) -> tf.data.Dataset:
+        """One pass over the eval rows as the exported model takes them: `(features,
+        labels)`, or with `with_weight` and a weight column `(features, labels, weights)`."""
+        return self._pipeline(self.eval).raw(self.eval_selection, with_weight=with_weight)
+
+    def describe_eval(self) -> str:
+        return self.holdout.describe() if self.holdout else self.eval.pattern
+
+    @property
+    def eval_rows(self) -> int:
+        summary = self.schema.summary
+        if self.holdout:
+            return summary["train"]["holdout_rows"]
+        return summary["eval"]["rows"]
+
+    # -- training -------------------------------------------------------------------------
+    @property
+    def train_rows(self) -> int:
+        train = self.schema.summary["train"]
+        return train["rows"] - train.get("holdout_rows", 0) if self.holdout else train["rows"]
+
+    def train_selection(self, shard: Shard | None = None) -> Selection:
+        if self.holdout:
+            return Selection(self.holdout, Side.TRAIN, shard)
+        return Selection(shard=shard)
+
+    def train_encoded(self) -> tf.data.Dataset:
+        """One pass over the training rows (for selection on the training data)."""
+        if self.is_cached(readers=1):
+            table = self._table(self.train_source, self.train_selection(), self.train_rows)
+            return tf.data.Dataset.from_tensor_slices(table).batch(EVAL_BATCH_SIZE)
+        return self._pipeline(self.train_source).encoded(self.train_selection())
+
+    def is_cached(self, readers: int) -> bool:
+        """Whether a reader's share of the encoded training rows fits the memory budget."""
+        return self._fits(math.ceil(self.train_rows / max(readers, 1)))
+
+    def training(
+        self,
+        *,
+        readers: int,
+        shard: Shard | None,
+        batch_size: int,
+        seed: int,
+        in_process: bool = True,
+        derived: Derived | None = None,
+    ) -> tf.data.Dataset:
+        """Endless shuffled training batches for one of `readers` readers (see Pipeline).
+        In this process (not a parameter-server worker's dataset), a share that fits the
+        memory budget is read and encoded once and kept for every later iteration; the
+        `derived` columns are added to it when they fit the budget too."""
+        if in_process and self.is_cached(readers):
+            features, labels = self._table(
+                self.train_source, self.train_selection(shard), self.train_rows
+            )
+            share = math.ceil(self.train_rows / max(readers, 1))
+            if derived is not None and self._fits(share, derived.bytes_per_example):
+                features = derived(features)
+            return in_memory(tf.data.Dataset.from_tensors((features, labels)), batch_size, seed)
+        return self._pipeline(self.train_source, in_process=in_process).training(
+            self.train_selection(shard),
+            batch_size=batch_size,
+            seed=seed,
+            shuffle_buffer=self.options.shuffle_buffer,
+            cache_rows=self.train_rows if self.is_cached(readers) else None,
+        )
+
+    def reads(self, readers: list[str]) -> dict:
+        """What each reader reads of the training data, for the report."""
+        mode = "in memory" if self.is_cached(len(readers)) else "streamed from the files"
+        return {
+            "training_rows": self.train_rows,
+            "eval_rows": self.eval_rows,
+            "eval_data": self.describe_eval(),
+            "mode": mode,
+            "readers": {
+                name: plan
+                for name, plan in zip(readers, shard_plan(self.train_source, len(readers)))
+            },
+        }
+
+    def _pipeline(self, source: Source, *, in_process: bool = True) -> Pipeline:
+        return Pipeline(source, self.schema, self.options.bad_rows, in_process)
+
+    def _fits(self, rows: int, extra_bytes: int = 0) -> bool:
+        """Whether `rows` encoded rows (and `extra_bytes` more per row) fit the memory budget
+        (`--cache_mb`)."""
+        per_row = self.schema.bytes_per_example() + extra_bytes
+        return rows * per_row <= self.options.cache_bytes
+
+    def _table(self, source: Source, selection: Selection, rows: int) -> tuple:
+        """The rows `selection` takes of `source` (at most `rows`), encoded, as tensors this
+        process keeps: read once, the first time they are asked for."""
+        key = (source, selection)
+        if key not in self._tables:
+            table = self._pipeline(source).table(selection, rows=rows)
+            self._tables[key] = table.get_single_element()
+        return self._tables[key]
+
+
+def prepare(
+    *,
+    train_data: str,
+    eval_data: str | None,
+    columns: ColumnChoices,
+    holdout_fraction: float,
+    options: InputOptions,
+    seed: int,
+    job: job_dir_lib.JobDir,
+    scan_if_new: bool,
+    holdout_fold: int = 0,
+    wait_secs: float = 0.0,
+    open_train: bool = True,
+    stage_tables: bool = False,
+) -> JobInput:
+    """Opens the sources and gets the schema: from the job dir when it exists; else scanned
+    here (`scan_if_new`, the chief: InputError on bad input, before anything is written);
+    else waited for, up to `wait_secs` (a replica whose chief is scanning). A BigQuery
+    table is read through the read session its scan opened: a replica that waits for the
+    chief opens it from the schema's summary. With `stage_tables` (a cluster with parameter
+    servers, whose workers cannot run the table reader nor the JSON Lines converter) the
+    chief of a new job first stages each table and each JSON Lines input into `JOB_DIR/data`
+    (`trainer/input/staging.py`), and the job reads those files; bad input found after
+    staging deletes them. `holdout_fold`: which of the seed's disjoint hold-outs (a bag's,
+    `trainer/job/bagging.py`)."""
+    schema = None
+    if job.exists():
+        schema = Schema.from_json(job_dir_lib.read_text(job.schema), path=job.schema)
+    elif not scan_if_new and (
+        stage_tables or any(bigquery.is_table(d) for d in (train_data, eval_data))
+    ):  # a table's session, or what the chief staged, is in the schema's summary
+        schema = _wait_for_schema(job, wait_secs)
+    summary = schema.summary if schema else {}
+    stage = stage_tables and scan_if_new and schema is None
+
+    def open_input(data: str, flag: str, key: str) -> Source:
+        if stage and bigquery.is_table(data):  # staged by a start that ended before its scan
+            done = staging.finished(
+                data, flag=flag, connection=options.bigquery, folder=job.data, name=key
+            )
+            if done:
+                return done
+        source = _open(data, flag, options, summary.get(key))
+        if stage and source.format == files_lib.JSONL:  # staged by a start that ended early
+            return staging.finished_jsonl(source, folder=job.data, name=key) or source
+        return source
+
+    eval_source = open_input(eval_data, "--eval_data", "eval") if eval_data else None
+    holdout = None if eval_data else Holdout(holdout_fraction, seed, holdout_fold)
+    train = open_input(train_data, "--train_data", "train") if open_train or holdout else None
+    if train is not None and train.session is not None:
+        columns = bigquery.table_choices(train, columns)
+    resumed = schema is not None
+    if schema is None and scan_if_new:
+        assert train is not None, "a replica that scans opens the training data"
+        # Before the pass: a file rewritten while it is read is found changed on resume.
+        identities = {
+            key: _identities(source) for key, source in (("train", train), ("eval", eval_source))
+        }
+        try:
+            if stage:  # every check of the tables' columns is done: the one pass over them
+                train, eval_source = (
+                    _staged(source, key, job)
+                    for source, key in ((train, "train"), (eval_source, "eval"))
+                )
+            assert train is not None
+            schema = _scan(train, eval_source, columns, options, holdout, seed)
+            schema = _with_sessions(schema, job, train=train, eval=eval_source)
+            schema = _with_identities(schema, identities)
+        except InputError:
+            if stage:  # the job never starts: leave no shards behind (nor half of them)
+                for key in ("train", "eval"):
+                    staging.remove(job.data, key)
+            raise
+    elif schema is None:
+        schema = _wait_for_schema(job, wait_secs)
+    streamed = [
+        s for s in (train, eval_source) if s and s.format in (files_lib.BIGQUERY, files_lib.JSONL)
+    ]
+    if stage_tables and streamed:
+        what = "table's read streams" if streamed[0].session else "JSON Lines files in Python"
+        raise InputError(
+            f"{streamed[0].flag}={streamed[0].pattern}: the job in this --job_dir reads the "
+            f"{what} (it started without parameter servers), which parameter-server workers "
+            "cannot run. Resume it without a ps pool, or start a new --job_dir."
+        )
+    for source, key in ((train, "train"), (eval_source, "eval")):
+        _check_same_files(source, schema.summary.get(key))
+        if resumed and scan_if_new:  # the chief of a resumed job: the same contents too
+            _check_unchanged(source, schema.summary.get(key))
+    evaluated = eval_source or train
+    assert evaluated is not None, "without --eval_data the hold-out opens the training data"
+    return JobInput(schema, train, evaluated, holdout, options)
+
+
+def _scan(
+    train: Source,
+    eval_source: Source | None,
+    columns: ColumnChoices,
+    options: InputOptions,
+    holdout: Holdout | None,
+    seed: int,
+) -> Schema:
+    schema = scan.scan_training(
+        train, columns, bad_rows=options.bad_rows, holdout=holdout, seed=seed
+    )
+    if eval_source:
+        summary = dict(
+            schema.summary, eval=scan.scan_eval(eval_source, schema, bad_rows=options.bad_rows)
+        )
+        schema = dataclasses.replace(schema, summary=summary)
+    return schema
+
+
+def _open(data: str, flag: str, options: InputOptions, summary: dict | None) -> Source:
+    """The files of `data`, or a BigQuery table's streams (those of the job's read session
+    when `summary`, the job dir's summary of this input, records one), or the shards the job
+    staged of it."""
+    summary = summary or {}
+    if "staged" in summary and staging.is_jsonl_manifest(summary["staged"]):
+        return staging.open_recorded_jsonl(data, flag=flag, data=summary["staged"])
+    if bigquery.is_table(data):
+        if "staged" in summary:
+            return staging.open_recorded(
+                data, flag=flag, connection=options.bigquery, data=summary["staged"]
+            )
+        recorded = summary.get("bigquery")
+        return bigquery.open_table(data, flag=flag, connection=options.bigquery, recorded=recorded)
+    return files_lib.open_source(data, flag=flag, jsonl=options.jsonl)
+
+
+def _staged(source: Source | None, key: str, job: job_dir_lib.JobDir) -> Source | None:
+    """A table's read streams or JSON Lines files staged into the job dir as shards; other
+    files (and shards a previous start staged) stay as they are."""
+    if source is not None and source.format == files_lib.JSONL:
+        return staging.stage_jsonl(source, folder=job.data, name=key)
+    if source is None or source.format != files_lib.BIGQUERY:
+        return source
+    return staging.stage(source, folder=job.data, name=key)
+
+
+def _with_sessions(schema: Schema, job: job_dir_lib.JobDir, **sources: Source | None) -> Schema:
+    """The schema with each BigQuery input's read session (or its staged shards) in its
+    summary, for the replicas that read it later."""
+    summary = dict(schema.summary)
+    for key, source in sources.items():
+        if source is not None and _is_staged_jsonl(source, job, key):
+            manifest = job_dir_lib.read_json(staging.manifest_path(job.data, key))
+            summary[key] = dict(summary[key], staged=manifest)
+            continue
+        if source is None or source.session is None:
+            continue
+        if staging.is_staged(source):
+            manifest = job_dir_lib.read_json(staging.manifest_path(job.data, key))
+            summary[key] = dict(summary[key], staged=manifest)
+        else:
+            summary[key] = dict(summary[key], bigquery=bigquery.recorded_session(source))
+    return dataclasses.replace(schema, summary=summary)
+
+
+def _is_staged_jsonl(source: Source, job: job_dir_lib.JobDir, key: str) -> bool:
+    """Whether `source` is the shards this job staged of JSON Lines files."""
+    path = staging.manifest_path(job.data, key)
+    if source.format != files_lib.CSV or not tf.io.gfile.exists(path):
+        return False
+    data = job_dir_lib.read_json(path)
+    return staging.is_jsonl_manifest(data) and [f["path"] for f in data["files"]] == list(
+        source.files
+    )
+
+
+def _check_same_files(source: Source | None, summary: dict | None) -> None:
+    """Fails when an input matches other files than when its job started (the statistics,
+    the hold-out and the row counts describe those)."""
+    if source is None or summary is None:
+        return
+    then = [f["path"] for f in summary["files"]]
+    if list(source.files) != then:
+        added = sorted(set(source.files) - set(then))[:3]
+        gone = sorted(set(then) - set(source.files))[:3]
+        raise InputError(
+            f"{source.flag} now matches {len(source.files)} files, but the job in this "
+            f"--job_dir was started on {len(then)} (new: {added}, gone: {gone}). Resume with "
+            "the same files, or train on the new ones in a new --job_dir."
+        )
+
+
+def _identities(source: Source | None) -> list[dict] | None:
+    """Each file's size and modification time (files_lib.identities); None for a table's read
+    streams (a read session reads one snapshot of the table, whenever it is read)."""
+    if source is None or source.format == files_lib.BIGQUERY:
+        return None
+    return files_lib.identities(source.files)
+
+
+def _with_identities(schema: Schema, identities: dict[str, list[dict] | None]) -> Schema:
+    """The schema with each input file's identity beside its row counts (and the CRC-32 the
+    scan found), for `_check_unchanged` on resume. Staged inputs (the job's own shards) are the
+    files the job reads."""
+    summary = dict(schema.summary)
+    for key, files in identities.items():
+        if files is None or key not in summary or "staged" in summary[key]:
+            continue
+        entries = [{**entry, **i} for entry, i in zip(summary[key]["files"], files)]
+        summary[key] = dict(summary[key], files=entries)
+    return dataclasses.replace(schema, summary=summary)
+
+
+def _check_unchanged(source: Source | None, summary: dict | None) -> None:
+    """Fails when a file of the input changed since the job's scan (its size or modification
+    time): the statistics, the hold-out and every finished iteration describe the old
+    contents. Job dirs of versions that recorded no identities are not checked."""
+    if source is None or summary is None or source.format == files_lib.BIGQUERY:
+        return
+    recorded = [f for f in summary["files"] if "bytes" in f]
+    if not recorded or len(recorded) != len(source.files):
+        return
+    for entry, now in zip(recorded, files_lib.identities(source.files)):
+        if entry["bytes"] == now["bytes"]:
+            if entry["modified_ns"] == now["modified_ns"]:
+                continue
+            if "crc32" in entry and entry["crc32"] == blocks.checksum(entry["path"]):
+                logging.info(
+                    "%s: %s was modified since the job's scan, but its bytes are the same.",
+                    source.flag,
+                    entry["path"],
+                )
+                continue
+        then, modified = _time(entry["modified_ns"]), _time(now["modified_ns"])
+        if entry["bytes"] != now["bytes"]:
+            what = f"{entry['bytes']:,} bytes when the job scanned it, {now['bytes']:,} now"
+        elif "crc32" in entry:
+            what = f"modified at {modified}, and its bytes are not those the job scanned"
+        else:
+            what = f"modified at {modified}; it was last modified at {then} when scanned"
+        raise InputError(
+            f"{source.flag}: {entry['path']} changed since the job in this --job_dir started "
+            f"({what}): its statistics, hold-out and finished iterations describe the old "
+            "contents. Restore the file to resume, or train on the new data in a new "
+            "--job_dir."
+        )
+
+
+def _time(nanoseconds: int) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(nanoseconds / 1e9))
+
+
+def _wait_for_schema(job: job_dir_lib.JobDir, wait_secs: float) -> Schema:
+    deadline = time.monotonic() + wait_secs
+    while not job.exists():
+        if time.monotonic() > deadline:
+            raise InputError(
+                f"the chief did not write {job.run} in {wait_secs:.0f} s; it "
+                "scans the data first. Check the chief's log."
+            )
+        logging.log_every_n_seconds(
+            logging.INFO, "Waiting for the chief's schema in %s.", 30, job.root
+        )
+        time.sleep(1.0)
+    return Schema.from_json(job_dir_lib.read_text(job.schema), path=job.schema)

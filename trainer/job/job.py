@@ -1,0 +1,352 @@
+"""The job: the input once, then the iterations (`trainer/job/controller.py`), the export,
+the exported model's metrics and the report.
+
+`run(config, cluster)` is the whole job as one replica of its cluster. Everything that can be
+wrong with the user's input is checked before the job dir is touched (the chief's statistics
+pass reads all of it); after that, every step is resumable: finished iterations are recorded
+(`trainer/storage/job_dir.py`), the running one is checkpointed periodically.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+import tensorflow as tf
+from absl import logging
+
+from trainer import config as config_lib
+from trainer.config import RunConfig
+from trainer.distribute import runtime as distributed
+from trainer.distribute.cluster import Cluster
+from trainer.distribute.loops import LoopMaker
+from trainer.errors import InputError, TrainingError
+from trainer.evaluation import exported
+from trainer.evaluation import importance as importance_lib
+from trainer.input import job_input as input_lib
+from trainer.input.features import Preprocessor
+from trainer.job import bagging
+from trainer.job.controller import Controller
+from trainer.model.heads import Head
+from trainer.placement import Placement
+from trainer.reporting import hypertune, leaderboard
+from trainer.reporting import report as report_lib
+from trainer.reporting.experiments import Tracker
+from trainer.search import adapt
+from trainer.search import record as record_lib
+from trainer.search.budget import TimeBudget
+from trainer.search.factory import Models
+from trainer.serving import export as export_lib
+from trainer.storage import files as storage
+from trainer.storage import job_dir as job_dir_lib
+
+
+def prepare_input(
+    config: RunConfig,
+    job: job_dir_lib.JobDir,
+    *,
+    scan_if_new: bool = True,
+    wait_secs: float = 0.0,
+    open_train: bool = True,
+    stage_tables: bool = False,
+) -> input_lib.JobInput:
+    """The input of the job `config` describes, in job dir `job`
+    (`trainer.input.job_input.prepare`)."""
+    data = config.data
+    return input_lib.prepare(
+        train_data=data.train_data,
+        eval_data=data.eval_data,
+        columns=data.columns,
+        holdout_fraction=data.holdout_fraction,
+        options=data.input,
+        seed=config.seed,
+        job=job,
+        scan_if_new=scan_if_new,
+        holdout_fold=config.bag,
+        wait_secs=wait_secs,
+        open_train=open_train,
+        stage_tables=stage_tables,
+    )
+
+
+def _train(
+    config: RunConfig,
+    data: input_lib.JobInput,
+    job: job_dir_lib.JobDir,
+    runtime: distributed.Runtime,
+    *,
+    started: float,
+    input_seconds: float,
+    adapted: dict,
+    budget: TimeBudget | None,
+    tracker: Tracker | None = None,
+) -> dict:
+    """Runs the iterations (the chief: then exports, evaluates and reports); returns the
+    report (the chief's; {} on other replicas)."""
+    models = Models(
+        config,
+        data.schema,
+        strategy=runtime.strategy,
+        layout=runtime.layout,
+        checkpoint_options=runtime.checkpoint_options,
+    )
+    loops = LoopMaker(
+        runtime=runtime,
+        data=data,
+        batch_size=config.train.batch_size,
+        seed=config.training_seed,
+        steps_per_loop=config.steps_per_loop,
+        stall_secs=config.distribution.stall_secs,
+        chunk_secs=config.distribution.chunk_secs,
+        budget=config.search.max_iteration_steps,
+    )
+    writes = job_dir_lib.ReplicaWrites(job, chief=runtime.is_chief)
+    controller = Controller(
+        config=config,
+        models=models,
+        data=data,
+        writes=writes,
+        loops=loops,
+        started=started,
+        budget=budget,
+    )
+
+    def report(
+        final: dict | None, importance: dict | None = None, records: list | None = None
+    ) -> dict:
+        summary = data.schema.summary
+        value = report_lib.build_report(
+            config=config,
+            schema=data.schema,
+            records=controller.records if records is None else records,
+            final=final,
+            job=job,
+            input_summary={
+                **data.reads(list(loops.readers())),
+                "bad_rows": report_lib.bad_rows(summary),
+                "statistics": summary.get("statistics"),
+            },
+            timing={
+                "input_seconds": input_seconds,
+                "first_step_seconds": controller.first_step_seconds,
+            },
+            budget=budget.to_json() if budget else None,
+            adapted=adapted,
+            feature_importance=importance,
+        )
+        job_dir_lib.write_json(job.report, value)
+        return value
+
+    if runtime.is_chief and job.complete_report():  # resumed: "training" until it is done
+        report(final=None, records=record_lib.finished(job))
+    for record in controller.iterations():
+        if runtime.is_chief:
+            report(final=None)
+            if tracker:
+                tracker.on_iteration(record)
+    writes.close()
+    if not runtime.is_chief:
+        return {}
+    records = controller.records
+    source = {"iterations": len(records), "chosen": records[-1].chosen}
+    if job.exported_from() != source:  # none yet, or an ensemble the search has grown since
+        # A copy on this machine, under no strategy: the SavedModel holds plain variables
+        # wherever training kept them (parameter servers, mirrored replicas).
+        local = controller.restore(records, local=True)
+        export_lib.export(
+            export_lib.ServingModel(Preprocessor(data.schema), local, models.head), job, source
+        )
+        logging.info(
+            "Exported the chosen ensemble of iteration %d to %s", len(records) - 1, job.model
+        )
+    serve = export_lib.load_serving_fn(job.model)  # the export itself, loaded back
+    final = exported.evaluate_export(serve, data, models.head)
+    importance = exported.feature_importance(config, serve, data, models.head, budget)
+    value = report(final, importance)
+    job_dir_lib.write_atomically(
+        job.report_png, leaderboard.plot(value["iterations"], models.head.objective_metric)
+    )
+    if importance:
+        job_dir_lib.write_atomically(job.importance_png, importance_lib.plot(importance))
+    if config.hypertune_metric is not None:
+        hypertune.report(
+            config.hypertune_metric or models.head.objective_metric,
+            final["metrics"],
+            sum(r.steps for r in controller.records),
+        )
+    if tracker:
+        tracker.on_end(value)
+    return value
+
+
+def _runtime(config: RunConfig, cluster: Cluster) -> distributed.Runtime:
+    return distributed.make_runtime(
+        cluster,
+        config.distribution.placement.strategy(),
+        timeout_secs=config.distribution.cluster_timeout_secs,
+    )
+
+
+def _start_job_dir(config: RunConfig, job: job_dir_lib.JobDir, data: input_lib.JobInput) -> None:
+    """Creates the job dir (removing what a crash left), and on a new job writes its schema
+    and the flags a resume must match."""
+    job.create()
+    if not job.exists():
+        job_dir_lib.write_atomically(job.schema, data.schema.to_json())
+        job_dir_lib.write_json(job.run, {"fingerprint": config.fingerprint()})
+
+
+def run(
+    config: RunConfig,
+    cluster: Cluster | None = None,
+    *,
+    started: float | None = None,
+    tracker: Tracker | None = None,
+) -> dict:
+    """Trains (or resumes) the job described by `config` as this replica of `cluster`
+    (`_run`); a full disk is a TrainingError that says so (what is finished is kept).
+    Arguments, return value and exceptions: `_run`'s."""
+    try:
+        return _run(config, cluster, started=started, tracker=tracker)
+    except (tf.errors.ResourceExhaustedError, OSError) as e:
+        if not storage.is_disk_full(e):  # (memory, or Cloud Storage's rate limit)
+            raise
+        if isinstance(e, OSError):
+            where = e.filename or "a file"
+        else:  # "{{function_node ...}} PATH; No space left on device [Op:SaveV2]"
+            where = e.message.split("}} ", 1)[-1].split("; No space left")[0].strip()
+        raise TrainingError(
+            f"the disk is full: writing {where} failed (no space left on device). Free "
+            "space there, or give another --job_dir to start afresh; run the same command "
+            "again to resume: finished iterations are kept."
+        ) from None
+
+
+def _run(
+    config: RunConfig,
+    cluster: Cluster | None = None,
+    *,
+    started: float | None = None,
+    tracker: Tracker | None = None,
+) -> dict:
+    """Trains (or resumes) the job described by `config` as this replica of `cluster`.
+
+    Args:
+        config: the run's settings (`trainer.task` builds them from flags).
+        cluster: this replica's role and cluster (`trainer.distribute.cluster.parse`); None: one
+            machine, no cluster.
+        started: when the process began (time.monotonic()): where --time_budget_secs
+            counts from (default: now).
+        tracker: the chief's experiment tracker (`trainer.reporting.experiments`): told when
+            training starts (the input checked), each iteration's record and the final report.
+
+    Returns:
+        The report (`JOB_DIR/report.json`) on the chief; {} on other replicas.
+
+    Raises:
+        InputError: bad flags, data or job dir, found before any work starts.
+        TrainingError: training started but cannot go on (see `trainer.errors`); finished
+            iterations stay in the job dir.
+    """
+    cluster = cluster or Cluster()
+    job = job_dir_lib.JobDir.of(config.outputs)
+    storage.preflight(outputs=job.output_flags(), inputs=config.data.input_flags())
+    placement = config.distribution.placement
+    if cluster.is_distributed and not cluster.has_ps and placement is not Placement.REPLICATION:
+        raise InputError(
+            f"--placement={placement.value} needs parameter servers (a ps pool: "
+            "workerPoolSpecs[2]); a cluster of workers alone trains "
+            "synchronously, every worker on everything. Use "
+            "--placement=replication or add parameter servers."
+        )
+    if config.bags > 1 and cluster.is_distributed:
+        raise InputError(
+            f"--bags={config.bags} trains its bags one after the other on one machine; a "
+            "cluster trains one search. Drop --bags, or run on one machine."
+        )
+    config_lib.check_resumable(config, job)
+    job.check_model_dir()
+    if config.time_budget_secs and cluster.is_distributed and not cluster.has_ps:
+        raise InputError(
+            "--time_budget_secs needs one machine or parameter servers: synchronous replicas "
+            "(workers without parameter servers) would each decide on their own clock."
+        )
+    budget = (
+        TimeBudget(config.time_budget_secs, time.monotonic() if started is None else started)
+        if config.time_budget_secs and cluster.is_chief
+        else None
+    )
+    started = time.monotonic()
+    # Synchronous replicas (MultiWorkerMirroredStrategy) must start their collectives before
+    # any TensorFlow op runs: their cluster starts first, then the chief scans the data and
+    # the others wait for the schema it writes. Elsewhere all input is checked first, and a
+    # cluster that never starts leaves nothing written.
+    synchronous = cluster.is_distributed and not cluster.has_ps
+    runtime = _runtime(config, cluster) if synchronous else None
+    data = prepare_input(
+        config,
+        job,
+        scan_if_new=cluster.is_chief,
+        wait_secs=config.distribution.cluster_timeout_secs,
+        stage_tables=cluster.has_ps,  # ps workers read files, never a table's streams
+    )
+    input_seconds = time.monotonic() - started
+    metrics = Head(data.schema.label).metric_names
+    if config.hypertune_metric and config.hypertune_metric not in metrics:
+        raise InputError(
+            f"--hypertune_metric={config.hypertune_metric} is not an eval metric "
+            f"of a {data.schema.label.head.value} head; choose from "
+            f"{', '.join(metrics)}."
+        )
+    flags_config = config
+    config, adapted = adapt.resolve(
+        config, data.train_rows, data.schema.label.head, one_machine=not cluster.is_distributed
+    )
+    if "bags" in adapted and record_lib.finished(
+        job
+    ):  # a job dir of one search, from before --bags
+        config = dataclasses.replace(config, bags=1)
+        del adapted["bags"]
+        logging.info("The job in --job_dir began as one search: it resumes as one (no bags).")
+    for flag, change in adapted.items():
+        logging.info("--%s=%s (%s).", flag, change["value"], change["why"])
+    if config.bags > 1:
+        _start_job_dir(flags_config, job, data)
+        return bagging.run(
+            flags_config,
+            config,
+            data,
+            job,
+            run_one=run,
+            budget=budget,
+            adapted=adapted,
+            input_seconds=input_seconds,
+            tracker=tracker,
+        )
+    runtime = runtime or _runtime(config, cluster)
+    if cluster.is_chief:  # from here on the job dir is written, by the chief alone
+        _start_job_dir(flags_config, job, data)  # a resume compares the flags, not the choices
+        if tracker:
+            tracker.on_start()
+    try:
+        return _train(
+            config,
+            data,
+            job,
+            runtime,
+            started=started,
+            input_seconds=input_seconds,
+            adapted=adapted,
+            budget=budget,
+            tracker=tracker if cluster.is_chief else None,
+        )
+    except tf.errors.InvalidArgumentError as e:
+        if "a row that cannot be used" not in str(e):
+            raise
+        raise TrainingError(
+            f"the input changed since its scan: {e.message.splitlines()[0]}"
+        ) from None
+    except distributed.LOST_REPLICA_ERRORS as e:
+        if not cluster.is_distributed:
+            raise
+        raise distributed.lost_replica(e) from None

@@ -1,0 +1,228 @@
+"""What a job tells people once iterations are done: `report.json` (the iteration records,
+the exported model's metrics, the input, timing) and the final table."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from trainer.config import RunConfig
+from trainer.evaluation import importance
+from trainer.input.schema import Schema
+from trainer.reporting import leaderboard
+from trainer.search.record import IterationRecord
+from trainer.search.rules import Search
+from trainer.storage import job_dir as job_dir_lib
+
+
+def build_report(
+    *,
+    config: RunConfig,
+    schema: Schema,
+    records: Sequence[IterationRecord],
+    final: dict | None,
+    job: job_dir_lib.JobDir,
+    input_summary: dict,
+    timing: dict,
+    adapted: dict | None = None,
+    budget: dict | None = None,
+    feature_importance: dict | None = None,
+) -> dict:
+    """`report.json`: complete with the exported model's `final` metrics, else training."""
+    iterations = [r.to_json() for r in records]
+    return {
+        "status": "complete" if final else "training",
+        "job_dir": job.root,
+        "model_dir": job.model if final else None,
+        "head": schema.label.head.value,
+        "label": schema.label.name,
+        "classes": list(schema.label.classes),
+        "iterations": iterations,
+        "leaderboard": leaderboard.rows(iterations),
+        "architecture": records[-1].to_json()["architecture"] if records else None,
+        "final": final,
+        "config": config.fingerprint(),
+        "adapted": adapted or {},
+        "budget": budget,
+        "early_stop": early_stop(config, records),
+        "feature_importance": feature_importance,
+        "input": input_summary,
+        "timing": timing,
+    }
+
+
+def early_stop(config: RunConfig, records: Sequence[IterationRecord]) -> dict | None:
+    """What --patience cut: None unless the search ended before --max_iterations because
+    its last `patience` iterations kept the previous ensemble."""
+    skipped = list(range(len(records), config.search.max_iterations))
+    if not skipped or not Search(config.search).is_over(records):
+        return None
+    return {"patience": config.search.patience, "skipped_iterations": skipped}
+
+
+def table(report: dict) -> str:
+    """A plain-text table of iterations, candidates and the final metrics (of a bagged job:
+    `bagged_table`)."""
+    if report.get("bags"):
+        return bagged_table(report)
+    metric_names: list[str] = []
+    for record in report["iterations"]:
+        for candidate in record["candidates"]:
+            for name in candidate["eval"]:
+                if name not in metric_names:
+                    metric_names.append(name)
+    header = [
+        "iter",
+        "candidate",
+        "objective",
+        *[f"eval {m}" for m in metric_names],
+        "params",
+        "train s",
+        "",
+    ]
+    board = {(r["iteration"], r["candidate"]): r for r in report.get("leaderboard", [])}
+    rows = []
+    for record in report["iterations"]:
+        for candidate in record["candidates"]:
+            entry = board.get((record["iteration"], candidate["name"]), {})
+            if candidate["name"] == record["chosen"]:
+                flag = "<- chosen"
+                if candidate.get("standard_error"):  # not the lowest objective
+                    flag += " (simplest within --selection_margin of the lowest)"
+            else:
+                flag = "diverged" if candidate["diverged"] else ""
+            objective = fmt(candidate["objective"])
+            if candidate.get("standard_error"):
+                objective += f" ± {fmt(candidate['standard_error'])}"
+            rows.append(
+                [
+                    str(record["iteration"]),
+                    candidate["name"],
+                    objective,
+                    *[fmt(candidate["eval"].get(m)) for m in metric_names],
+                    f"{entry['parameters']:,}" if entry.get("parameters") else "-",
+                    f"{entry['training_seconds']:.1f}" if "training_seconds" in entry else "-",
+                    flag,
+                ]
+            )
+    lines = [*columns(header, rows), ""]
+    for record in report["iterations"]:
+        lines.append(_iteration_time(record))
+    if report.get("budget"):
+        lines.append(_budget(report["budget"]))
+    if report.get("early_stop"):
+        stop = report["early_stop"]
+        lines.append(
+            f"early stop (--patience={stop['patience']}): the search stopped growing, "
+            f"iterations {', '.join(map(str, stop['skipped_iterations']))} did not run"
+        )
+    if report.get("architecture"):
+        members = ", ".join(m["key"] for m in report["architecture"]["members"])
+        lines.append(f"final ensemble ({report['architecture']['ensembler']}): {members}")
+    if report.get("final"):
+        final = report["final"]
+        metrics = ", ".join(f"{k} {fmt(v)}" for k, v in final["metrics"].items())
+        lines.append(
+            f"exported model on {final['eval_data']} ({final['examples']} examples): {metrics}"
+        )
+        lines.append(f"model: {report['model_dir']}")
+    if report.get("feature_importance"):
+        lines.append(importance.summary(report["feature_importance"]))
+    return "\n".join(lines)
+
+
+def bagged_table(report: dict) -> str:
+    """The final table of a bagged job (trainer/job/bagging.py): one row per bag (its metrics on
+    its own hold-out), then the bagged model's."""
+    names = list(report["bags"][0]["metrics"])
+    header = ["bag", "seed", *[f"eval {m}" for m in names], "iterations", "train s", "ensemble"]
+    rows = [
+        [
+            str(b["bag"]),
+            str(b["seed"]),
+            *[fmt(b["metrics"].get(m)) for m in names],
+            str(b["iterations"]),
+            f"{b['training_seconds']:.1f}",
+            ", ".join(b["ensemble"]),
+        ]
+        for b in report["bags"]
+    ]
+    lines = [*columns(header, rows), ""]
+    budget = report.get("budget")
+    if budget and budget["bags_trained"] < budget["bags_planned"]:
+        lines.append(
+            f"time budget {budget['seconds']:g} s: {budget['bags_trained']} of "
+            f"{budget['bags_planned']} bags trained"
+        )
+    final = report["final"]
+    metrics = ", ".join(f"{k} {fmt(v)}" for k, v in final["metrics"].items())
+    lines.append(
+        f"bagged model ({len(report['bags'])} bags) on {final['eval_data']} "
+        f"({final['examples']} examples): {metrics}"
+    )
+    lines.append(f"model: {report['model_dir']}")
+    if report.get("feature_importance"):
+        lines.append(importance.summary(report["feature_importance"]))
+    return "\n".join(lines)
+
+
+def columns(header: list[str], rows: list[list[str]]) -> list[str]:
+    """`header` and `rows` as lines of left-aligned columns, a rule under the header."""
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in [header, *rows]]
+    lines.insert(1, "-" * len(lines[0]))
+    return lines
+
+
+def _iteration_time(record: dict) -> str:
+    """'iteration 0: 750 steps in 3.8 s of training (196,000 examples/s), 6.0 s in all'."""
+    seconds = record["seconds"]
+    speed = (
+        f" ({record['examples_per_sec']:,.0f} examples/s)" if record.get("examples_per_sec") else ""
+    )
+    return (
+        f"iteration {record['iteration']}: {record['steps']:,} steps in "
+        f"{seconds['training']:.1f} s of training{speed}, {seconds['total']:.1f} s in all"
+    )
+
+
+def _budget(budget: dict) -> str:
+    """'time budget 30 s: cut iteration 1 at 300 of 750 steps; skipped iterations 2; 1.2 s
+    left at the end' (a negative figure: the budget was overrun)."""
+    cuts = [
+        f"cut iteration {t} at {c['steps']:,} of {c['planned_steps']:,} steps"
+        for t, c in budget["cut_iterations"].items()
+    ]
+    if budget["skipped_iterations"]:
+        cuts.append(f"skipped iterations {', '.join(map(str, budget['skipped_iterations']))}")
+    return (
+        f"time budget {budget['seconds']:g} s: {'; '.join(cuts) or 'nothing cut'}; "
+        f"{budget['seconds_left']:.1f} s left at the end"
+    )
+
+
+def fmt(value) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float | np.floating):
+        return f"{value:.4f}"
+    return str(value)
+
+
+def bad_rows(summary: Mapping) -> dict:
+    """The policy, the bad rows of each file that had any, and the files cut short (with
+    --bad_rows=skip: the line after which each one's tail was lost)."""
+    inputs = [summary[key] for key in ("train", "eval") if summary.get(key)]
+    files = {
+        key: {f["path"]: f["bad_rows"] for f in summary[key]["files"] if f["bad_rows"]}
+        for key in ("train", "eval")
+        if summary.get(key)
+    }
+    lost = {
+        f["path"]: f["lost_tail_after_line"]
+        for data in inputs
+        for f in data["files"]
+        if "lost_tail_after_line" in f
+    }
+    return {"policy": summary.get("bad_rows"), "by_file": files, "lost_tails": lost}

@@ -1,0 +1,175 @@
+"""Defaults that follow the data: the flags a user leaves at their defaults are chosen from
+the number of training rows once the chief's scan has counted them.
+
+The defaults of `trainer.task` (batch 256, 750 steps per iteration, selection by the moving
+average of the training objective) were measured on census (`bench/defaults.py`, 29k-32k
+training rows). On a table of a few hundred rows they make every iteration hundreds of
+epochs and a batch larger than the table. So, for `rows` training rows:
+
+- batch size: the largest power of two at most rows / `ROWS_PER_BATCH`, between
+  `MIN_BATCH_SIZE` and the flag's default;
+- steps per iteration: at most `EPOCHS_PER_ITERATION` passes over the rows, at most the
+  flag's default;
+- selection: on the held-out data below `SMALL_TABLE_ROWS` training rows (`holdout`; the
+  training objective's moving average rewards the candidate that memorised most), where
+  `--selection_margin`'s one-standard-error rule keeps the choice from chasing the noise of
+  a small hold-out;
+- patience: below `TINY_TABLE_ROWS` (a hold-out of under 100 rows), the search ends at the
+  first iteration that keeps the previous ensemble (`TINY_TABLE_PATIENCE`): each later
+  iteration is one more chance for some candidate to beat it by the hold-out's noise alone;
+- generator: a regression table below `SMALL_TABLE_ROWS` also gets the linear model of the
+  plain columns among its candidates (the classic strong model of noisy rows, and the
+  simplest candidate at equal complexity);
+- bags: below `TINY_TABLE_ROWS` on one machine, `TINY_TABLE_BAGS` searches, each on its own
+  hold-out fold and seed, served together (`trainer/job/bagging.py`): one search on a few
+  hundred rows moves with its seed and its hold-out, and the mean of five moves far less and
+  scores better. Fewer when the hold-outs (one --holdout_fraction each) or the time budget
+  (`MIN_SECS_PER_BAG` each) cannot pay for five.
+
+Every rule only applies to a flag the user did not set (`RunConfig.auto` names those), and
+every decision goes into report.json (`adapted`). The figures behind each constant are in
+bench/results/quality.json (README, "Quality").
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+from trainer import model
+from trainer.config import RunConfig
+from trainer.ensemble import Selection
+from trainer.errors import InputError
+from trainer.input.schema import HeadType
+from trainer.model import Generator
+
+ROWS_PER_BATCH = 8
+MIN_BATCH_SIZE = 16
+EPOCHS_PER_ITERATION = 30
+SMALL_TABLE_ROWS = 10_000
+TINY_TABLE_ROWS = 1_000
+TINY_TABLE_PATIENCE = 1
+TINY_TABLE_BAGS = 5
+MIN_SECS_PER_BAG = 20.0  # a default search on a few hundred rows: 18-30 s on 2 cores
+
+# The flags these rules may choose; `trainer.task` puts the ones left at their defaults in
+# `RunConfig.auto`.
+ADAPTIVE_FLAGS = ("batch_size", "max_iteration_steps", "selection", "patience", "generator", "bags")
+
+
+def batch_size(rows: int, default: int) -> int:
+    """The largest power of two <= rows / ROWS_PER_BATCH, within [MIN_BATCH_SIZE, default]
+    (and never more than the rows)."""
+    power = 2 ** max(0, math.floor(math.log2(max(rows / ROWS_PER_BATCH, 1))))
+    return max(1, min(default, rows, max(MIN_BATCH_SIZE, power)))
+
+
+def iteration_steps(rows: int, batch: int, default: int) -> int:
+    """At most EPOCHS_PER_ITERATION epochs of `rows` in batches of `batch`, at most `default`."""
+    return max(1, min(default, math.ceil(EPOCHS_PER_ITERATION * rows / batch)))
+
+
+def bags(config: RunConfig, rows: int, *, one_machine: bool) -> tuple[int, str]:
+    """How many bags the data and the job can pay for, and why."""
+    if rows >= TINY_TABLE_ROWS or not one_machine:
+        return 1, "no bagging: a cluster, or 1,000 training rows or more"
+    count, why = TINY_TABLE_BAGS, f"fewer than {TINY_TABLE_ROWS:,} training rows"
+    if not config.data.eval_data:
+        folds = int(1 / config.data.holdout_fraction + 1e-9)
+        if folds < count:
+            count, why = folds, f"{why}; {folds} disjoint hold-outs of --holdout_fraction"
+    if config.time_budget_secs:
+        affordable = max(1, int(config.time_budget_secs // MIN_SECS_PER_BAG))
+        if affordable < count:
+            count = affordable
+            why = f"{why}; {MIN_SECS_PER_BAG:g} s each in the {config.time_budget_secs:g} s budget"
+    return count, f"{why}: {count} searches on their own hold-outs and seeds, served as one model"
+
+
+def with_linear(generator: Generator) -> Generator:
+    """`generator` with the linear model among its candidates (as it is if it has it)."""
+    if any(isinstance(g, model.LinearGenerator) for g in model.parts(generator)):
+        return generator
+    return model.UnionGenerator((*model.parts(generator), model.LinearGenerator()))
+
+
+def _flag_value(value):
+    """A flag's value as the command line and JSON write it (an enum's value, a generator's
+    names)."""
+    if isinstance(value, Generator):
+        return ",".join(
+            model.GENERATOR_NAMES.get(type(g), type(g).__name__) for g in model.parts(value)
+        )
+    return getattr(value, "value", value)
+
+
+def resolve(
+    config: RunConfig, rows: int, head: HeadType, *, one_machine: bool = True
+) -> tuple[RunConfig, dict]:
+    """`config` with its `auto` flags chosen for `rows` training rows of a `head` task on one
+    machine or a cluster, and what changed ({flag: {"value", "default", "why"}}, values as
+    the command line writes them; empty when nothing did)."""
+    small = rows < SMALL_TABLE_ROWS
+    changes: dict[str, dict] = {}
+
+    def choose(flag: str, default, value, why: str):
+        if flag not in config.auto or value == default:
+            return default
+        changes[flag] = {"value": _flag_value(value), "default": _flag_value(default), "why": why}
+        return value
+
+    batch = choose(
+        "batch_size",
+        config.train.batch_size,
+        batch_size(rows, config.train.batch_size),
+        f"{rows} training rows: about {ROWS_PER_BATCH} batches per epoch or more",
+    )
+    steps = choose(
+        "max_iteration_steps",
+        config.search.max_iteration_steps,
+        iteration_steps(rows, batch, config.search.max_iteration_steps),
+        f"at most {EPOCHS_PER_ITERATION} epochs of {rows} training rows per iteration",
+    )
+    selection = choose(
+        "selection",
+        config.search.selection,
+        Selection.HOLDOUT if small else config.search.selection,
+        f"fewer than {SMALL_TABLE_ROWS:,} training rows: choose on the held-out data",
+    )
+    patience = choose(
+        "patience",
+        config.search.patience,
+        TINY_TABLE_PATIENCE if rows < TINY_TABLE_ROWS else config.search.patience,
+        f"fewer than {TINY_TABLE_ROWS:,} training rows: stop once the search stops growing",
+    )
+    generator = choose(
+        "generator",
+        config.search.generator,
+        with_linear(config.search.generator)
+        if small and head is HeadType.REGRESSION
+        else config.search.generator,
+        f"a regression table of fewer than {SMALL_TABLE_ROWS:,} training rows: the linear "
+        "model is a candidate too",
+    )
+    bag_count, bags_why = bags(config, rows, one_machine=one_machine)
+    bag_count = choose("bags", config.bags, bag_count, bags_why)
+    if batch > rows:
+        raise InputError(
+            f"--batch_size={batch} is larger than the {rows} training rows: every epoch would "
+            f"be empty. Use --batch_size={batch_size(rows, batch)} or leave it to the data."
+        )
+    if not changes:
+        return config, {}
+    adapted = dataclasses.replace(
+        config,
+        bags=bag_count,
+        train=dataclasses.replace(config.train, batch_size=batch),
+        search=dataclasses.replace(
+            config.search,
+            max_iteration_steps=steps,
+            selection=selection,
+            patience=patience,
+            generator=generator,
+        ),
+    )
+    return adapted, changes

@@ -1,0 +1,666 @@
+"""One AdaNet iteration: the candidates, their variables, and the compiled train loop.
+
+All new subnetworks and all candidate ensembles train together on the same batches: each
+subnetwork on its own loss, each ensemble's mixture weights on its AdaNet objective, with the
+members' outputs behind a stop-gradient. The sum of these losses has one backward pass whose
+gradient, per variable, is the gradient of that variable's own loss. The previous best
+ensemble (candidate 0 at t > 0) is frozen: its objective is measured on the same batches.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from trainer import ensemble as ens
+from trainer.config import TrainOptions
+from trainer.ensemble.objective import (
+    debiased,
+    moving_average_step,
+    moving_average_update,
+    training_objective,
+)
+from trainer.input.features import PREVIOUS_OUTPUTS, WEIGHT, Encoded
+from trainer.input.pipeline import Derived
+from trainer.model import Builder, Inputs, Subnetwork
+from trainer.model.embedding import LazyAdam
+from trainer.model.heads import Head
+from trainer.placement import Unit, everything
+from trainer.search.frozen import (
+    PREVIOUS,
+    FrozenEnsemble,
+    FrozenMember,
+    compile_encoded,
+    member_key,
+)
+from trainer.search.optimizers import Optimizer, cosine_decay, tf_variable
+
+
+@dataclasses.dataclass(frozen=True)
+class Snapshot:
+    """An iteration's state as plain values: the ensemble's and each new subnetwork's steps,
+    each candidate's debiased moving-average objective and each subnetwork's training loss,
+    what diverged, and the candidates still training."""
+
+    step: int
+    subnetwork_steps: tuple[int, ...]
+    objectives: tuple[float, ...]
+    subnetwork_losses: tuple[float, ...]
+    candidate_diverged: tuple[bool, ...]
+    subnetwork_diverged: tuple[bool, ...]
+    active_candidates: tuple[int, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class Candidate:
+    """A candidate ensemble: previous members (if kept) + new subnetworks, one ensembler."""
+
+    name: str
+    new_subnetworks: tuple[int, ...]  # indices into the iteration's new subnetworks
+    keep_previous: bool
+    weights: ens.MixtureWeights
+    ensembler: ens.Ensembler | None  # None for the frozen previous ensemble
+
+    @property
+    def is_previous(self) -> bool:
+        return self.ensembler is None
+
+
+@dataclasses.dataclass(frozen=True)
+class Layout:
+    """Where an iteration's work runs: the units its workers train (`trainer/placement`),
+    the device scope each new subnetwork's variables are created in, and whether the
+    bookkeeping variables (steps, moving averages) live with the model (on parameter servers,
+    where every worker updates them) or on the coordinating host."""
+
+    units: tuple[Unit, ...] | None = None  # None: one unit that trains everything
+    subnetwork_scope: Callable[[int], AbstractContextManager] = lambda _: contextlib.nullcontext()
+    shared_bookkeeping: bool = False
+
+
+class Iteration:
+    """The candidates of iteration `number` and the loop that trains them."""
+
+    def __init__(
+        self,
+        *,
+        number: int,
+        head: Head,
+        inputs: Inputs,
+        seed: int,
+        builders: Sequence[Builder],
+        specs: Sequence[ens.CandidateSpec],
+        ensemblers: Sequence[ens.Ensembler],
+        previous: FrozenEnsemble | None,
+        options: TrainOptions,
+        strategy: tf.distribute.Strategy,
+        layout: Layout = Layout(),
+        decay_steps: int | None = None,
+    ):
+        self.number = number
+        self.decay_steps = decay_steps  # the learning rate's cosine schedule (None: constant)
+        self.head = head
+        self.inputs = inputs
+        self.previous = previous
+        self.options = options
+        self.strategy = strategy
+        self.builders = tuple(builders)
+        self.ensemblers = tuple(ensemblers)
+        self.units = layout.units or (everything(len(builders)),)
+        with strategy.scope():
+            subnetworks, self.embedding_optimizers = [], {}
+            for i, b in enumerate(builders):
+                with layout.subnetwork_scope(i):
+                    subnetwork = Subnetwork(
+                        b,
+                        inputs=inputs,
+                        logits_dimension=head.logits_dimension,
+                        seed=seed + 1000 * number + 10 * i,
+                        name=member_key(number, b),
+                    )
+                    if subnetwork.embedding_tables:  # moments beside their tables
+                        self.embedding_optimizers[i] = LazyAdam(
+                            subnetwork.embedding_tables,
+                            learning_rate=options.learning_rate * b.learning_rate_scale,
+                        )
+                subnetworks.append(subnetwork)
+            self.subnetworks = tuple(subnetworks)
+            self.candidates = self._make_candidates(specs, ensemblers)
+            count = len(self.candidates)
+            self.subnetwork_optimizer = Optimizer(
+                options.optimizer,
+                learning_rate=options.learning_rate,
+                variables=self._subnetwork_variables(range(len(builders))),
+                weight_decay=options.weight_decay,
+                rate_scales=[
+                    b.learning_rate_scale
+                    for s, b in zip(subnetworks, builders)
+                    for _ in s.dense_variables
+                ],
+            )
+            self.mixture_optimizer = Optimizer(
+                options.optimizer,
+                learning_rate=options.mixture_learning_rate or options.learning_rate,
+                variables=self._mixture_variables(range(count)),
+            )
+        # Bookkeeping, updated once per step in cross-replica context: ordinary variables on
+        # the coordinating host, or on the parameter servers when workers train on their own.
+        with strategy.scope() if layout.shared_bookkeeping else contextlib.nullcontext():
+            # `step` counts the ensemble's steps (the candidates' objectives), and
+            # `subnetwork_steps` each new subnetwork's: placement may train them apart.
+            self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="step")
+            self.subnetwork_steps = tf.Variable(
+                tf.zeros([len(builders)], tf.int64), trainable=False
+            )
+            self.objective_ema = tf.Variable(tf.zeros([count]), trainable=False)
+            self.subnetwork_loss_ema = tf.Variable(tf.zeros([len(builders)]), trainable=False)
+            self.candidate_diverged = tf.Variable(tf.zeros([count], tf.bool), trainable=False)
+            self.subnetwork_diverged = tf.Variable(
+                tf.zeros([len(builders)], tf.bool), trainable=False
+            )
+        self.stopped: frozenset[str] = frozenset()
+        self._loop: Callable | None = None
+        self._predict: Callable | None = None
+
+    # -- construction ---------------------------------------------------------------------
+    def _make_candidates(self, specs, ensemblers) -> tuple[Candidate, ...]:
+        index = {b.name: i for i, b in enumerate(self.builders)}
+        previous_members = [m.as_member() for m in self.previous.members] if self.previous else []
+        candidates = []
+        if self.previous is not None:
+            candidates.append(Candidate(PREVIOUS, (), True, self.previous.weights, None))
+        for spec in specs:
+            keep = spec.keep_previous and self.previous is not None
+            new = tuple(index[n] for n in spec.new_subnetworks)
+            members = (previous_members if keep else []) + [
+                ens.Member(
+                    self.subnetworks[i].name,
+                    self.subnetworks[i].last_layer_dim,
+                    self.builders[i].complexity,
+                )
+                for i in new
+            ]
+            for ensembler in ensemblers:
+                weights = ensembler.build(
+                    members=members,
+                    logits_dimension=self.head.logits_dimension,
+                    previous=self.previous.weights if keep and self.previous else None,
+                )
+                candidates.append(
+                    Candidate(f"{spec.name}_{ensembler.name}", new, keep, weights, ensembler)
+                )
+        return tuple(candidates)
+
+    def _subnetwork_variables(self, indices) -> list[tf.Variable]:
+        """What the Keras optimizer trains (embedding tables are `LazyAdam`'s)."""
+        return [v for i in indices for v in self.subnetworks[i].dense_variables]
+
+    def _mixture_variables(self, indices) -> list[tf.Variable]:
+        return [
+            v
+            for i in indices
+            if not self.candidates[i].is_previous
+            for v in self.candidates[i].weights.trainable_variables
+        ]
+
+    def checkpoint(self) -> tf.train.Checkpoint:
+        """Everything a resumed iteration needs (data order aside)."""
+        return tf.train.Checkpoint(
+            step=self.step,
+            subnetwork_steps=self.subnetwork_steps,
+            objective_ema=self.objective_ema,
+            subnetwork_loss_ema=self.subnetwork_loss_ema,
+            candidate_diverged=self.candidate_diverged,
+            subnetwork_diverged=self.subnetwork_diverged,
+            subnetworks={s.name: s.checkpoint_variables() for s in self.subnetworks},
+            mixture_weights={c.name: c.weights for c in self.candidates if not c.is_previous},
+            subnetwork_optimizer=self.subnetwork_optimizer.checkpoint(),
+            mixture_optimizer=self.mixture_optimizer.checkpoint(),
+            embedding_optimizers={
+                str(i): tf.train.Checkpoint(**o.variables())
+                for i, o in self.embedding_optimizers.items()
+            },
+        )
+
+    # -- forward --------------------------------------------------------------------------
+    def _forward(self, features, *, trained, candidates):
+        """Returns ({subnetwork index: (last, logits)}, {candidate index: logits}, the
+        previous ensemble's members' (last, logits), oldest first).
+
+        Subnetworks in `trained` run in training mode; the others that `candidates` need run
+        in inference mode (a worker that trains only mixture weights reads them).
+        """
+        if PREVIOUS_OUTPUTS in features:  # computed once for a table in memory
+            previous = list(features[PREVIOUS_OUTPUTS])
+        elif self.previous:
+            previous = [m.subnetwork(features, training=False) for m in self.previous.members]
+        else:
+            previous = []
+        needed = sorted(
+            set(trained).union(*(self.candidates[c].new_subnetworks for c in candidates))
+        )
+        new = {i: self.subnetworks[i](features, training=i in trained) for i in needed}
+        detached = {i: tuple(tf.stop_gradient(t) for t in out) for i, out in new.items()}
+        logits = {}
+        for c in candidates:
+            candidate = self.candidates[c]
+            outputs = (previous if candidate.keep_previous else []) + [
+                detached[i] for i in candidate.new_subnetworks
+            ]
+            logits[c] = candidate.weights(outputs)
+        return new, logits, previous
+
+    def previous_outputs(self) -> Derived | None:
+        """The frozen previous members' outputs on encoded rows, as columns a training table
+        held in memory computes once (they never change within an iteration): a step then
+        runs only the new subnetworks, and a late iteration costs about what the first did.
+        None without a previous ensemble."""
+        if self.previous is None:
+            return None
+        members = [m.subnetwork for m in self.previous.members]
+        outputs = compile_encoded(  # traced once, not run op by op on every chunk
+            lambda features: {PREVIOUS_OUTPUTS: tuple(m(features) for m in members)}, self.inputs
+        )
+        width = sum(m.last_layer_dim + self.head.logits_dimension for m in members)
+        return Derived(outputs, bytes_per_example=4 * width)
+
+    # -- training -------------------------------------------------------------------------
+    def active(self) -> tuple[list[int], list[int]]:
+        subnetworks = [i for i, s in enumerate(self.subnetworks) if s.name not in self.stopped]
+        alive = set(subnetworks)
+        candidates = [
+            c
+            for c, cand in enumerate(self.candidates)
+            if cand.name not in self.stopped and all(i in alive for i in cand.new_subnetworks)
+        ]
+        return subnetworks, candidates
+
+    def unit_jobs(self, unit: Unit) -> tuple[list[int], list[int]]:
+        """The active subnetworks and candidates that `unit` trains."""
+        active_subnetworks, active_candidates = self.active()
+        return (
+            [i for i in active_subnetworks if i in unit.subnetworks],
+            active_candidates if unit.ensemble and not self.is_exhausted else [],
+        )
+
+    def steps_fn(self, unit: Unit, *, writers: int = 1) -> Callable:
+        """`fn(iterator, steps)`: builds a graph loop of `steps` train steps of `unit`'s jobs
+        (for use inside a `tf.function`); returns the steps taken.
+
+        With one replica (one process, or a worker of a parameter-server cluster) the loop
+        reads the unit's variables, optimizer slots and statistics once, trains them as
+        tensors in this process, and writes them back once at the end (`_local_steps`); with
+        synchronous replicas every step updates the variables (`_variable_steps`).
+        """
+        trained, candidates = self.unit_jobs(unit)
+        if self.strategy.num_replicas_in_sync == 1:
+            return self._local_steps(trained, candidates, writers=writers)
+        return self._variable_steps(trained, candidates)
+
+    def _losses(self, features, labels, trained, candidates):
+        """This replica's (total, subnetwork losses, candidate objectives): the total is what
+        one backward pass differentiates (previous ensemble's objective measured, not
+        trained). With example weights each example's loss is weighted (the weights are
+        scaled to a mean of 1 over the training data, so the sum over the global batch size
+        estimates the weighted mean)."""
+        new, logits, previous = self._forward(features, trained=trained, candidates=candidates)
+        global_batch = self.options.batch_size
+        weights = features.get(WEIGHT)
+        sub_logits = self._subnetwork_training_logits(previous, {i: new[i][1] for i in trained})
+        sub_losses = [
+            tf.nn.compute_average_loss(
+                self.head.loss(labels, sub_logits[i], weights), global_batch_size=global_batch
+            )
+            for i in trained
+        ]
+        objectives = [
+            training_objective(
+                self.head.loss(labels, logits[c], weights),
+                self.candidates[c].weights.penalty(),
+                global_batch_size=global_batch,
+                replicas=self.strategy.num_replicas_in_sync,
+            )
+            for c in candidates
+        ]
+        total = tf.add_n(
+            [tf.constant(0.0)]
+            + sub_losses
+            + [o for c, o in zip(candidates, objectives) if not self.candidates[c].is_previous]
+        )
+        return (
+            total,
+            tf.stack(sub_losses) if trained else tf.zeros([0]),
+            tf.stack(objectives) if candidates else tf.zeros([0]),
+        )
+
+    def _subnetwork_training_logits(self, previous_outputs: list, logits: dict) -> dict:
+        """The logits each trained subnetwork's loss is taken on: its own, or with
+        `--subnetwork_loss=residual` (and a previous ensemble) those of the previous ensemble
+        grown by it as the first ensembler's grow candidate starts: 1 / n of its own logits
+        for n members plus the kept share of the previous ensemble's, (n - 1) / n (an even
+        share: the default grow candidate's logits exactly), or all of it when the mixture
+        weights are warm-started (additive growth, as in boosting with a step of 1 / n).
+        A new subnetwork learns what the ensemble still gets wrong. `previous_outputs` are
+        the previous members' outputs `_forward` computed."""
+        if self.options.subnetwork_loss != "residual" or self.previous is None or not logits:
+            return logits
+        previous = tf.stop_gradient(self.previous.weights(previous_outputs))
+        n = len(previous_outputs) + 1
+        kept = self.ensemblers[0].kept_share(n)
+        return {i: previous * kept + own / n for i, own in logits.items()}
+
+    def _apply_to_tables(self, trained, grads, scale) -> None:
+        """The embedding tables' sparse updates, in place (wherever the tables live)."""
+        grads = iter(grads)
+        for i in trained:
+            if i in self.embedding_optimizers:
+                own = self.subnetworks[i].embedding_tables
+                self.embedding_optimizers[i].apply([next(grads) for _ in own], own, scale=scale)
+
+    def _progress(self, trained, candidates) -> tf.Tensor:
+        """The steps the jobs of a unit have taken in this iteration, all workers' together:
+        where its learning rate schedule stands (the jobs a unit trains step together)."""
+        if trained:
+            return tf.reduce_max(tf.gather(self.subnetwork_steps, trained))
+        return tf.identity(self.step) if candidates else tf.constant(0, tf.int64)
+
+    def _rate_scale(self, progress) -> tf.Tensor:
+        if self.decay_steps is None:
+            return tf.constant(1.0)
+        return cosine_decay(progress, self.decay_steps)
+
+    def _tables(self, trained) -> list[tf.Variable]:
+        return [
+            t
+            for i in trained
+            if i in self.embedding_optimizers
+            for t in self.subnetworks[i].embedding_tables
+        ]
+
+    def _count(self, trained, candidates, steps) -> list:
+        """Adds `steps` to the step counters of the jobs trained (ops to run)."""
+        ops = []
+        if len(trained) == len(self.subnetworks):
+            ops.append(self.subnetwork_steps.assign_add(tf.fill([len(trained)], steps)))
+        elif trained:
+            index = tf.constant(trained, tf.int32)[:, None]
+            ops.append(self.subnetwork_steps.scatter_nd_add(index, tf.fill([len(trained)], steps)))
+        if candidates:
+            ops.append(self.step.assign_add(steps))
+        return ops
+
+    def _variable_steps(self, trained, candidates) -> Callable:
+        """Synchronous replicas: each step updates the variables where they live."""
+        subnetwork_vars = self._subnetwork_variables(trained)
+        mixture_vars = self._mixture_variables(candidates)
+        tables = self._tables(trained)
+
+        def replica_step(features, labels):
+            with tf.GradientTape() as tape:
+                total, sub_losses, objectives = self._losses(features, labels, trained, candidates)
+            grads = tape.gradient(total, subnetwork_vars + mixture_vars + tables)
+            scale = self._rate_scale(self._progress(trained, candidates))
+            if subnetwork_vars:
+                self.subnetwork_optimizer.apply(
+                    grads[: len(subnetwork_vars)], subnetwork_vars, scale=scale
+                )
+            if mixture_vars:
+                self.mixture_optimizer.apply(
+                    grads[len(subnetwork_vars) : len(subnetwork_vars) + len(mixture_vars)],
+                    mixture_vars,
+                    scale=scale,
+                )
+            self._apply_to_tables(trained, grads[len(subnetwork_vars) + len(mixture_vars) :], scale)
+            return sub_losses, objectives
+
+        update_subnetworks = moving_average_update(trained, len(self.subnetworks))
+        update_candidates = moving_average_update(candidates, len(self.candidates))
+
+        def body(i, iterator):
+            features, labels = next(iterator)
+            sub_losses, objectives = self.strategy.run(replica_step, args=(features, labels))
+            sub_losses = self.strategy.reduce("SUM", sub_losses, axis=None)
+            objectives = self.strategy.reduce("SUM", objectives, axis=None)
+            update_subnetworks(self.subnetwork_loss_ema, self.subnetwork_diverged, sub_losses)
+            update_candidates(self.objective_ema, self.candidate_diverged, objectives)
+            self._count(trained, candidates, tf.constant(1, tf.int64))
+            return i + 1, iterator
+
+        def run_steps(iterator, steps):
+            return tf.while_loop(
+                lambda i, _: i < steps, body, (tf.constant(0, tf.int64), iterator)
+            )[0]
+
+        return run_steps
+
+    def _local_steps(self, trained, candidates, *, writers: int) -> Callable:
+        """One replica: read once, train in this process's memory, write once.
+
+        The trained variables (Keras's, trainable or not) and their optimizer state are
+        carried through the loop as tensors; the forward pass reads them, and the variables
+        it only reads (previous members, subnetworks other workers train), through
+        `keras.StatelessScope`. At the end each trained variable gets its share of the change
+        this loop made: 1 / `writers`, the workers that train the same unit at once (their
+        changes from about the same start average, as in local SGD; summed, four replicating
+        workers lost 4 points of census accuracy, `bench/cluster.py`), the optimizer
+        slots and moving averages this loop's values, and the step counters the steps taken.
+        Embedding tables are updated in place, sparsely, at every step.
+        """
+        subnetwork_vars = self._subnetwork_variables(trained)
+        mixture_vars = self._mixture_variables(candidates)
+        trainable = subnetwork_vars + mixture_vars
+        watched = {id(v) for v in trainable}
+        carried = [
+            v for i in trained for v in self.subnetworks[i].keras_variables if id(v) not in watched
+        ]  # e.g. a dropout layer's seed
+        held = {id(v) for v in trainable + carried}
+        read_only = [v for v in self._forward_variables(trained, candidates) if id(v) not in held]
+        tables = self._tables(trained)
+        sub_index = tf.constant(trained or [0], tf.int32)[:, None]
+        cand_index = tf.constant(candidates or [0], tf.int32)[:, None]
+
+        def replica_step(features, labels, params, others, fixed, scale):
+            mapping = list(zip(trainable + carried + read_only, [*params, *others, *fixed]))
+            with tf.GradientTape() as tape:
+                tape.watch(params)
+                with keras.StatelessScope(state_mapping=mapping) as scope:
+                    total, sub_losses, objectives = self._losses(
+                        features, labels, trained, candidates
+                    )
+                    others = [scope.get_current_value(v) for v in carried]
+            grads = tape.gradient(
+                total, [*params, *tables], unconnected_gradients=tf.UnconnectedGradients.ZERO
+            )
+            self._apply_to_tables(trained, grads[len(params) :], scale)
+            return sub_losses, objectives, grads[: len(params)], others
+
+        def run_steps(iterator, steps):
+            params = [tf.identity(tf_variable(v)) for v in trainable]
+            fixed = [tf.identity(tf_variable(v)) for v in read_only]
+            start = self._progress(trained, candidates)  # other workers' chunks may add later
+
+            def body(i, iterator, params, others, sub_state, mix_state, stats):
+                features, labels = next(iterator)
+                scale = self._rate_scale(start + i)
+                sub_losses, objectives, grads, others = self.strategy.run(
+                    replica_step, args=(features, labels, params, others, fixed, scale)
+                )
+                n = len(subnetwork_vars)
+                sub_params, sub_state = self.subnetwork_optimizer.update(
+                    params[:n], grads[:n], sub_state, variables=subnetwork_vars, scale=scale
+                )
+                mix_params, mix_state = self.mixture_optimizer.update(
+                    params[n:], grads[n:], mix_state, variables=mixture_vars, scale=scale
+                )
+                sub_ema, sub_div, cand_ema, cand_div = stats
+                if trained:
+                    sub_ema, sub_div = moving_average_step(sub_ema, sub_div, sub_losses)
+                if candidates:
+                    cand_ema, cand_div = moving_average_step(cand_ema, cand_div, objectives)
+                return (
+                    i + 1, iterator, sub_params + mix_params, others,
+                    sub_state, mix_state, (sub_ema, sub_div, cand_ema, cand_div),
+                )  # fmt: skip
+
+            stats = (
+                tf.gather_nd(self.subnetwork_loss_ema, sub_index),
+                tf.gather_nd(self.subnetwork_diverged, sub_index),
+                tf.gather_nd(self.objective_ema, cand_index),
+                tf.gather_nd(self.candidate_diverged, cand_index),
+            )
+            loop = tf.while_loop(
+                lambda i, *_: i < steps,
+                body,
+                (
+                    tf.constant(0, tf.int64), iterator, params,
+                    [tf.identity(tf_variable(v)) for v in carried],
+                    self.subnetwork_optimizer.read(subnetwork_vars),
+                    self.mixture_optimizer.read(mixture_vars),
+                    stats,
+                ),
+            )  # fmt: skip
+            (
+                taken,
+                _,
+                final,
+                others,
+                sub_state,
+                mix_state,
+                (sub_ema, sub_div, cand_ema, cand_div),
+            ) = loop
+            for v, start, end in zip(trainable, params, final):
+                tf_variable(v).assign_add((end - start) / writers)
+            for v, value in zip(carried, others):
+                tf_variable(v).assign(value)
+            self.subnetwork_optimizer.write(subnetwork_vars, sub_state, steps_taken=taken)
+            self.mixture_optimizer.write(mixture_vars, mix_state, steps_taken=taken)
+            if trained:
+                self.subnetwork_loss_ema.scatter_nd_update(sub_index, sub_ema)
+                self.subnetwork_diverged.scatter_nd_update(sub_index, sub_div)
+            if candidates:
+                self.objective_ema.scatter_nd_update(cand_index, cand_ema)
+                self.candidate_diverged.scatter_nd_update(cand_index, cand_div)
+            self._count(trained, candidates, taken)
+            return taken
+
+        return run_steps
+
+    def _forward_variables(self, trained, candidates) -> list:
+        """The Keras variables a forward pass of these jobs reads."""
+        needed = set(trained).union(*(self.candidates[c].new_subnetworks for c in candidates))
+        variables = [v for i in sorted(needed) for v in self.subnetworks[i].keras_variables]
+        if self.previous is not None and any(self.candidates[c].keep_previous for c in candidates):
+            variables += [v for m in self.previous.members for v in m.subnetwork.keras_variables]
+        variables += [v for c in candidates for v in self.candidates[c].weights.keras_variables]
+        return variables
+
+    def _compile_loop(self) -> Callable:
+        # Written without autograph: converting this code costs more tracing time than the
+        # explicit while_loop takes to write, and tracing is most of the pause between
+        # iterations.
+        return tf.function(self.steps_fn(self.units[0]), autograph=False)
+
+    def train(self, iterator, steps: int) -> list[str]:
+        """Runs `steps` train steps of the first unit (the only one on a single machine);
+        returns the names of candidates that diverged in them (they stop training and are
+        never selected)."""
+        if self._loop is None:
+            self._loop = self._compile_loop()
+        self._loop(iterator, tf.constant(steps, tf.int64))
+        return self.stop_diverged()
+
+    def stop_diverged(self) -> list[str]:
+        """Stops training whatever is flagged diverged (by training, or in a restored
+        checkpoint) and not yet stopped; returns those names."""
+        names = [s.name for s, d in zip(self.subnetworks, self.subnetwork_diverged.numpy()) if d]
+        names += [c.name for c, d in zip(self.candidates, self.candidate_diverged.numpy()) if d]
+        newly = [n for n in names if n not in self.stopped]
+        if newly:
+            self.stopped = self.stopped | frozenset(newly)
+            self._loop = None  # rebuilt without them at the next call
+        return newly
+
+    @property
+    def is_exhausted(self) -> bool:
+        """True when every new candidate has stopped: nothing is left to train."""
+        return not any(not self.candidates[c].is_previous for c in self.active()[1])
+
+    def moving_average_objectives(self) -> np.ndarray:
+        """Zero-debiased EMA of each candidate's training objective."""
+        return debiased(self.objective_ema.numpy(), self.step.numpy())
+
+    def subnetwork_train_losses(self) -> np.ndarray:
+        """Zero-debiased EMA of each new subnetwork's training loss."""
+        return debiased(self.subnetwork_loss_ema.numpy(), self.subnetwork_steps.numpy())
+
+    def snapshot(self) -> Snapshot:
+        """The iteration's counters and statistics now, as plain values."""
+        return Snapshot(
+            step=int(self.step.numpy()),
+            subnetwork_steps=tuple(int(n) for n in self.subnetwork_steps.numpy()),
+            objectives=tuple(float(v) for v in self.moving_average_objectives()),
+            subnetwork_losses=tuple(float(v) for v in self.subnetwork_train_losses()),
+            candidate_diverged=tuple(bool(d) for d in self.candidate_diverged.numpy()),
+            subnetwork_diverged=tuple(bool(d) for d in self.subnetwork_diverged.numpy()),
+            active_candidates=tuple(self.active()[1]),
+        )
+
+    def scores(self, objectives: Sequence[float]) -> list[ens.Score]:
+        """Each candidate's score for selection: its objective, whether it diverged, and
+        the complexity and trainable parameters of the subnetworks it adds."""
+        diverged = self.candidate_diverged.numpy()
+        return [
+            ens.Score(
+                c.name,
+                float(o),
+                c.is_previous,
+                bool(d),
+                sum(self.builders[i].complexity for i in c.new_subnetworks),
+                sum(self.subnetworks[i].parameters for i in c.new_subnetworks),
+            )
+            for c, o, d in zip(self.candidates, objectives, diverged)
+        ]
+
+    # -- evaluation -----------------------------------------------------------------------
+    def predict_fn(self) -> Callable[[Encoded], tuple[tf.Tensor, tf.Tensor]]:
+        """fn(features) -> (logits of every candidate [C, N, L], of every new subnetwork
+        [S, N, L]), compiled once."""
+        if self._predict is None:
+            every_subnetwork = list(range(len(self.subnetworks)))
+            every_candidate = list(range(len(self.candidates)))
+
+            def predict(features):
+                new, logits, _ = self._forward(features, trained=(), candidates=every_candidate)
+                return (
+                    tf.stack([logits[c] for c in every_candidate]),
+                    tf.stack(
+                        [
+                            (new[i] if i in new else self.subnetworks[i](features, training=False))[
+                                1
+                            ]
+                            for i in every_subnetwork
+                        ]
+                    ),
+                )
+
+            self._predict = compile_encoded(predict, self.inputs)
+        return self._predict
+
+    def freeze(self, candidate_index: int) -> FrozenEnsemble:
+        """The chosen candidate as the next iteration's frozen previous ensemble."""
+        candidate = self.candidates[candidate_index]
+        if self.previous is not None and candidate.is_previous:
+            return self.previous
+        members = list(self.previous.members) if self.previous and candidate.keep_previous else []
+        members += [
+            FrozenMember(self.number, self.builders[i], self.subnetworks[i])
+            for i in candidate.new_subnetworks
+        ]
+        assert candidate.ensembler is not None  # only the previous ensemble has none
+        return FrozenEnsemble(tuple(members), candidate.weights, candidate.ensembler)

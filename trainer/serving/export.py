@@ -1,0 +1,57 @@
+"""Exporting the chosen ensemble as a SavedModel that Vertex AI's prebuilt TensorFlow
+prediction containers serve: `saved_model.pb` at the root, tag `serve`, signature
+`serving_default` taking raw feature columns by name.
+
+Only the chosen ensemble is inside (AdaNet 0.9 exported every candidate and picked one at run
+time, so serving paid for the losers).
+"""
+
+from __future__ import annotations
+
+import tensorflow as tf
+
+from trainer.input.features import Preprocessor
+from trainer.model.heads import Head
+from trainer.search.frozen import FrozenEnsemble
+from trainer.storage import files as storage
+from trainer.storage import job_dir as job_dir_lib
+
+
+class ServingModel(tf.Module):
+    """Raw columns -> preprocessing -> the frozen ensemble -> head outputs (+ logits)."""
+
+    def __init__(self, preprocessor: Preprocessor, ensemble: FrozenEnsemble, head: Head):
+        super().__init__(name="adanet_ensemble")
+        self.preprocessor = preprocessor
+        self.members = [m.subnetwork for m in ensemble.members]
+        self.weights = ensemble.weights
+        self._head = head
+        self.serve = tf.function(self._serve, input_signature=[preprocessor.input_signature()])
+
+    def _serve(self, features):
+        encoded = self.preprocessor(features)
+        logits = self.weights([m(encoded, training=False) for m in self.members])
+        return {**self._head.predictions(logits), "logits": logits}
+
+
+def export(model: tf.Module, job: job_dir_lib.JobDir, source: dict) -> str:
+    """Saves `model` (its `serve` function as `serving_default`) to a temporary dir, then
+    publishes it as `job.model`, replacing the model there (or what an interrupted publish
+    left): one rename locally; on Cloud Storage a copy with `saved_model.pb` last, so that
+    `job.has_model()` is true only for a complete model. Then stamps it as exported from
+    `source` (`job.exported_from()`). A failure leaves no temporary dir behind."""
+    temp = job.model_temp()
+    try:
+        tf.saved_model.save(model, temp, signatures={"serving_default": model.serve})
+        job.remove_model()
+        storage.publish_dir(temp, job.model, complete_marker=job_dir_lib.MODEL_MARKER)
+    finally:
+        if tf.io.gfile.exists(temp):
+            tf.io.gfile.rmtree(temp)
+    job.stamp_model(source)
+    return job.model
+
+
+def load_serving_fn(path: str):
+    """The `serving_default` function of an exported model."""
+    return tf.saved_model.load(path).signatures["serving_default"]

@@ -1,0 +1,380 @@
+"""The job dir: where every artifact lives, and how metadata is written safely.
+
+Layout::
+
+    JOB_DIR/
+      schema.json               columns, statistics, label (the encoding, written once)
+      run.json                  the flags that define the search (checked on resume)
+      checkpoints/
+        iteration-<t>/          periodic checkpoints of the running iteration
+        frozen-<t>/             the chosen ensemble of iteration t (weights)
+        iteration-<t>.json      the record of iteration t: candidates, scores, choice
+      logs/                     TensorBoard summaries, one run per candidate
+      eval/                     the evaluator replica's metrics per checkpoint
+      model/                    the exported SavedModel (only the chosen ensemble)
+      model.json                what model/ was exported from (which iterations; a resume
+                                that grows the ensemble exports it again)
+      report.json               everything above, summarised
+      report.png                the search; feature_importance.png: trainer/evaluation/importance.py
+      bags/<b>/                 with --bags: bag b's own job dir (trainer/job/bagging.py);
+                                model/ is then the bagged model, report.json its bags
+      data/                     BigQuery tables staged as CSV shards (ps clusters only:
+                                trainer/input/staging.py)
+
+An iteration is finished exactly when `iteration-<t>.json` exists: it is published in one
+step (written in full under a temporary name, then renamed) after the frozen weights it names
+are written, so a crash at any moment leaves either the old state or the new one. On `gs://`
+a rename is a copy then a delete, but the copy makes the new object appear whole in one step,
+so the same holds; a crash between the two leaves a temporary file that `remove_leftovers`
+deletes. The exported model is complete exactly when `model/saved_model.pb` exists: it is
+written last (see `storage.publish_dir`), and deleted first when a grown ensemble replaces
+the model. `model.json` is written after the model is complete and deleted before it is
+replaced, so a model without it is exported again.
+
+Every path may be local, `gs://BUCKET/...` or a Cloud Storage FUSE path (`/gcs/BUCKET/...`).
+The three output dirs can live elsewhere (`OutputDirs.resolve`: `--model_dir`,
+`--checkpoint_dir`, `--tensorboard_log_dir`, or Vertex AI's `AIP_MODEL_DIR`, `AIP_CHECKPOINT_DIR`,
+`AIP_TENSORBOARD_LOG_DIR`). Without `--job_dir`, the job dir (schema.json, run.json,
+report.json) is then the checkpoint dir: everything a resume reads stays in one place.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+import shutil
+import tempfile
+import uuid
+
+import tensorflow as tf
+
+from trainer.errors import InputError
+from trainer.storage import files as storage
+
+_RECORD = re.compile(r"iteration-(\d+)\.json$")
+_TEMP_MARK = ".tmp-"
+DEFAULT_JOB_DIR = "runs/adanet"
+MODEL_MARKER = "saved_model.pb"
+_SAVED_MODEL_ENTRIES = {"variables", "assets", "fingerprint.pb", "keras_metadata.pb"}
+
+
+def join(*parts: str) -> str:
+    return "/".join([parts[0].rstrip("/")] + [p.strip("/") for p in parts[1:]])
+
+
+def write_atomically(path: str, text: str | bytes) -> None:
+    """Writes `text` to `path` so that readers see the old file or the new one, never half.
+    Transient storage errors are retried (each attempt under a new temporary name)."""
+    storage.retry(lambda: _write_then_rename(path, text), what=f"writing {path}")
+
+
+def _write_then_rename(path: str, text: str | bytes) -> None:
+    temp = f"{path}{_TEMP_MARK}{uuid.uuid4().hex[:8]}"
+    with tf.io.gfile.GFile(temp, "wb" if isinstance(text, bytes) else "w") as f:
+        f.write(text)
+    tf.io.gfile.rename(temp, path, overwrite=True)
+
+
+def write_json(path: str, value) -> None:
+    write_atomically(path, json.dumps(value, indent=1, sort_keys=False) + "\n")
+
+
+def read_json(path: str):
+    return json.loads(read_text(path))
+
+
+def read_text(path: str) -> str:
+    """The whole file; transient storage errors are retried."""
+
+    def read() -> str:
+        with tf.io.gfile.GFile(path) as f:
+            return f.read()
+
+    return storage.retry(read, what=f"reading {path}")
+
+
+@dataclasses.dataclass(frozen=True)
+class OutputDirs:
+    """Where a job writes: the job dir (state and report) and the three output dirs."""
+
+    job_dir: str
+    model_dir: str
+    checkpoint_dir: str
+    log_dir: str
+
+    @classmethod
+    def resolve(
+        cls,
+        *,
+        job_dir: str | None = None,
+        model_dir: str | None = None,
+        checkpoint_dir: str | None = None,
+        log_dir: str | None = None,
+        aip_model_dir: str | None = None,
+        aip_checkpoint_dir: str | None = None,
+        aip_log_dir: str | None = None,
+    ) -> OutputDirs:
+        """Flags first; then, without `--job_dir`, Vertex AI's AIP_* dirs; then `job_dir`'s
+        subdirs (default job dir `runs/adanet`). Without `--job_dir` the job dir is the
+        checkpoint dir when one is known."""
+        if job_dir:
+            aip_model_dir = aip_checkpoint_dir = aip_log_dir = None  # the user said where
+        checkpoints = checkpoint_dir or aip_checkpoint_dir
+        root = job_dir or checkpoints or DEFAULT_JOB_DIR
+        return cls(
+            job_dir=root,
+            model_dir=model_dir or aip_model_dir or join(root, "model"),
+            checkpoint_dir=checkpoints or join(root, "checkpoints"),
+            log_dir=log_dir or aip_log_dir or join(root, "logs"),
+        )
+
+
+class JobDir:
+    """Paths under one job dir, and the state a resume reads."""
+
+    def __init__(
+        self,
+        root: str,
+        *,
+        model: str | None = None,
+        checkpoints: str | None = None,
+        logs: str | None = None,
+    ):
+        self.root = _strip(root)
+        self.checkpoints = _strip(checkpoints) if checkpoints else join(self.root, "checkpoints")
+        self.logs = _strip(logs) if logs else join(self.root, "logs")
+        self.model = _strip(model) if model else join(self.root, "model")
+        self.eval = join(self.root, "eval")
+        self.schema = join(self.root, "schema.json")
+        self.run = join(self.root, "run.json")
+        self.report = join(self.root, "report.json")
+        self.model_stamp = join(self.root, "model.json")
+        self.report_png = join(self.root, "report.png")
+        self.importance_png = join(self.root, "feature_importance.png")
+        self.data = join(self.root, "data")
+
+    @classmethod
+    def of(cls, outputs: OutputDirs) -> JobDir:
+        return cls(
+            outputs.job_dir,
+            model=outputs.model_dir,
+            checkpoints=outputs.checkpoint_dir,
+            logs=outputs.log_dir,
+        )
+
+    def bag(self, b: int) -> str:
+        """Bag b's own job dir, in a bagged job (trainer/job/bagging.py)."""
+        return join(self.root, "bags", str(b))
+
+    def output_flags(self) -> list[tuple[str, str]]:
+        """(flag, dir) of every dir this job writes, for the preflight check."""
+        return [
+            ("--job_dir", self.root),
+            ("--checkpoint_dir", self.checkpoints),
+            ("--tensorboard_log_dir", self.logs),
+            ("--model_dir", self.model),
+        ]
+
+    def exists(self) -> bool:
+        return storage.retry(lambda: tf.io.gfile.exists(self.run), what=f"reading {self.run}")
+
+    def create(self) -> None:
+        for path in (self.root, self.checkpoints, self.logs):
+            tf.io.gfile.makedirs(path)
+        self.remove_leftovers()
+
+    def remove_leftovers(self) -> None:
+        """Deletes temporary files and half-exported models a crash may have left."""
+        model_parent, model_name = (
+            self.model.rsplit("/", 1) if "/" in self.model else (".", self.model)
+        )
+        # (folder, prefix) pairs, not a dict: the model's parent is usually the job dir itself,
+        # whose other temporaries (report.json's) must go too.
+        searched = [(self.root, ""), (self.checkpoints, ""), (model_parent, model_name)]
+        for folder, prefix in searched:
+            if not tf.io.gfile.isdir(folder):
+                continue
+            for name in tf.io.gfile.listdir(folder):
+                if _TEMP_MARK in name and name.startswith(prefix):
+                    _delete(join(folder, name.rstrip("/")))
+        if tf.io.gfile.isdir(self.model) and not self.has_model():
+            self.remove_model()
+
+    def remove_model(self) -> None:
+        """Deletes the exported model, or what a publish that did not finish left: its stamp,
+        then its marker (readers then see no model), then the other SavedModel entries."""
+        if tf.io.gfile.exists(self.model_stamp):
+            tf.io.gfile.remove(self.model_stamp)
+        if not tf.io.gfile.isdir(self.model):
+            return
+        if self.has_model():
+            tf.io.gfile.remove(join(self.model, MODEL_MARKER))
+        for name in tf.io.gfile.listdir(self.model):
+            if name.rstrip("/") in _SAVED_MODEL_ENTRIES:
+                _delete(join(self.model, name.rstrip("/")))
+
+    def complete_report(self) -> dict | None:
+        """The report of a job that was complete, with its model (None: it was not)."""
+        if not (self.has_model() and tf.io.gfile.exists(self.report)):
+            return None
+        report = read_json(self.report)
+        return report if report.get("status") == "complete" else None
+
+    def stamp_model(self, source: dict) -> None:
+        """Records what the complete model in the model dir was exported from."""
+        write_json(self.model_stamp, {"model_dir": self.model, "source": source})
+
+    def exported_from(self) -> dict | None:
+        """What the complete model in the model dir was exported from (`stamp_model`); None
+        when there is no complete model, or no stamp of it here."""
+        if not (self.has_model() and tf.io.gfile.exists(self.model_stamp)):
+            return None
+        stamp = read_json(self.model_stamp)
+        return stamp["source"] if stamp.get("model_dir") == self.model else None
+
+    def check_model_dir(self) -> None:
+        """Fails, before any work, when the model dir cannot hold this job's model alone:
+        it is (or holds) the job dir or another output dir, it holds files that are not a
+        SavedModel's (Vertex AI serves every file of it), or a model this job did not
+        export: in a new job, or where the job's stamp names another dir. A model without a
+        stamp in an existing job dir is this job's (exported just before a crash, or by a
+        version without stamps): it is exported again."""
+        flag = "--model_dir (or AIP_MODEL_DIR)"
+        for other_flag, other in (
+            ("--job_dir", self.root),
+            ("--checkpoint_dir", self.checkpoints),
+            ("--tensorboard_log_dir", self.logs),
+        ):
+            if other == self.model or other.startswith(self.model.rstrip("/") + "/"):
+                raise InputError(
+                    f"{flag} {self.model} is {other_flag} {other} or holds it: the exported "
+                    "model needs a folder of its own, since Vertex AI serves every file in it. "
+                    f"Leave --model_dir out (the model goes to {join(self.root, 'model')}) or "
+                    "name a new folder."
+                )
+        if not tf.io.gfile.isdir(self.model):
+            return
+        foreign = sorted(
+            name.rstrip("/")
+            for name in tf.io.gfile.listdir(self.model)
+            if name.rstrip("/") not in _SAVED_MODEL_ENTRIES | {MODEL_MARKER}
+        )
+        if foreign:
+            raise InputError(
+                f"{flag} {self.model} holds files that are not a SavedModel's "
+                f"({', '.join(foreign[:5])}{', ...' if len(foreign) > 5 else ''}): the "
+                "exported model needs a folder of its own, since Vertex AI serves every file "
+                "in it. Name an empty or new folder."
+            )
+        if not self.has_model():
+            return
+        stamp = read_json(self.model_stamp) if tf.io.gfile.exists(self.model_stamp) else None
+        if stamp is None and not self.exists():
+            raise InputError(
+                f"{flag} {self.model} holds a model this job did not export (a new job, with "
+                f"no {self.model_stamp}). Delete it, or name an empty or new folder."
+            )
+        if stamp is not None and stamp.get("model_dir") != self.model:
+            raise InputError(
+                f"{flag} {self.model} holds a model this job did not export (its own is in "
+                f"{stamp.get('model_dir')}, by {self.model_stamp}). Delete it, or name an "
+                "empty or new folder."
+            )
+
+    def iteration_checkpoints(self, t: int) -> str:
+        return _iteration_checkpoints(self.checkpoints, t)
+
+    def frozen_prefix(self, t: int) -> str:
+        return _frozen_prefix(self.checkpoints, t)
+
+    def record_path(self, t: int) -> str:
+        return join(self.checkpoints, f"iteration-{t}.json")
+
+    def record_documents(self) -> list[tuple[str, dict]]:
+        """(path, JSON) of the records of finished iterations 0..t-1, in order (stops at the
+        first gap); `trainer.search.record.finished` reads them as records."""
+        if not tf.io.gfile.isdir(self.checkpoints):
+            return []
+        numbers = sorted(
+            int(m.group(1))
+            for name in tf.io.gfile.listdir(self.checkpoints)
+            if (m := _RECORD.match(name))
+        )
+        documents: list[tuple[str, dict]] = []
+        for t in numbers:
+            if t != len(documents):
+                break
+            path = self.record_path(t)
+            documents.append((path, read_json(path)))
+        return documents
+
+    def publish_record(self, iteration: int, document: dict) -> None:
+        """Publishes a finished iteration's record (its frozen weights are written first: the
+        record is what makes the iteration finished) and drops its periodic checkpoints."""
+        write_json(self.record_path(iteration), document)
+        self.drop_iteration_checkpoints(iteration)
+
+    def model_temp(self) -> str:
+        return f"{self.model}{_TEMP_MARK}{uuid.uuid4().hex[:8]}"
+
+    def has_model(self) -> bool:
+        """The exported model is complete (its marker is published last)."""
+        return tf.io.gfile.exists(join(self.model, MODEL_MARKER))
+
+    def drop_iteration_checkpoints(self, t: int) -> None:
+        path = self.iteration_checkpoints(t)
+        if tf.io.gfile.exists(path):
+            tf.io.gfile.rmtree(path)
+
+
+def _iteration_checkpoints(checkpoints: str, t: int) -> str:
+    """Iteration t's periodic checkpoints under a checkpoints dir (the job's or a scratch one)."""
+    return join(checkpoints, f"iteration-{t}")
+
+
+def _frozen_prefix(checkpoints: str, t: int) -> str:
+    """The prefix of iteration t's frozen chosen ensemble under a checkpoints dir."""
+    return join(checkpoints, f"frozen-{t}", "ensemble")
+
+
+def _strip(path: str) -> str:
+    return path.rstrip("/") or "/"
+
+
+def _delete(path: str) -> None:
+    if tf.io.gfile.isdir(path):
+        tf.io.gfile.rmtree(path)
+    else:
+        tf.io.gfile.remove(path)
+
+
+class ReplicaWrites:
+    """Where this replica writes. The chief writes into the job dir. Another replica of a
+    synchronous cluster must take part in every checkpoint (each saves its share), so it
+    writes the same files into a scratch dir of its own that nothing reads, deleted by
+    `close`; it publishes no records and writes no summaries."""
+
+    def __init__(self, job: JobDir, *, chief: bool):
+        self.job = job
+        self.is_chief = chief
+        self._root = job.checkpoints if chief else tempfile.mkdtemp(prefix="replica-")
+
+    def iteration_checkpoints(self, t: int) -> str:
+        return _iteration_checkpoints(self._root, t)
+
+    def frozen_prefix(self, t: int) -> str:
+        return _frozen_prefix(self._root, t)
+
+    @property
+    def logs(self) -> str | None:
+        """The TensorBoard dir (None: no summaries from this replica)."""
+        return self.job.logs if self.is_chief else None
+
+    def publish_record(self, iteration: int, document: dict) -> None:
+        if self.is_chief:
+            self.job.publish_record(iteration, document)
+
+    def close(self) -> None:
+        if not self.is_chief:
+            shutil.rmtree(self._root, ignore_errors=True)
