@@ -52,6 +52,7 @@ import contextlib
 import csv
 import dataclasses
 import gzip
+import itertools
 import json
 import math
 import multiprocessing
@@ -78,7 +79,6 @@ if REPO not in sys.path:
 
 from bench import worktree
 
-CENSUS = os.path.join(REPO, "..", "shared", "data", "census")
 LABEL = "label"
 METHODS = ("ours", "linear", "hgb", "mlp")
 DATASETS = (
@@ -214,24 +214,23 @@ def _clean(name: str) -> str:
 
 
 def census(workdir: str, *, quick: bool) -> DataSet:
-    """UCI Adult (../shared/data/census): its own train and test files; --quick: the first
-    QUICK_ROWS train rows and half as many test rows."""
+    """UCI Adult as the package ships it (trainer/data/census: its own train and test files,
+    each with a header); --quick: the first QUICK_ROWS train rows and half as many test rows."""
+    from trainer.input import files  # TensorFlow: loaded only when census is asked for
 
-    def read(raw: str, limit: int | None) -> Split:
-        rows = []
-        with open(os.path.join(CENSUS, raw)) as f:
-            for line in f:
-                fields = [x.strip() for x in line.strip().split(",")]
-                if len(fields) != len(CENSUS_COLUMNS):
-                    continue  # blank lines and the test file's '|1x3 Cross validator' line
-                fields[-1] = fields[-1].rstrip(".")
-                rows.append(fields)
-        table = np.array(rows[:limit], dtype=str)
+    def read(path: str, limit: int | None) -> Split:
+        with gzip.open(path, "rt", newline="") as f:
+            reader = csv.reader(f)
+            header = tuple(next(reader))
+            if header != CENSUS_COLUMNS:
+                raise ValueError(f"{path}: columns {header}, expected {CENSUS_COLUMNS}.")
+            rows = list(itertools.islice(reader, limit))
+        table = np.array(rows, dtype=str)
         features = {name: table[:, i] for i, name in enumerate(CENSUS_COLUMNS[:-1])}
         return Split(features, table[:, -1])
 
-    train = read("adult.data", QUICK_ROWS if quick else None)
-    test = read("adult.test", QUICK_ROWS // 2 if quick else None)
+    train = read(files.CENSUS_TRAIN, QUICK_ROWS if quick else None)
+    test = read(files.CENSUS_TEST, QUICK_ROWS // 2 if quick else None)
     numeric = CENSUS_NUMERIC
     categorical = tuple(c for c in CENSUS_COLUMNS[:-1] if c not in numeric)
     path = write_csv(train, os.path.join(workdir, "census-train"))
