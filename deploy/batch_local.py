@@ -141,10 +141,10 @@ def _csv_header(path: str) -> list[str]:
     """The column names in the first line of a CSV file (optionally .gz), read by the
     trainer's reader (DeployError naming the file when it cannot be read, is empty, or its
     names are empty or repeated)."""
-    from trainer.input import files as files_lib
+    from trainer.input.formats import csv as csv_format
 
     try:
-        return list(files_lib.csv_header(path, flag="--source"))
+        return list(csv_format.csv_header(path, flag="--source"))
     except InputError as e:
         raise api.DeployError(str(e)) from None
 
@@ -229,8 +229,9 @@ def _csv_batches(
     one header read by one dataset. Parsing, the model and the JSON lines all run in the
     dataset's parallel map."""
     from trainer.input import blocks as blocks_lib
-    from trainer.input import files as files_lib
     from trainer.input import rows as rows_lib
+    from trainer.input.formats import base
+    from trainer.input.formats import csv as csv_format
 
     fields = predictor.fields
     columns = rows_lib.Columns(
@@ -241,8 +242,8 @@ def _csv_batches(
     for path, header in headers.items():
         groups.setdefault(tuple(header), []).append(path)
     for columns_of_file, paths in groups.items():
-        source = files_lib.Source(
-            "--source", ",".join(paths), tuple(paths), files_lib.CSV, columns_of_file
+        source = base.Source(
+            "--source", ",".join(paths), tuple(paths), csv_format.CSV, columns_of_file
         )
         parser = rows_lib.RowParser(source, columns)
         header = list(columns_of_file)  # this group's, which describes its bad rows
@@ -276,13 +277,8 @@ def _csv_batches(
         # TensorFlow would log the exception's traceback); it stops the run below.
         notes = blocks_lib.Notes()
         dataset = (
-            blocks_lib.blocks(
-                source,
-                blocks_lib.indexed_files(source),
-                parallel=1,
-                deterministic=True,
-                lost_tails=True,
-                notes=notes,
+            source.blocks(
+                source.indexed_files(), parallel=1, deterministic=True, lost_tails=True, notes=notes
             )
             .rebatch(batch_size)
             .map(

@@ -20,8 +20,10 @@ from trainer import task
 from trainer.distribute.environment import Environment
 from trainer.distribute.local.cluster import ClusterShape
 from trainer.errors import InputError
-from trainer.input import bigquery, scan, staging
 from trainer.input import job_input as input_lib
+from trainer.input import scan
+from trainer.input.formats import bigquery
+from trainer.input.formats import shards as shards_lib
 from trainer.input.options import BadRows, BigQueryConnection, InputOptions
 from trainer.input.pipeline import Pipeline, Selection, Shard
 from trainer.input.schema import CategoricalColumn, ColumnChoices, NumericColumn
@@ -182,8 +184,8 @@ def test_workers_read_the_chief_s_read_session(emulator, tmp_path):
     (tmp_path / "job" / "run.json").write_text("{}")
     worker = input_lib.prepare(**common, scan_if_new=False, wait_secs=5)
     for theirs, ours in ((worker.train_source, chief.train_source), (worker.eval, chief.eval)):
-        assert theirs.session is not None and ours.session is not None
-        assert theirs.files == ours.files and theirs.session.name == ours.session.name
+        assert theirs.state is not None and ours.state is not None
+        assert theirs.files == ours.files and theirs.state.name == ours.state.name
     assert worker.schema.feature_names == chief.schema.feature_names
 
 
@@ -361,7 +363,7 @@ def _staging_prepare(emulator, job, uri, **kwargs):
 def test_staging_writes_every_row_once_and_a_second_prepare_reuses_it(
     emulator, staged_table, tmp_path, monkeypatch
 ):
-    monkeypatch.setattr(staging, "ROWS_PER_SHARD", 1000)  # several shards per stream
+    monkeypatch.setattr(shards_lib, "ROWS_PER_SHARD", 1000)  # several shards per stream
     job = job_dir_lib.JobDir(str(tmp_path / "job"))
     data = _staging_prepare(emulator, job, staged_table)
     folder = tmp_path / "job" / "data"
@@ -382,7 +384,7 @@ def test_staging_writes_every_row_once_and_a_second_prepare_reuses_it(
     assert {r["flag"] for r in rows} == {"true", "false"}
     # The job reads the shards, with the kinds the table's types give.
     train = data.train_source
-    assert train.format == "csv" and train.files == tuple(f["path"] for f in manifest["files"])
+    assert train.format.name == "csv" and train.files == tuple(f["path"] for f in manifest["files"])
     kinds = {c.name: type(c) for c in data.schema.columns}
     assert kinds == {
         "id": NumericColumn,
@@ -421,7 +423,7 @@ def test_an_interrupted_staging_is_done_again_from_the_start(
 ):
     job = job_dir_lib.JobDir(str(tmp_path / "job"))
     folder = tmp_path / "job" / "data"
-    write = staging._write_stream
+    write = bigquery._write_stream
     calls = []
 
     def crash_on_the_third(stream, *args):
@@ -430,11 +432,11 @@ def test_an_interrupted_staging_is_done_again_from_the_start(
             raise RuntimeError("the chief was preempted")
         return write(stream, *args)
 
-    monkeypatch.setattr(staging, "_write_stream", crash_on_the_third)
+    monkeypatch.setattr(bigquery, "_write_stream", crash_on_the_third)
     with pytest.raises(RuntimeError, match="preempted"):
         _staging_prepare(emulator, job, staged_table)
     assert not (folder / "train.json").exists()  # not finished: no manifest
-    monkeypatch.setattr(staging, "_write_stream", write)
+    monkeypatch.setattr(bigquery, "_write_stream", write)
     data = _staging_prepare(emulator, job, staged_table)
     _, rows = _staged_rows(folder)
     assert sorted(int(r["id"]) for r in rows) == list(range(1, BIG_ROWS + 1))
@@ -447,14 +449,14 @@ def test_an_interrupted_staging_is_done_again_from_the_start(
 
 def test_bad_input_found_after_staging_leaves_no_shards(emulator, tmp_path, monkeypatch):
     job = job_dir_lib.JobDir(str(tmp_path / "job"))
-    stage, staged = staging.stage, list[str]()
+    stage, staged = bigquery.BigQuery.stage, list[str]()
 
-    def stage_and_look(source, **kwargs):
-        result = stage(source, **kwargs)
+    def stage_and_look(self, source, **kwargs):
+        result = stage(self, source, **kwargs)
         staged.extend(result.files)
         return result
 
-    monkeypatch.setattr(staging, "stage", stage_and_look)
+    monkeypatch.setattr(bigquery.BigQuery, "stage", stage_and_look)
     with pytest.raises(InputError, match="'nope' is not a column of bq://test-project.ds.small"):
         input_lib.prepare(
             train_data=emulator.uri("ds.small"),

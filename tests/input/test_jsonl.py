@@ -1,4 +1,4 @@
-"""JSON Lines input (trainer/input/jsonl.py): lines converted to CSV lines for the CSV row
+"""JSON Lines input (trainer/input/formats/jsonl.py): lines converted to CSV lines for the CSV row
 parser, the columns from the first lines' keys, bad lines named by file and line, Vertex AI
 managed datasets in AIP_DATA_FORMAT=jsonl."""
 
@@ -26,8 +26,9 @@ from tests.support import (
 from trainer import task
 from trainer.distribute.environment import Environment
 from trainer.errors import InputError
-from trainer.input import files, jsonl, scan
+from trainer.input import files, scan
 from trainer.input import schema as S
+from trainer.input.formats import jsonl
 from trainer.input.options import BadRows
 
 
@@ -136,7 +137,7 @@ def test_managed_jsonl_dataset_reads_every_file_as_json_lines(tmp_path):
         _write_jsonl(tmp_path / f"training-{i:05d}-of-00002", part, shuffle_keys=i)
     pattern = str(tmp_path / "training-*")
     source = files.open_source(pattern, flag="--train_data", jsonl=data.input.jsonl)
-    assert source.format == files.JSONL
+    assert source.format is jsonl.JSONL
     assert set(source.columns) == {"x1", "x2", "color", "target", "w"}
     schema = scan.scan_training(
         source, S.ColumnChoices("target"), bad_rows=BadRows.ERROR, holdout=None
@@ -144,7 +145,7 @@ def test_managed_jsonl_dataset_reads_every_file_as_json_lines(tmp_path):
     assert schema.summary["train"]["rows"] == 40
     # without the managed dataset's format the same files are CSV, with a header of JSON
     first = str(tmp_path / "training-00000-of-00002")
-    assert files.open_source(first, flag="--train_data").format == files.CSV
+    assert files.open_source(first, flag="--train_data").format.name == "csv"
     with parsed_flags(["--label_column=target", "--train_data=x.csv"]) as flags:
         assert not task.build_config(flags, Environment.from_environ(environ)).data.input.jsonl
 
@@ -330,12 +331,12 @@ def test_parameter_servers_stage_json_lines_once_and_a_second_prepare_reuses_it(
     JOB_DIR/data (every line once, the manifest last), the job reads the shards with the
     kinds reading the JSON files gives, and a restarted chief, a resume and a worker reuse
     them without converting a line again."""
-    from trainer.input import staging
+    from trainer.input.formats import shards
     from trainer.storage import job_dir as job_dir_lib
 
     pattern = _id_files(tmp_path, 3)
     direct = _ps_prepare(job_dir_lib.JobDir(str(tmp_path / "direct")), pattern)
-    monkeypatch.setattr(staging, "ROWS_PER_SHARD", 40)  # several shards per file
+    monkeypatch.setattr(shards, "ROWS_PER_SHARD", 40)  # several shards per file
     job = job_dir_lib.JobDir(str(tmp_path / "job"))
     data = _ps_prepare(job, pattern, stage_tables=True)
     folder = tmp_path / "job" / "data"
@@ -352,7 +353,7 @@ def test_parameter_servers_stage_json_lines_once_and_a_second_prepare_reuses_it(
         ids += [int(r[rows[0].index("id")]) for r in rows[1:]]
     assert sorted(ids) == list(range(300)), "every line once: none lost, none twice"
     train = data.train_source
-    assert train.format == files.CSV and train.files == tuple(f["path"] for f in manifest["files"])
+    assert train.format.name == "csv" and train.files == tuple(f["path"] for f in manifest["files"])
     assert data.schema.columns == direct.schema.columns  # the kinds of the JSON files
     assert data.train_rows == direct.train_rows
     assert data.schema.summary["train"]["staged"]["files"] == manifest["files"]

@@ -15,8 +15,8 @@ from trainer.input.rows import Columns
 
 def read_all(source, *, in_process=True):
     """[(file index, line, text)] of every row, in order."""
-    dataset = blocks.blocks(
-        source, blocks.indexed_files(source), parallel=1, deterministic=True, in_process=in_process
+    dataset = source.blocks(
+        source.indexed_files(), parallel=1, deterministic=True, in_process=in_process
     )
     out = []
     for file, line, text in dataset:
@@ -67,7 +67,7 @@ def test_tfrecord_rows_are_numbered_records(tmp_path):
 def parse(tmp_path, text, columns, name="a.csv"):
     source = files.open_source(write(tmp_path, name, text), flag="--train_data")
     file, line, body = next(
-        iter(blocks.blocks(source, blocks.indexed_files(source), parallel=1, deterministic=True))
+        iter(source.blocks(source.indexed_files(), parallel=1, deterministic=True))
     )
     return rows.RowParser(source, columns).parse(file, line, body)
 
@@ -165,7 +165,7 @@ def test_tfrecord_parse(tmp_path):
     )
     source = files.open_source(path, flag="--train_data")
     file, line, text = next(
-        iter(blocks.blocks(source, blocks.indexed_files(source), parallel=1, deterministic=True))
+        iter(source.blocks(source.indexed_files(), parallel=1, deterministic=True))
     )
     parsed = rows.RowParser(source, Columns(("n", "t"), ("c",), "y")).parse(file, line, text)
     np.testing.assert_array_equal(parsed.numeric["n"].numpy()[:2], [1.5, np.nan])

@@ -4,19 +4,15 @@ text and what to do), and the count per file. `--bad_rows=error` stops on the fi
 
 from __future__ import annotations
 
-import csv
 import dataclasses
-import io
 
 import numpy as np
 import tensorflow as tf
 from absl import logging
 
 from trainer.errors import InputError
-from trainer.input import files as files_lib
-from trainer.input import jsonl
 from trainer.input import rows as rows_lib
-from trainer.input.files import Source
+from trainer.input.formats.base import Source
 from trainer.input.options import BadRows
 
 
@@ -39,35 +35,12 @@ def describe(
     weight: str | None = None,
 ) -> str:
     """What is wrong with a bad row, where, and how to fix it."""
-    unit = "record" if source.format == files_lib.TFRECORD else "line"
-    where = f"{bad.path} {unit} {bad.line}"
+    fmt = source.format
+    where = f"{bad.path} {fmt.unit} {bad.line}"
     skip = " (or pass --bad_rows=skip to skip such rows)"
-    value = lambda column: _value(bad, source, column)  # noqa: E731
+    value = lambda column: fmt.value(bad.text, source.columns, column)  # noqa: E731
     if bad.reasons & rows_lib.MALFORMED:
-        if source.format == files_lib.TFRECORD:
-            return (
-                f"{source.flag}: {where} holds a feature with several values; this "
-                f"trainer takes one value per feature{skip}."
-            )
-        try:
-            bad.text.decode("utf-8")
-        except UnicodeDecodeError as e:
-            around = bad.text[max(e.start - 20, 0) : e.start + 5]
-            return (
-                f"{source.flag}: {where} is not UTF-8 text (byte 0x{bad.text[e.start]:02x} at "
-                f"position {e.start + 1} of the line: {around!r}). Save the file as UTF-8 "
-                f"(e.g. `iconv -f latin1 -t utf-8`){skip}."
-            )
-        fields = _csv_fields(bad.text)
-        if source.format == files_lib.JSONL or jsonl.is_converted(bad.text, fields):
-            why = jsonl.describe_malformed(bad.text, source.columns, fields)
-            return f"{source.flag}: {where} {why}{skip}."
-        count = f"has {len(fields)} fields" if fields is not None else "is not valid CSV"
-        return (
-            f"{source.flag}: {where} {count}, the header has {len(source.columns)}. Fix "
-            f"that line (quote values with commas, start quoted values right after the "
-            f"comma){skip}."
-        )
+        return f"{source.flag}: {where} {fmt.describe_malformed(bad.text, source.columns)}{skip}."
     if bad.reasons & rows_lib.NOT_A_NUMBER:
         return (
             f"{source.flag}: numeric column '{bad.column}' holds {value(bad.column)!r} at "
@@ -97,25 +70,6 @@ def describe(
         f"{source.flag}: label {value(label)!r} at {where} is not one of the training "
         f"labels {list(classes)[:20]}{skip}."
     )
-
-
-def _csv_fields(text: bytes) -> list[str] | None:
-    try:
-        return next(csv.reader(io.StringIO(text.decode("utf-8", "replace"))), [])
-    except csv.Error:
-        return None
-
-
-def _value(bad: BadRow, source: Source, column: str) -> str:
-    if source.format == files_lib.TFRECORD:
-        feature = tf.train.Example.FromString(bad.text).features.feature[column]
-        kind = feature.WhichOneof("kind")
-        values = list(getattr(feature, kind).value) if kind else []
-        value = values[0] if values else ""
-        return value.decode("utf-8", "replace") if isinstance(value, bytes) else repr(value)
-    fields = _csv_fields(bad.text) or []
-    index = source.columns.index(column)
-    return fields[index].strip() if index < len(fields) else ""
 
 
 def first_bad(parsed: rows_lib.Parsed, reasons: tf.Tensor) -> dict[str, tf.Tensor]:

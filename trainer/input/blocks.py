@@ -1,4 +1,5 @@
-"""Files read as blocks of rows, in TensorFlow (`trainer/input/rows.py` parses them).
+"""Files read as blocks of rows, in TensorFlow (`trainer/input/rows.py` parses them): the
+readers the input formats share (each format picks its own: `trainer/input/formats/`).
 
 A block is `(file, line, text)`: the index of its file in the `Source`, the line (CSV, the
 header being line 1; JSON Lines) or record (TFRecord) number of each row, and the row's text
@@ -21,173 +22,56 @@ from __future__ import annotations
 
 import dataclasses
 import zlib
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator
 
 import tensorflow as tf
 
 from trainer.errors import InputError
-from trainer.input import files as files_lib
-from trainer.input.files import Source
 from trainer.input.gzipped import Cut, inflate
 
 # TFRecord and TextLineDataset rows are read in blocks of this many.
 READ_BLOCK_ROWS = 1024
-_READ_BUFFER_BYTES = 1 << 20
+READ_BUFFER_BYTES = 1 << 20
 
 
-def blocks(
-    source: Source,
-    files: tf.data.Dataset,
-    *,
-    parallel: int,
-    deterministic: bool,
-    in_process: bool = True,
-    cycle: int | None = None,
-    lost_tails: bool = False,
-    notes: Notes | None = None,
-    last_lines: Sequence[int | None] | None = None,
-) -> tf.data.Dataset:
-    """Blocks `(file, line, text)` of the files that `files` yields as `(index, path)`,
-    `parallel` files read at once (CSV headers left out), blocks of `cycle` files (default:
-    `parallel`) taken in turn.
+def python_blocks(chunks: Callable[[str], Iterator[tuple[bytes, int]]], *, header: bool = False):
+    """fn(index, path) -> blocks of the lines `chunks(path)` yields as (text of whole lines
+    without the last line end, the number of its first line), read in Python (a format
+    whose rows are converted there; CSV read in chunks); with `header`, line 1 is left
+    out."""
 
-    CSV read `in_process` comes in chunks of about `CHUNK_BYTES`, decompressed and cut at the
-    last line end in Python and split into lines by TensorFlow: 3x less CPU than
-    `TextLineDataset`, which pays for every line (1M census lines: 0.96 against 2.6 CPU
-    seconds). A dataset that runs elsewhere (a parameter-server worker's, built from a
-    function the chief traces) cannot call back into Python: it reads with TextLineDataset.
-
-    A file read in Python that is cut short raises `TruncatedInput`, or with `lost_tails`
-    yields its whole lines; `notes` records the cuts and checksums (see `line_chunks`).
-    `last_lines`: the last line to read of each file of the source (None: all), for
-    TensorFlow's line reader, which cannot tell a cut file (the module doc).
-    """
-    if source.format == files_lib.TFRECORD:
-        one_file = _record_blocks
-    elif source.format == files_lib.BIGQUERY:
-        if not in_process:
-            raise InputError(
-                f"{source.flag}={source.pattern}: a BigQuery table is read in Python, which a "
-                "parameter-server worker's dataset cannot call (a ps cluster's chief stages the "
-                "table as files first: trainer/input/staging.py)."
-            )
-        from trainer.input import bigquery  # the Google client libraries, only when used
-
-        one_file = bigquery.stream_blocks(source)
-    elif source.format == files_lib.JSONL:
-        if not in_process:
-            raise InputError(
-                f"{source.flag}={source.pattern}: JSON Lines files are converted in Python, "
-                "which a parameter-server worker's dataset cannot call."
-            )
-        one_file = _jsonl_blocks(source.columns, lost_tails, notes)
-        parallel = 1  # one file at a time, as CSV chunks (the json fallback holds the GIL)
-    elif in_process:
-        one_file = _chunk_blocks(lost_tails, notes)
-        parallel = 1  # the chunks are cut under the GIL: one file at a time reads fastest
-    else:
-        one_file = _line_blocks(last_lines)
-    cycle = max(cycle or parallel, parallel)
-    if parallel == 1:  # one thread takes the files' blocks in turn
-        return files.interleave(one_file, cycle_length=cycle)
-    return files.interleave(
-        one_file, cycle_length=cycle, num_parallel_calls=parallel, deterministic=deterministic
-    )
-
-
-def _record_blocks(index: tf.Tensor, path: tf.Tensor) -> tf.data.Dataset:
-    records = tf.data.TFRecordDataset(path, _compression(path), buffer_size=_READ_BUFFER_BYTES)
-    return (
-        records.batch(READ_BLOCK_ROWS)
-        .enumerate()
-        .map(lambda i, text: _located(index, i * READ_BLOCK_ROWS + 1, text))
-    )
-
-
-def _line_blocks(last_lines: Sequence[int | None] | None):
-    """fn(index, path) -> blocks of a CSV file read by TensorFlow's TextLineDataset, up to
-    line `last_lines[index]` (all lines where None)."""
-    limits = (
-        None
-        if last_lines is None
-        else tf.constant([-1 if n is None else n for n in last_lines], tf.int64)
-    )
-
-    def one_file(index: tf.Tensor, path: tf.Tensor) -> tf.data.Dataset:
-        lines = tf.data.TextLineDataset(path, _compression(path), buffer_size=_READ_BUFFER_BYTES)
-        # Line 1 is the header; blocks are full but for the last, so block i starts at line
-        # 2 + i * READ_BLOCK_ROWS.
-        located = (
-            lines.skip(1)
-            .batch(READ_BLOCK_ROWS)
-            .enumerate()
-            .map(lambda i, text: _located(index, i * READ_BLOCK_ROWS + 2, text))
-        )
-        if limits is None:
-            return located
-
-        def cut(file, line, text):
-            keep = (limits[index] < 0) | (line <= limits[index])
-            return tuple(tf.boolean_mask(t, keep) for t in (file, line, text))
-
-        return located.map(cut)
-
-    return one_file
-
-
-def _chunk_blocks(lost_tails: bool, notes: Notes | None):
-    """fn(index, path) -> blocks of a CSV file read by `line_chunks`."""
-
-    def chunks(path: bytes):
-        yield from line_chunks(path, lost_tails=lost_tails, notes=notes)
+    def generate(path: bytes):
+        yield from chunks(path.decode())
 
     def one_file(index: tf.Tensor, path: tf.Tensor) -> tf.data.Dataset:
         data = tf.data.Dataset.from_generator(
-            chunks,
+            generate,
             args=(path,),
             output_signature=(tf.TensorSpec([], tf.string), tf.TensorSpec([], tf.int64)),
         )
 
         def split(chunk, first_line):
             lines = tf.strings.split(chunk, "\n")
+            if not header:
+                return located(index, first_line, lines)
             numbers = first_line + tf.range(tf.size(lines, out_type=tf.int64))
             data = numbers > 1  # not the header
-            return _located(index, tf.boolean_mask(numbers, data), tf.boolean_mask(lines, data))
+            return located(index, tf.boolean_mask(numbers, data), tf.boolean_mask(lines, data))
 
         return data.map(split)
 
     return one_file
 
 
-def _jsonl_blocks(columns: tuple[str, ...], lost_tails: bool, notes: Notes | None):
-    """fn(index, path) -> blocks of a JSON Lines file, each line converted to a CSV line
-    (`jsonl.csv_chunks`); line 1 is the first object."""
-    from trainer.input import jsonl
-
-    def chunks(path: bytes):
-        yield from jsonl.csv_chunks(path, columns, lost_tails=lost_tails, notes=notes)
-
-    def one_file(index: tf.Tensor, path: tf.Tensor) -> tf.data.Dataset:
-        data = tf.data.Dataset.from_generator(
-            chunks,
-            args=(path,),
-            output_signature=(tf.TensorSpec([], tf.string), tf.TensorSpec([], tf.int64)),
-        )
-        return data.map(
-            lambda chunk, first_line: _located(index, first_line, tf.strings.split(chunk, "\n"))
-        )
-
-    return one_file
-
-
-def _located(index, first_line, text):
+def located(index, first_line, text):
     """`(file, line, text)`: `first_line` is the first row's number, or every row's."""
     size = tf.size(text, out_type=tf.int64)
     line = first_line + tf.range(size) if first_line.shape.rank == 0 else first_line
     return tf.fill([size], tf.cast(index, tf.int64)), line, text
 
 
-def _compression(path: tf.Tensor) -> tf.Tensor:
+def compression(path: tf.Tensor) -> tf.Tensor:
+    """TensorFlow's compression of a file named `path`: "GZIP" for *.gz."""
     return tf.where(tf.strings.regex_full_match(path, r".*\.gz"), "GZIP", "")
 
 
@@ -326,11 +210,3 @@ def check_compressed(path: str) -> str | None:
         except Cut as e:
             return f"{path} {e}"
     return None
-
-
-def indexed_files(source: Source, files: Sequence[int] | None = None) -> tf.data.Dataset:
-    """`(index, path)` of the source's files (or of those with the given indices)."""
-    indices = list(range(len(source.files))) if files is None else list(files)
-    return tf.data.Dataset.from_tensor_slices(
-        (tf.constant(indices, tf.int64), tf.constant([source.files[i] for i in indices]))
-    )

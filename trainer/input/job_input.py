@@ -12,9 +12,10 @@ import tensorflow as tf
 from absl import logging
 
 from trainer.errors import InputError
-from trainer.input import bigquery, blocks, scan, staging
+from trainer.input import blocks, scan
 from trainer.input import files as files_lib
-from trainer.input.files import Source
+from trainer.input.formats import registry, shards
+from trainer.input.formats.base import Source
 from trainer.input.options import InputOptions
 from trainer.input.pipeline import (
     EVAL_BATCH_SIZE,
@@ -184,39 +185,44 @@ def prepare(
     here (`scan_if_new`, the chief: InputError on bad input, before anything is written);
     else waited for, up to `wait_secs` (a replica whose chief is scanning). A BigQuery
     table is read through the read session its scan opened: a replica that waits for the
-    chief opens it from the schema's summary. With `stage_tables` (a cluster with parameter
-    servers, whose workers cannot run the table reader nor the JSON Lines converter) the
-    chief of a new job first stages each table and each JSON Lines input into `JOB_DIR/data`
-    (`trainer/input/staging.py`), and the job reads those files; bad input found after
-    staging deletes them. `holdout_fold`: which of the seed's disjoint hold-outs (a bag's,
-    `trainer/job/bagging.py`)."""
+    chief opens it from the schema's summary (`Format.record`). With `stage_tables` (a
+    cluster with parameter servers, whose workers cannot run a reader in Python: the table
+    reader, the JSON Lines and Parquet converters) the chief of a new job first stages each
+    such input into `JOB_DIR/data` (`trainer/input/formats/shards.py`), and the job reads
+    those files; bad input found after staging deletes them. `holdout_fold`: which of the
+    seed's disjoint hold-outs (a bag's, `trainer/job/bagging.py`)."""
     schema = None
     if job.exists():
         schema = Schema.from_json(job_dir_lib.read_text(job.schema), path=job.schema)
     elif not scan_if_new and (
-        stage_tables or any(bigquery.is_table(d) for d in (train_data, eval_data))
-    ):  # a table's session, or what the chief staged, is in the schema's summary
+        stage_tables or any(_recorded_by_chief(d) for d in (train_data, eval_data))
+    ):
+        # a table's session, or what the chief staged, is in the schema's summary
         schema = _wait_for_schema(job, wait_secs)
     summary = schema.summary if schema else {}
     stage = stage_tables and scan_if_new and schema is None
 
     def open_input(data: str, flag: str, key: str) -> Source:
-        if stage and bigquery.is_table(data):  # staged by a start that ended before its scan
-            done = staging.finished(
-                data, flag=flag, connection=options.bigquery, folder=job.data, name=key
+        recorded = summary.get(key) or {}
+        if "staged" in recorded:  # the shards the job staged
+            manifest = recorded["staged"]
+            return registry.staged(manifest).open_staged(
+                data, flag=flag, options=options, manifest=manifest
+            )
+        fmt, files = files_lib.detect(data, flag=flag, options=options)
+        if stage and not fmt.in_graph:  # staged by a start that ended before its scan
+            done = fmt.reuse_staged(
+                data, files, flag=flag, options=options, folder=job.data, name=key
             )
             if done:
                 return done
-        source = _open(data, flag, options, summary.get(key))
-        if stage and source.format == files_lib.JSONL:  # staged by a start that ended early
-            return staging.finished_jsonl(source, folder=job.data, name=key) or source
-        return source
+        return fmt.open(data, files, flag=flag, options=options, recorded=recorded.get(fmt.name))
 
     eval_source = open_input(eval_data, "--eval_data", "eval") if eval_data else None
     holdout = None if eval_data else Holdout(holdout_fraction, seed, holdout_fold)
     train = open_input(train_data, "--train_data", "train") if open_train or holdout else None
-    if train is not None and train.session is not None:
-        columns = bigquery.table_choices(train, columns)
+    if train is not None:
+        columns = train.format.column_choices(train, columns)
     resumed = schema is not None
     if schema is None and scan_if_new:
         assert train is not None, "a replica that scans opens the training data"
@@ -225,31 +231,29 @@ def prepare(
             key: _identities(source) for key, source in (("train", train), ("eval", eval_source))
         }
         try:
-            if stage:  # every check of the tables' columns is done: the one pass over them
+            if stage:  # every check of the columns is done: the one pass over them
                 train, eval_source = (
                     _staged(source, key, job)
                     for source, key in ((train, "train"), (eval_source, "eval"))
                 )
             assert train is not None
             schema = _scan(train, eval_source, columns, options, holdout, seed)
-            schema = _with_sessions(schema, job, train=train, eval=eval_source)
+            schema = _with_records(schema, train=train, eval=eval_source)
             schema = _with_identities(schema, identities)
         except InputError:
             if stage:  # the job never starts: leave no shards behind (nor half of them)
                 for key in ("train", "eval"):
-                    staging.remove(job.data, key)
+                    shards.remove(job.data, key)
             raise
     elif schema is None:
         schema = _wait_for_schema(job, wait_secs)
-    streamed = [
-        s for s in (train, eval_source) if s and s.format in (files_lib.BIGQUERY, files_lib.JSONL)
-    ]
+    streamed = [s for s in (train, eval_source) if s and not s.format.in_graph]
     if stage_tables and streamed:
-        what = "table's read streams" if streamed[0].session else "JSON Lines files in Python"
         raise InputError(
-            f"{streamed[0].flag}={streamed[0].pattern}: the job in this --job_dir reads the "
-            f"{what} (it started without parameter servers), which parameter-server workers "
-            "cannot run. Resume it without a ps pool, or start a new --job_dir."
+            f"{streamed[0].flag}={streamed[0].pattern}: the job in this --job_dir reads its "
+            f"{streamed[0].format.title} input in Python (it started without parameter "
+            "servers), which parameter-server workers cannot run. Resume it without a ps pool, "
+            "or start a new --job_dir."
         )
     for source, key in ((train, "train"), (eval_source, "eval")):
         _check_same_files(source, schema.summary.get(key))
@@ -279,61 +283,33 @@ def _scan(
     return schema
 
 
-def _open(data: str, flag: str, options: InputOptions, summary: dict | None) -> Source:
-    """The files of `data`, or a BigQuery table's streams (those of the job's read session
-    when `summary`, the job dir's summary of this input, records one), or the shards the job
-    staged of it."""
-    summary = summary or {}
-    if "staged" in summary and staging.is_jsonl_manifest(summary["staged"]):
-        return staging.open_recorded_jsonl(data, flag=flag, data=summary["staged"])
-    if bigquery.is_table(data):
-        if "staged" in summary:
-            return staging.open_recorded(
-                data, flag=flag, connection=options.bigquery, data=summary["staged"]
-            )
-        recorded = summary.get("bigquery")
-        return bigquery.open_table(data, flag=flag, connection=options.bigquery, recorded=recorded)
-    return files_lib.open_source(data, flag=flag, jsonl=options.jsonl)
+def _recorded_by_chief(data: str | None) -> bool:
+    """Whether replicas read `data` as the chief opened it (a table's read session), recorded
+    in the schema's summary."""
+    fmt = registry.claiming(data) if data else None
+    return fmt is not None and fmt.shared_state
 
 
 def _staged(source: Source | None, key: str, job: job_dir_lib.JobDir) -> Source | None:
-    """A table's read streams or JSON Lines files staged into the job dir as shards; other
-    files (and shards a previous start staged) stay as they are."""
-    if source is not None and source.format == files_lib.JSONL:
-        return staging.stage_jsonl(source, folder=job.data, name=key)
-    if source is None or source.format != files_lib.BIGQUERY:
+    """An input a parameter-server worker cannot read staged into the job dir as CSV shards;
+    other inputs (and shards a previous start staged) stay as they are."""
+    if source is None or source.format.in_graph:
         return source
-    return staging.stage(source, folder=job.data, name=key)
+    return source.format.stage(source, folder=job.data, name=key)
 
 
-def _with_sessions(schema: Schema, job: job_dir_lib.JobDir, **sources: Source | None) -> Schema:
-    """The schema with each BigQuery input's read session (or its staged shards) in its
-    summary, for the replicas that read it later."""
+def _with_records(schema: Schema, **sources: Source | None) -> Schema:
+    """The schema with what the replicas need to open each input again in its summary: the
+    manifest of the shards staged of it, or what its format records (a read session)."""
     summary = dict(schema.summary)
     for key, source in sources.items():
-        if source is not None and _is_staged_jsonl(source, job, key):
-            manifest = job_dir_lib.read_json(staging.manifest_path(job.data, key))
-            summary[key] = dict(summary[key], staged=manifest)
+        if source is None:
             continue
-        if source is None or source.session is None:
-            continue
-        if staging.is_staged(source):
-            manifest = job_dir_lib.read_json(staging.manifest_path(job.data, key))
-            summary[key] = dict(summary[key], staged=manifest)
-        else:
-            summary[key] = dict(summary[key], bigquery=bigquery.recorded_session(source))
+        if source.staged is not None:
+            summary[key] = dict(summary[key], staged=source.staged)
+        elif (record := source.format.record(source)) is not None:
+            summary[key] = dict(summary[key], **{source.format.name: record})
     return dataclasses.replace(schema, summary=summary)
-
-
-def _is_staged_jsonl(source: Source, job: job_dir_lib.JobDir, key: str) -> bool:
-    """Whether `source` is the shards this job staged of JSON Lines files."""
-    path = staging.manifest_path(job.data, key)
-    if source.format != files_lib.CSV or not tf.io.gfile.exists(path):
-        return False
-    data = job_dir_lib.read_json(path)
-    return staging.is_jsonl_manifest(data) and [f["path"] for f in data["files"]] == list(
-        source.files
-    )
 
 
 def _check_same_files(source: Source | None, summary: dict | None) -> None:
@@ -355,7 +331,7 @@ def _check_same_files(source: Source | None, summary: dict | None) -> None:
 def _identities(source: Source | None) -> list[dict] | None:
     """Each file's size and modification time (files_lib.identities); None for a table's read
     streams (a read session reads one snapshot of the table, whenever it is read)."""
-    if source is None or source.format == files_lib.BIGQUERY:
+    if source is None or not source.format.has_files:
         return None
     return files_lib.identities(source.files)
 
@@ -377,7 +353,7 @@ def _check_unchanged(source: Source | None, summary: dict | None) -> None:
     """Fails when a file of the input changed since the job's scan (its size or modification
     time): the statistics, the hold-out and every finished iteration describe the old
     contents. Job dirs of versions that recorded no identities are not checked."""
-    if source is None or summary is None or source.format == files_lib.BIGQUERY:
+    if source is None or summary is None or not source.format.has_files:
         return
     recorded = [f for f in summary["files"] if "bytes" in f]
     if not recorded or len(recorded) != len(source.files):

@@ -32,21 +32,28 @@ class BadRows(str, enum.Enum):
 class InputOptions:
     """`cache_mb`: a reader keeps its encoded training rows in memory when they fit in this
     many MB (else it streams them from the files every epoch). `shuffle_buffer`: rows shuffled
-    together when streaming. `jsonl`: every input file is JSON Lines, whatever its name (a
-    Vertex AI managed dataset in `AIP_DATA_FORMAT=jsonl`); else files named *.jsonl or
-    *.ndjson (optionally .gz) are."""
+    together when streaming. `format`: every input file is read in this format (a name of
+    `trainer/input/formats/registry.py`: "csv", "jsonl", "parquet", ...), whatever its name;
+    None: each file in the format its name says. `jsonl`: `format="jsonl"`, as a Vertex AI
+    managed dataset in `AIP_DATA_FORMAT=jsonl` is read."""
 
     bad_rows: BadRows = BadRows.ERROR
     cache_mb: float = 256.0
     shuffle_buffer: int = 65_536
     bigquery: BigQueryConnection = BigQueryConnection()
     jsonl: bool = False
+    format: str | None = None
 
     def __post_init__(self):
         if self.cache_mb < 0:
             raise InputError(f"--cache_mb ({self.cache_mb}) must be >= 0 (0: always stream).")
         if self.shuffle_buffer < 1:
             raise InputError(f"--shuffle_buffer ({self.shuffle_buffer}) must be >= 1.")
+
+    @property
+    def data_format(self) -> str | None:
+        """The format every input file is read in (None: each file's by its name)."""
+        return self.format or ("jsonl" if self.jsonl else None)
 
     @property
     def cache_bytes(self) -> int:

@@ -27,11 +27,10 @@ from collections.abc import Callable
 
 import tensorflow as tf
 
-from trainer.input import blocks as blocks_lib
 from trainer.input import rows as rows_lib
 from trainer.input import schema as schema_lib
 from trainer.input.features import WEIGHT, Preprocessor
-from trainer.input.files import Source
+from trainer.input.formats.base import Source
 from trainer.input.options import BadRows
 from trainer.input.rows import Columns
 from trainer.input.scan import Holdout
@@ -126,7 +125,7 @@ class Selection:
             raise ValueError("a hold-out side needs a hold-out, and a hold-out a side.")
 
     def files(self, source: Source) -> tf.data.Dataset:
-        files = blocks_lib.indexed_files(source)
+        files = source.indexed_files()
         if self.shard and self.shard.by_file:
             files = files.shard(self.shard.count, self.shard.index)
         return files
@@ -154,7 +153,7 @@ class Pipeline:
 
     # -- parsing ----------------------------------------------------------------------------
     def _cut_files(self) -> dict:
-        """How `blocks.blocks` reads this source's files cut short: the statistics pass
+        """How `Source.blocks` reads this source's files cut short: the statistics pass
         stopped the job on one, or (`--bad_rows=skip`) found where each ends; the reader
         stops there too (in Python it finds it again; TensorFlow's line reader, a
         parameter-server worker's, is told)."""
@@ -174,8 +173,7 @@ class Pipeline:
         return max(1, min(len(self.source.files), os.cpu_count() or 2, 8, count))
 
     def _rows(self, selection: Selection, *, deterministic: bool) -> tf.data.Dataset:
-        return blocks_lib.blocks(
-            self.source,
+        return self.source.blocks(
             selection.files(self.source),
             parallel=self._readers(len(self.source.files)),
             deterministic=deterministic,
@@ -343,8 +341,7 @@ class Pipeline:
             .shuffle(len(self.source.files), seed=seed, reshuffle_each_iteration=True)
             .repeat()
         )
-        rows = blocks_lib.blocks(
-            self.source,
+        rows = self.source.blocks(
             files,
             parallel=self._readers(len(self.source.files)),
             deterministic=False,

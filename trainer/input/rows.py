@@ -3,8 +3,9 @@ columns and the reasons a row cannot be used. No Python runs per row.
 
 A CSV line must have exactly as many fields as the header; quoted fields may hold commas and
 doubled quotes (`"Smith, J"`, `"say ""hi"" "`) and must start right after the comma. A field
-spanning lines is not supported: its line is reported as malformed. JSON Lines come as CSV
-lines (`trainer/input/jsonl.py`); a nested value in a column used is malformed.
+spanning lines is not supported: its line is reported as malformed. Formats converted in
+Python (JSON Lines, BigQuery, Parquet) come as CSV lines (`trainer/input/formats/base.py`); a
+nested value in a column used is malformed.
 """
 
 from __future__ import annotations
@@ -14,10 +15,8 @@ import re
 
 import tensorflow as tf
 
-from trainer.input import files as files_lib
-from trainer.input import jsonl
 from trainer.input import schema as schema_lib
-from trainer.input.files import Source
+from trainer.input.formats.base import BYTES, FLOAT, INT64, NESTED, RowText, Source
 
 # Why a row cannot be used: bits of one int32 per row, 0 for a good row.
 MALFORMED = 1  # CSV: wrong field count or quoting; TFRecord: a feature with several values
@@ -107,7 +106,7 @@ class RowParser:
         source.require(columns.names, what="the model needs them")
 
     def parse(self, file: tf.Tensor, line: tf.Tensor, text: tf.Tensor) -> Parsed:
-        if self.source.format == files_lib.TFRECORD:
+        if self.source.format.row_text is RowText.EXAMPLE:
             return self._parse_examples(file, line, text)
         return self._parse_csv(file, line, text)
 
@@ -165,7 +164,7 @@ class RowParser:
             for name in columns.categorical + tuple(n for n in (columns.label, columns.weight) if n)
         }
         malformed = tf.scatter_nd(where, ~well_formed, size)
-        if source.format == files_lib.JSONL:  # a nested value in a column used is malformed
+        if source.format.nested_values:  # a nested value in a column used is malformed
             for name in columns.numeric:
                 malformed |= tf.scatter_nd(where, _nested(slow_fields[name]), size)
             for value in texts.values():
@@ -174,13 +173,9 @@ class RowParser:
 
     # -- TFRecord -------------------------------------------------------------------------
     def _parse_examples(self, file, line, text) -> Parsed:
-        dtypes = {
-            files_lib.BYTES: tf.string,
-            files_lib.INT64: tf.int64,
-            files_lib.FLOAT: tf.float32,
-        }
+        dtypes = {BYTES: tf.string, INT64: tf.int64, FLOAT: tf.float32}
         spec = {
-            n: tf.io.RaggedFeature(dtypes[self.source.feature_type(n) or files_lib.BYTES])
+            n: tf.io.RaggedFeature(dtypes[self.source.feature_type(n) or BYTES])
             for n in self.columns.names
         }
         ragged = tf.io.parse_example(text, spec)
@@ -255,8 +250,8 @@ class RowParser:
 
 
 def _nested(text: tf.Tensor) -> tf.Tensor:
-    """Whether each field holds a JSON object or array (`jsonl.NESTED` and its text)."""
-    return tf.equal(tf.strings.substr(tf.strings.strip(text), 0, 1), jsonl.NESTED)
+    """Whether each field holds a nested value (`NESTED` and its text)."""
+    return tf.equal(tf.strings.substr(tf.strings.strip(text), 0, 1), NESTED)
 
 
 def is_number(text: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:

@@ -13,7 +13,6 @@ The weights of the rows used must not all be zero, in the training rows and in t
 
 from __future__ import annotations
 
-import concurrent.futures
 import dataclasses
 import os
 from collections.abc import Callable, Iterator
@@ -24,12 +23,11 @@ from absl import logging
 
 from trainer.errors import InputError
 from trainer.input import blocks as blocks_lib
-from trainer.input import files as files_lib
 from trainer.input import rows as rows_lib
 from trainer.input import schema as schema_lib
 from trainer.input import stats
 from trainer.input.bad_rows import BadRowLog, first_bad
-from trainer.input.files import Source
+from trainer.input.formats.base import FLOAT, INT64, Source
 from trainer.input.options import BadRows
 from trainer.input.rows import Columns
 from trainer.input.schema import ColumnChoices, HeadType, Kind, Schema
@@ -82,9 +80,8 @@ def _blocks(
     """`fn` applied to every block of the source (in a fixed order), as numpy; only to the
     first `take_rows` rows if given. A file cut short yields its whole lines (`notes` says
     where it was cut: `_check_whole`)."""
-    dataset = blocks_lib.blocks(
-        source,
-        blocks_lib.indexed_files(source, files),
+    dataset = source.blocks(
+        source.indexed_files(files),
         parallel=_reader_threads(source),
         deterministic=True,
         lost_tails=True,
@@ -101,9 +98,8 @@ def _blocks(
         for block in dataset:
             yield {k: v.numpy() for k, v in block.items()}
     except (tf.errors.DataLossError, tf.errors.InvalidArgumentError, tf.errors.UnknownError) as e:
-        what = "TFRecord files of tf.Example" if source.format == files_lib.TFRECORD else "CSV text"
         raise InputError(
-            f"{source.flag}: cannot read {source.pattern} as {what} "
+            f"{source.flag}: cannot read {source.pattern} as {source.format.reads_as} "
             f"({type(e).__name__}: {e.message.splitlines()[0][:300]})."
         ) from None
 
@@ -124,23 +120,6 @@ def _check_whole(source: Source, policy: BadRows, notes: blocks_lib.Notes) -> No
         )
 
 
-def _check_compressed_records(source: Source) -> None:
-    """Compressed TFRecord files are inflated by TensorFlow, which reads one cut short between
-    two records as if whole: each is read through once first (in parallel)."""
-    if source.format != files_lib.TFRECORD:
-        return
-    compressed = [path for path in source.files if path.endswith(".gz")]
-    if not compressed:
-        return
-    with concurrent.futures.ThreadPoolExecutor(min(len(compressed), 8)) as pool:
-        for why in pool.map(blocks_lib.check_compressed, compressed):
-            if why:
-                raise InputError(
-                    f"{source.flag}: {why} (a copy or a writer that was interrupted?). Copy "
-                    f"or write it again, or leave it out of {source.flag}."
-                )
-
-
 def _sample_kinds(source: Source, choices: ColumnChoices) -> dict[str, Kind]:
     """Each feature column's kind, from the first `SAMPLE_ROWS` rows (flags override). A
     TFRecord feature stored as numbers is numeric unless named categorical."""
@@ -152,7 +131,7 @@ def _sample_kinds(source: Source, choices: ColumnChoices) -> dict[str, Kind]:
     kinds: dict[str, Kind] = {}
     text_columns = []
     for name in features:
-        if source.feature_type(name) in (files_lib.INT64, files_lib.FLOAT):
+        if source.feature_type(name) in (INT64, FLOAT):
             kinds[name] = Kind.CATEGORICAL if name in choices.categorical else Kind.NUMERIC
         else:
             text_columns.append(name)
@@ -197,7 +176,7 @@ def scan_training(
 ) -> Schema:
     """The schema of the training data, from one streaming pass over it."""
     schema_lib.check_choices(source.columns, choices, source=source.pattern)
-    _check_compressed_records(source)
+    source.format.check_whole(source)
     kinds = _sample_kinds(source, choices)
     numeric = tuple(n for n, k in kinds.items() if k is Kind.NUMERIC)
     categorical = tuple(n for n, k in kinds.items() if k is Kind.CATEGORICAL)
@@ -359,7 +338,7 @@ def scan_eval(source: Source, schema: Schema, *, bad_rows: BadRows) -> dict:
         source, Columns(schema.numeric_names, schema.categorical_names, label.name, weight)
     )
     classes = tf.constant(label.classes or ("",))
-    _check_compressed_records(source)
+    source.format.check_whole(source)
 
     def check(file, line, text):
         parsed = parser.parse(file, line, text)
@@ -405,8 +384,8 @@ def _source_summary(
     held: np.ndarray | None,
 ) -> dict:
     """Rows (usable), bad rows and held-out rows per file, and their totals; a file cut short
-    says after which line its tail was lost, a file read in Python (CSV, JSON Lines) the
-    CRC-32 of its bytes (`notes`)."""
+    says after which line its tail was lost, a file read in Python by lines (CSV, JSON Lines)
+    the CRC-32 of its bytes (`notes`)."""
     files = [
         {"path": p, "rows": int(r), "bad_rows": int(b)} for p, r, b in zip(source.files, rows, bad)
     ]
@@ -420,7 +399,7 @@ def _source_summary(
             entry["holdout_rows"] = int(h)
     summary = {
         "pattern": source.pattern,
-        "format": source.format,
+        "format": source.format.name,
         "rows": int(rows.sum()),
         "bad_rows": int(bad.sum()),
         "files": files,

@@ -17,30 +17,43 @@ stream, line ends inside strings become spaces, NULL is a missing value.
 Cost: one CreateReadSession call when the chief opens the table; each pass over the data
 reads each of the reader's streams once (ReadRows; the client resumes a broken stream at its
 offset).
+
+A parameter-server worker's dataset cannot run the reader: there the chief stages the table
+once, before its scan, as CSV shards `folder/name-<stream>-<part>.csv.gz`
+(`trainer/input/formats/shards.py`), the CSV lines the streaming reader parses (so every
+value, and each column's kind from the table schema, is what reading the table gives). The
+manifest records the read session: a resume reads the shards, never the table (it does not
+depend on the 6-hour read session). Staging reads every stream once, `_STAGE_THREADS` at a
+time.
 """
 
 from __future__ import annotations
 
 import base64
+import concurrent.futures
 import dataclasses
 import functools
 import io
 import re
 import time
 
-import tensorflow as tf
+from absl import logging
 
 from trainer.errors import InputError
-from trainer.input import files as files_lib
-from trainer.input.files import Source
-from trainer.input.options import BigQueryConnection
+from trainer.input import blocks
+from trainer.input.formats import shards
+from trainer.input.formats.base import Format, Reading, Source, with_typed_categorical
+from trainer.input.options import BigQueryConnection, InputOptions
 from trainer.input.schema import ColumnChoices
+from trainer.storage import files as storage
 
 PREFIX = "bq://"
 NUMERIC = frozenset({"INT64", "FLOAT64", "NUMERIC", "BIGNUMERIC"})
 CATEGORICAL = frozenset({"STRING", "BOOL"})
 # Streams asked for: the server may return fewer (one for a small table).
 MAX_STREAMS = 64
+# Streams staged at once: each is a gRPC read, a CSV writer and gzip, which release the GIL.
+_STAGE_THREADS = 8
 _NAME = re.compile(r"^(?:([a-z][a-z0-9.:-]*[a-z0-9])\.)?([A-Za-z0-9_]+)\.([^.\s/]+)$")
 
 
@@ -114,6 +127,88 @@ class Session:
         )
 
 
+class BigQuery(Format):
+    name = "bigquery"
+    title = "BigQuery"
+    unit = "line"
+    in_graph = False
+    has_files = False  # read streams: a read session reads one snapshot of the table
+    shared_state = True  # the chief's read session
+
+    def claims(self, data: str) -> bool:
+        return is_table(data)
+
+    def open(self, pattern, files, *, flag, options: InputOptions, recorded=None) -> Source:
+        return open_table(pattern, flag=flag, connection=options.bigquery, recorded=recorded)
+
+    def record(self, source: Source) -> dict | None:
+        return recorded_session(source)
+
+    def column_choices(self, source: Source, choices: ColumnChoices) -> ColumnChoices:
+        return table_choices(source, choices)
+
+    def reader(self, source: Source, reading: Reading):
+        session = source.state
+
+        def chunks(stream: str):
+            yield from csv_chunks(stream, session)
+
+        return blocks.python_blocks(chunks), False
+
+    # -- parameter-server clusters ----------------------------------------------------------
+    def stage(self, source: Source, *, folder: str, name: str) -> Source:
+        session = source.state
+        started = shards.start(folder, name)
+        header = shards.header(source.columns)
+
+        def one(item: tuple[int, str]) -> list[tuple[str, int]]:
+            index, stream = item
+            return storage.retry(
+                lambda: _write_stream(stream, session, header, f"{folder}/{name}-{index:05d}"),
+                what=f"staging {source.pattern} into {folder}",
+            )
+
+        threads = max(1, min(_STAGE_THREADS, len(source.files)))
+        with concurrent.futures.ThreadPoolExecutor(threads) as pool:
+            written = [s for stream in pool.map(one, enumerate(source.files)) for s in stream]
+        if not written:
+            raise InputError(f"{source.flag}: BigQuery table {source.pattern} holds no rows.")
+        manifest = {
+            "format": self.name,
+            "table": session.table,
+            "session": session.to_json(),
+            "columns": list(source.columns),
+            "files": [{"path": p, "rows": r} for p, r in written],
+        }
+        shards.publish(folder, name, manifest, what=source.pattern, started=started)
+        return shards.source(
+            self, flag=source.flag, pattern=source.pattern, manifest=manifest, state=session
+        )
+
+    def reuse_staged(self, pattern, files, *, flag, options, folder, name) -> Source | None:
+        """A staging of the same table (no read session is created)."""
+        manifest = shards.read_manifest(folder, name)
+        if manifest is None:
+            return None
+        table = Table.parse(pattern, flag=flag, default_project=options.bigquery.project)
+        if manifest.get("table") != str(table):
+            return None  # another table's: staged anew
+        logging.info(
+            "%s: reusing the %d shards staged in %s.", pattern, len(manifest["files"]), folder
+        )
+        return self.open_staged(pattern, flag=flag, options=options, manifest=manifest)
+
+    def open_staged(self, pattern, *, flag, options, manifest) -> Source:
+        table = Table.parse(pattern, flag=flag, default_project=options.bigquery.project)
+        session = Session.from_json(manifest["session"], options.bigquery)
+        if session.table != str(table):
+            raise InputError(
+                f"{flag}={pattern}, but the job in this --job_dir reads {session.table}. Resume "
+                "with the same table, or train on this one in a new --job_dir."
+            )
+        return shards.source(self, flag=flag, pattern=pattern, manifest=manifest, state=session)
+
+
 # -- opening ----------------------------------------------------------------------------------
 def open_table(
     uri: str, *, flag: str, connection: BigQueryConnection, recorded: dict | None = None
@@ -139,7 +234,7 @@ def open_table(
     else:
         session, streams = _create_session(table, flag=flag, connection=connection)
     schema = _arrow_schema(session.arrow_schema)
-    return Source(flag, uri, streams, files_lib.BIGQUERY, tuple(schema.names), session=session)
+    return Source(flag, uri, streams, BIGQUERY, tuple(schema.names), state=session)
 
 
 def _create_session(
@@ -252,16 +347,16 @@ def _bigquery_type(field) -> str:
 
 def recorded_session(source: Source) -> dict:
     """What the job dir keeps of a BigQuery source to read the same streams again."""
-    assert source.session is not None, "a BigQuery source"
-    return dict(source.session.to_json(), streams=list(source.files))
+    assert isinstance(source.state, Session), "a BigQuery source"
+    return dict(source.state.to_json(), streams=list(source.files))
 
 
 # -- columns ----------------------------------------------------------------------------------
 def table_choices(source: Source, choices: ColumnChoices) -> ColumnChoices:
     """`choices` with the table's STRING and BOOL columns categorical (unless named numeric);
     fails naming each used column whose type the trainer cannot read."""
-    assert source.session is not None, "a BigQuery source"
-    types = dict(zip(source.columns, source.session.types))
+    assert isinstance(source.state, Session), "a BigQuery source"
+    types = dict(zip(source.columns, source.state.types))
     unusable = {
         name: kind
         for name, kind in types.items()
@@ -274,44 +369,10 @@ def table_choices(source: Source, choices: ColumnChoices) -> ColumnChoices:
             "cannot read (INT64, FLOAT64, NUMERIC, BIGNUMERIC, STRING, BOOL). Pass "
             f"--ignore_columns={','.join(unusable)}, or cast them in a view."
         )
-    named = {
-        choices.label,
-        getattr(choices, "weight", None),  # the weight column, where the trainer has one
-        *choices.numeric,
-        *choices.categorical,
-        *choices.ignore,
-    }
-    text = tuple(n for n, k in types.items() if k in CATEGORICAL and n not in named)
-    return dataclasses.replace(choices, categorical=choices.categorical + text)
+    return with_typed_categorical(choices, (n for n, k in types.items() if k in CATEGORICAL))
 
 
 # -- reading ----------------------------------------------------------------------------------
-def stream_blocks(source: Source):
-    """fn(index, stream name) -> dataset of blocks `(file, row, CSV line)` of one stream, for
-    `blocks.blocks`."""
-    assert source.session is not None, "a BigQuery source"
-    session = source.session
-
-    def chunks(stream: bytes):
-        yield from csv_chunks(stream.decode(), session)
-
-    def one_stream(index: tf.Tensor, stream: tf.Tensor) -> tf.data.Dataset:
-        data = tf.data.Dataset.from_generator(
-            chunks,
-            args=(stream,),
-            output_signature=(tf.TensorSpec([], tf.string), tf.TensorSpec([], tf.int64)),
-        )
-
-        def split(chunk, first_row):
-            lines = tf.strings.split(chunk, "\n")
-            rows = first_row + tf.range(tf.size(lines, out_type=tf.int64))
-            return tf.fill(tf.shape(rows), tf.cast(index, tf.int64)), rows, lines
-
-        return data.map(split)
-
-    return one_stream
-
-
 def csv_chunks(stream: str, session: Session):
     """(CSV lines of a ReadRows response, the number of its first row) for one stream: the
     columns of the schema in order, unreadable types (ignored columns) left empty."""
@@ -341,3 +402,12 @@ def csv_chunks(stream: str, session: Session):
         pa_csv.write_csv(pa.RecordBatch.from_arrays(columns, names=schema.names), sink, options)
         yield sink.getvalue().removesuffix(b"\n"), row
         row += batch.num_rows
+
+
+def _write_stream(stream: str, session: Session, header: bytes, prefix: str):
+    """Writes one read stream as shards `prefix-0000.csv.gz`, ...; returns (path, rows) of
+    each."""
+    return shards.write_chunks((lines for lines, _ in csv_chunks(stream, session)), header, prefix)
+
+
+BIGQUERY = BigQuery()

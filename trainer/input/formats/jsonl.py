@@ -16,6 +16,11 @@ The columns are the keys of the first `SNIFF_LINES` lines of every file, in the 
 first appear. A line with another key is a bad row (it names the key), as is a line that is
 not a JSON object. A nested value (object or array) is a bad row where its column is used;
 an ignored column (`--ignore_columns`) may hold anything.
+
+A parameter-server worker's dataset cannot convert lines: there the chief converts the files
+once, the same way, into CSV shards `folder/name-<file>-<part>.csv.gz` (each file's lines in
+order, so shard line n + 1 is the file's line n under the header), the manifest last
+(`trainer/input/formats/shards.py`). A converted bad line is still described as a JSON one.
 """
 
 from __future__ import annotations
@@ -23,27 +28,59 @@ from __future__ import annotations
 import concurrent.futures
 import io
 import json
-from typing import TYPE_CHECKING
+
+import tensorflow as tf
 
 from trainer.errors import InputError
-
-if TYPE_CHECKING:
-    from trainer.input import blocks as blocks_lib
+from trainer.input import blocks
+from trainer.input.formats import shards
+from trainer.input.formats.base import NESTED, Format, Reading, Source, bad_line
+from trainer.input.options import InputOptions
 
 SUFFIXES = (".jsonl", ".jsonl.gz", ".ndjson", ".ndjson.gz")
 # Lines of each file whose keys make the columns.
 SNIFF_LINES = 1000
 _SNIFF_THREADS = 16
 
-# A line that cannot be converted becomes `BAD_LINE` + why: an unclosed quote, which the CSV
-# parser finds malformed; `bad_rows.describe` says why. A nested value becomes a field
-# starting with `NESTED`, which the row parser finds malformed in a column it uses.
-BAD_LINE = b'"\x01'
-NESTED = "\x02"
+
+class JsonLines(Format):
+    name = "jsonl"
+    title = "JSON Lines"
+    suffixes = SUFFIXES
+    in_graph = False
+    nested_values = True
+    converted = True
+
+    def open(self, pattern, files, *, flag, options: InputOptions, recorded=None) -> Source:
+        return Source(flag, pattern, tuple(files), self, sniff_columns(list(files), flag=flag))
+
+    def reader(self, source: Source, reading: Reading):
+        def chunks(path: str):
+            yield from csv_chunks(
+                path, source.columns, lost_tails=reading.lost_tails, notes=reading.notes
+            )
+
+        # One file at a time, as CSV chunks (the json fallback holds the GIL).
+        return blocks.python_blocks(chunks), True
+
+    # -- parameter-server clusters ----------------------------------------------------------
+    def stage(self, source: Source, *, folder: str, name: str) -> Source:
+        def lines(path: str):
+            return (text for text, _ in csv_chunks(path, source.columns))
+
+        manifest = shards.stage_files(self, source, lines, folder=folder, name=name)
+        return shards.open_files(self, source.pattern, flag=source.flag, manifest=manifest)
+
+    def reuse_staged(self, pattern, files, *, flag, options, folder, name) -> Source | None:
+        return shards.reuse_files(
+            self, pattern, files, flag=flag, options=options, folder=folder, name=name
+        )
+
+    def open_staged(self, pattern, *, flag, options, manifest) -> Source:
+        return shards.open_files(self, pattern, flag=flag, manifest=manifest)
 
 
-def is_jsonl(path: str) -> bool:
-    return path.endswith(SUFFIXES)
+JSONL = JsonLines()
 
 
 # -- columns ----------------------------------------------------------------------------------
@@ -64,10 +101,6 @@ def sniff_columns(files: list[str], *, flag: str) -> tuple[str, ...]:
 
 
 def _first_keys(path: str, *, flag: str) -> dict[str, None]:
-    import tensorflow as tf
-
-    from trainer.input import blocks
-
     keys: dict[str, None] = {}
     lines: list[bytes] = []
     try:  # (a file cut short is the statistics pass's to report: its whole lines are read)
@@ -95,13 +128,11 @@ def csv_chunks(
     columns: tuple[str, ...],
     *,
     lost_tails: bool = False,
-    notes: blocks_lib.Notes | None = None,
+    notes: blocks.Notes | None = None,
 ):
     """(CSV lines of a chunk of the file's lines, the number of its first line), for
     `blocks.blocks`: as many CSV lines as JSON lines, in the order of `columns`. A file cut
     short, `notes`: as `blocks.line_chunks`."""
-    from trainer.input import blocks
-
     for text, first_line in blocks.line_chunks(path, lost_tails=lost_tails, notes=notes):
         if first_line == 1:
             text = text.removeprefix(b"\xef\xbb\xbf")
@@ -165,17 +196,17 @@ def _csv_line(line: bytes, columns: tuple[str, ...], index: dict[str, int]) -> b
     try:
         row = json.loads(line)
     except ValueError as e:  # (Python's own advice after a ";" is not the user's to follow)
-        return _bad(f"is not JSON ({str(e).split(';')[0]}): fix that line")
+        return bad_line(f"is not JSON ({str(e).split(';')[0]}): fix that line")
     except RecursionError:
-        return _bad("nests arrays or objects too deeply to be read: fix that line")
+        return bad_line("nests arrays or objects too deeply to be read: fix that line")
     if not isinstance(row, dict):
-        return _bad(f"holds a JSON {type(row).__name__}, not an object with a key per column")
+        return bad_line(f"holds a JSON {type(row).__name__}, not an object with a key per column")
     fields = [""] * len(columns)
     for key, value in row.items():
         at = index.get(key)
         if at is None:
             shown = ", ".join(columns[:20]) + (", ..." if len(columns) > 20 else "")
-            return _bad(
+            return bad_line(
                 f"has key {key!r}, which is not a column: the columns are the keys of the "
                 f"first {SNIFF_LINES} lines of each file ({shown}). Give the key in those "
                 "lines, or leave it out"
@@ -184,7 +215,7 @@ def _csv_line(line: bytes, columns: tuple[str, ...], index: dict[str, int]) -> b
     try:
         return ",".join(fields).encode()
     except UnicodeEncodeError:  # "\ud800" in JSON: a lone surrogate, no character at all
-        return _bad(
+        return bad_line(
             "holds a string with a lone surrogate escape (\\ud800 to \\udfff): fix that line"
         )
 
@@ -203,29 +234,3 @@ def _field(value) -> str:
     if any(c in text for c in ',"'):
         return '"' + text.replace('"', '""') + '"'
     return text
-
-
-def _bad(why: str) -> bytes:
-    return BAD_LINE + why.replace("\n", " ").replace("\r", " ").encode()
-
-
-def is_converted(text: bytes, fields: list[str] | None) -> bool:
-    """Whether a malformed CSV line is a JSON line's conversion (a JSON Lines input staged
-    as CSV shards for a ps cluster, `trainer/input/staging.py`)."""
-    return text.startswith(BAD_LINE) or any(f.startswith(NESTED) for f in fields or [])
-
-
-def describe_malformed(text: bytes, columns: tuple[str, ...], fields: list[str] | None) -> str:
-    """What is wrong with a JSON line the row parser found malformed (`text`: its CSV line,
-    `fields` that line's fields)."""
-    if text.startswith(BAD_LINE):
-        return text[len(BAD_LINE) :].decode("utf-8", "replace")
-    nested = [(c, f) for c, f in zip(columns, fields or []) if f.startswith(NESTED)]
-    if not nested:
-        return "cannot be read as a JSON object"
-    names = ", ".join(f"{c!r}" for c, _ in nested)
-    return (
-        f"has a nested value (object or array) at key {names} ({nested[0][1][1:61]}); the "
-        "trainer reads numbers, strings, booleans and null. Flatten it, or pass "
-        f"--ignore_columns={','.join(c for c, _ in nested)}"
-    )
