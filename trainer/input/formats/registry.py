@@ -5,11 +5,17 @@ takes any file), or in the format the user or Vertex AI chose (`InputOptions.dat
 from __future__ import annotations
 
 from trainer.errors import InputError
-from trainer.input.formats import bigquery, csv, jsonl, tfrecord
+from trainer.input.formats import bigquery, csv, jsonl, parquet, tfrecord
 from trainer.input.formats.base import Format
 
 # In the order a file's name is tried.
-FORMATS: tuple[Format, ...] = (bigquery.BIGQUERY, jsonl.JSONL, tfrecord.TFRECORD, csv.CSV)
+FORMATS: tuple[Format, ...] = (
+    bigquery.BIGQUERY,
+    jsonl.JSONL,
+    tfrecord.TFRECORD,
+    parquet.PARQUET,
+    csv.CSV,
+)
 
 
 def named(name: str, *, what: str) -> Format:

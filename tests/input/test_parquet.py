@@ -1,0 +1,238 @@
+"""Parquet input (trainer/input/formats/parquet.py): row groups converted to CSV lines for the
+CSV row parser, column kinds by their types, bad values named by file and row, readers that
+share the rows, files cut short, Cloud Storage, and the CSV shards a parameter-server
+cluster's chief stages."""
+
+from __future__ import annotations
+
+import datetime
+import json
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import tensorflow as tf
+
+from tests.support import FAST_FLAGS, run_in_process, synthetic_rows
+from trainer.errors import InputError
+from trainer.input import files, scan
+from trainer.input import schema as S
+from trainer.input.formats import parquet
+from trainer.input.formats import shards as shards_lib
+from trainer.input.options import BadRows
+from trainer.input.pipeline import Pipeline, Selection, Shard
+from trainer.storage import job_dir as job_dir_lib
+
+
+def _table(ids: range, **columns) -> pa.Table:
+    """Rows `ids`: an id, a number x (null in every 10th row), a dictionary-encoded color, a
+    boolean, a timestamp and a date, and the label y; `columns` replace or add columns."""
+    n = len(ids)
+    day = datetime.datetime(2024, 1, 1, tzinfo=datetime.timezone.utc)
+    data = {
+        "id": pa.array(list(ids), pa.int64()),
+        "x": pa.array([None if i % 10 == 0 else i / 7 for i in ids], pa.float64()),
+        "color": pa.array([("red", "green", "blue")[i % 3] for i in ids]).dictionary_encode(),
+        "flag": pa.array([i % 2 == 0 for i in ids]),
+        "when": pa.array([day + datetime.timedelta(hours=i) for i in ids], pa.timestamp("ms")),
+        "day": pa.array([datetime.date(2024, 1, 1 + i % 28) for i in ids], pa.date32()),
+        "y": pa.array([i % 2 for i in ids], pa.int64()),
+    }
+    data.update(columns)
+    assert all(len(v) == n for v in data.values())
+    return pa.table(data)
+
+
+def _write(path, table: pa.Table, *, row_group_size: int = 64) -> str:
+    pq.write_table(table, str(path), row_group_size=row_group_size)
+    return str(path)
+
+
+def _dataset(tmp_path, count: int, rows: int = 300) -> str:
+    """`rows` rows in `count` files (ids k, k + count, ...), small row groups."""
+    return ",".join(
+        _write(tmp_path / f"part-{k}.parquet", _table(range(k, rows, count))) for k in range(count)
+    )
+
+
+def _scan(pattern: str, **flags):
+    source = files.open_source(pattern, flag="--train_data")
+    choices = source.format.column_choices(source, S.ColumnChoices("y", **flags))
+    return source, scan.scan_training(source, choices, bad_rows=BadRows.ERROR, holdout=None)
+
+
+def test_kinds_follow_the_column_types_and_temporal_values_are_seconds(tmp_path):
+    source, schema = _scan(_dataset(tmp_path, 2))
+    assert source.format is parquet.PARQUET and source.columns[0] == "id"
+    kinds = {c.name: c.kind.value for c in schema.columns}
+    assert kinds == {
+        "id": "numeric",
+        "x": "numeric",
+        "color": "categorical",  # dictionary-encoded strings
+        "flag": "categorical",  # booleans: "true", "false"
+        "when": "numeric",  # seconds since 1970-01-01 UTC
+        "day": "numeric",
+    }
+    columns = {c.name: c for c in schema.columns}
+    start = datetime.datetime(2024, 1, 1, tzinfo=datetime.timezone.utc).timestamp()
+    assert columns["when"].mean == pytest.approx(start + 149.5 * 3600)
+    assert isinstance(columns["color"], S.CategoricalColumn)
+    assert set(columns["color"].vocabulary) == {"red", "green", "blue"}
+    assert set(columns["flag"].vocabulary) == {"true", "false"}
+    train = schema.summary["train"]
+    assert train["format"] == "parquet" and train["rows"] == 300
+    assert [f["rows"] for f in train["files"]] == [150, 150]
+    assert columns["x"].missing == 30  # nulls are missing values
+
+
+def test_a_file_streams_one_row_group_at_a_time_numbered_from_row_1(tmp_path):
+    path = _write(tmp_path / "a.parquet", _table(range(200)), row_group_size=64)
+    chunks = list(parquet.csv_chunks(path))
+    assert [first for _, first in chunks] == [1, 65, 129, 193]  # one chunk per row group
+    lines = b"\n".join(text for text, _ in chunks).split(b"\n")
+    assert len(lines) == 200 and lines[0].startswith(b"0,,")  # id 0, x null
+
+
+@pytest.mark.parametrize("count", [1, 4])
+def test_two_readers_cover_every_row_exactly_once(tmp_path, count):
+    """Whole files per reader (4 files), or every other row of one file: the sharding a
+    2-worker job reads with."""
+    source, schema = _scan(_dataset(tmp_path, count))
+    seen = []
+    for reader in range(2):
+        shard = Shard.of(reader, 2, num_files=count)
+        assert shard is not None and shard.by_file == (count >= 2)
+        rows = []
+        for features, _ in Pipeline(source, schema).raw(Selection(shard=shard)):
+            rows += features["id"].numpy().astype(int).tolist()
+        assert len(rows) == 150, f"reader {reader} of 2 reads its share"
+        seen += rows
+    assert sorted(seen) == list(range(300)), "every row once: none lost, none twice"
+
+
+def test_bad_values_are_named_by_file_and_row(tmp_path):
+    text = pa.array([str(i) if i != 41 else "abc" for i in range(100)])  # numbers as text
+    path = _write(tmp_path / "a.parquet", _table(range(100), x=text))
+    with pytest.raises(InputError, match=r"numeric column 'x' holds 'abc' at \S+a.parquet row 42"):
+        _scan(path, numeric=("x",))
+    _, schema = _scan(path)  # a string column is categorical by its type
+    assert {c.name: c.kind.value for c in schema.columns}["x"] == "categorical"
+    label = pa.array([None if i == 7 else i % 2 for i in range(100)], pa.int64())
+    path = _write(tmp_path / "b.parquet", _table(range(100), y=label))
+    with pytest.raises(InputError, match=r"label column 'y' is empty at \S+b.parquet row 8"):
+        _scan(path)
+
+
+def test_a_nested_column_is_refused_unless_ignored_and_a_bad_row_where_met_later(tmp_path):
+    lists = pa.array([[i, i + 1] for i in range(100)])
+    path = _write(tmp_path / "a.parquet", _table(range(100), tags=lists))
+    with pytest.raises(InputError, match=r"tags \(list<element: int64>\).*--ignore_columns=tags"):
+        _scan(path)
+    _, schema = _scan(path, ignore=("tags",))
+    assert "tags" not in schema.feature_names
+    # eval data (not checked by the training data's types) with a list where x was numbers
+    eval_path = _write(tmp_path / "eval.parquet", _table(range(50), x=lists[:50]))
+    eval_source = files.open_source(eval_path, flag="--eval_data")
+    with pytest.raises(InputError, match=r"eval.parquet row 1 has a nested value .* 'x'"):
+        scan.scan_eval(eval_source, schema, bad_rows=BadRows.ERROR)
+
+
+def test_a_file_cut_short_or_corrupt_is_named_before_any_work(tmp_path):
+    whole = _write(tmp_path / "a.parquet", _table(range(300)))
+    data = Path(whole).read_bytes()
+    cut = tmp_path / "cut.parquet"
+    cut.write_bytes(data[: len(data) // 2])  # its footer is lost
+    with pytest.raises(InputError, match=r"cannot read \S+cut.parquet as a Parquet file"):
+        files.open_source(f"{whole},{cut}", flag="--train_data")
+    bad = tmp_path / "bad.parquet"
+    bad.write_bytes(b"PAR1" + b"\x07" * (len(data) - 8) + data[-8:])  # pages overwritten
+    with pytest.raises(InputError, match=r"bad.parquet"):
+        _scan(str(bad))
+
+
+def test_files_in_cloud_storage_are_read_through_tf_io_gfile(gcs, bucket, tmp_path):
+    for k in range(2):
+        local = _write(tmp_path / f"part-{k}.parquet", _table(range(k, 200, 2)))
+        tf.io.gfile.copy(local, f"gs://{bucket}/pq/part-{k}.parquet")
+    source, schema = _scan(f"gs://{bucket}/pq/*.parquet")
+    assert source.files == tuple(f"gs://{bucket}/pq/part-{k}.parquet" for k in range(2))
+    assert schema.summary["train"]["rows"] == 200
+
+
+def test_parameter_servers_read_csv_shards_staged_once(tmp_path, monkeypatch):
+    """With a ps pool the chief converts the Parquet files once into CSV shards: every row
+    once, the kinds of the Parquet types, reused by a restarted chief and a resume."""
+    from trainer.input import job_input as input_lib
+    from trainer.input.options import InputOptions
+
+    pattern = _dataset(tmp_path, 3)
+
+    def prepare(job, **kwargs):
+        kwargs.setdefault("scan_if_new", True)
+        return input_lib.prepare(
+            train_data=pattern,
+            eval_data=None,
+            columns=S.ColumnChoices("y"),
+            holdout_fraction=0.1,
+            options=InputOptions(),
+            seed=0,
+            job=job,
+            **kwargs,
+        )
+
+    direct = prepare(job_dir_lib.JobDir(str(tmp_path / "direct")))
+    monkeypatch.setattr(shards_lib, "ROWS_PER_SHARD", 40)
+    job = job_dir_lib.JobDir(str(tmp_path / "job"))
+    data = prepare(job, stage_tables=True)
+    manifest = json.loads((tmp_path / "job" / "data" / "train.json").read_text())
+    assert manifest["format"] == "parquet" and len(manifest["files"]) == 9  # 100 rows a file
+    assert data.train_source.files == tuple(f["path"] for f in manifest["files"])
+    # the kinds and statistics of the Parquet files (read in another order: sums may differ
+    # in their last bits)
+    assert [(c.name, c.kind) for c in data.schema.columns] == [
+        (c.name, c.kind) for c in direct.schema.columns
+    ]
+    for staged, read in zip(data.schema.columns, direct.schema.columns):
+        if isinstance(read, S.NumericColumn):
+            assert staged.mean == pytest.approx(read.mean, rel=1e-12)
+        else:
+            assert staged == read
+    assert data.train_rows == direct.train_rows
+    monkeypatch.setattr(parquet, "csv_chunks", None)  # a second conversion would fail
+    again = prepare(job, stage_tables=True)
+    assert again.train_source.files == data.train_source.files
+    job.create()
+    (tmp_path / "job" / "schema.json").write_text(data.schema.to_json())
+    (tmp_path / "job" / "run.json").write_text("{}")
+    worker = prepare(job, stage_tables=True, scan_if_new=False)
+    assert worker.train_source.files == data.train_source.files
+    assert worker.train_source.format.column_choices(
+        worker.train_source, S.ColumnChoices("y")
+    ).categorical == ("color", "flag")
+
+
+@pytest.mark.slow
+def test_trains_on_parquet_like_the_other_formats(tmp_path):
+    rows = synthetic_rows("binary", 1200, 1)
+    table = pa.table(
+        {
+            "x1": pa.array([float(r[0]) for r in rows]),
+            "x2": pa.array([float(r[1]) for r in rows]),
+            "color": pa.array([r[2] for r in rows]),
+            "target": pa.array([r[3] for r in rows]),
+        }
+    )
+    train = _write(tmp_path / "train.parquet", table.slice(0, 900), row_group_size=256)
+    evaluation = _write(tmp_path / "eval.parquet", table.slice(900), row_group_size=256)
+    job = tmp_path / "job"
+    args = [f"--train_data={train}", f"--eval_data={evaluation}", "--label_column=target"]
+    code, stderr = run_in_process([*args, f"--job_dir={job}", *FAST_FLAGS])
+    assert code == 0, stderr[-3000:]
+    report = json.loads((job / "report.json").read_text())
+    assert report["final"]["examples"] == 300
+    assert report["final"]["metrics"]["accuracy"] > 0.8
+    summary = json.loads((job / "schema.json").read_text())["input"]
+    assert summary["train"]["format"] == "parquet" and summary["train"]["rows"] == 900
+    assert np.isfinite(report["final"]["metrics"]["loss"])
