@@ -27,6 +27,7 @@ from typing import NoReturn
 
 from deploy import api, submit
 from deploy.submit import JobOptions
+from trainer.flags import FLAGS, Flag
 
 STUDY = os.path.join(submit.REPO, "tune.yaml")
 # The metrics the trainer reports (trainer/model/heads.py: Head.metric_names) and their direction.
@@ -56,58 +57,11 @@ _STUDY_KEYS = {"metrics", "parameters", "algorithm", "measurementSelectionType",
 _JOB_KEYS = {"studySpec", "maxTrialCount", "parallelTrialCount", "maxFailedTrialCount"}
 
 
-@dataclasses.dataclass(frozen=True)
-class Flag:
-    """A trainer flag a study may tune: its type, and the values the trainer takes."""
-
-    kind: str  # float, int, enum or bool (absl's flag types)
-    rule: str = ""  # the trainer's own check, in words
-    ok: Callable[[float], bool] = lambda value: True
-    choices: tuple[str, ...] = ()
-
-
-def _positive(value: float) -> bool:
-    return value > 0
-
-
-def _non_negative(value: float) -> bool:
-    return value >= 0
-
-
-def _at_least_one(value: float) -> bool:
-    return value >= 1
-
-
 Fail = Callable[[str], NoReturn]  # raises the DeployError of a study's file
-_BOOL = Flag("bool", choices=("true", "false"))
-# The trainer's flags (trainer/task.py) that change the model or its training; kept here so
-# that checking a study does not load TensorFlow. A test checks them against the trainer's.
-TUNABLE_FLAGS: dict[str, Flag] = {
-    "learning_rate": Flag("float", "> 0", _positive),
-    "mixture_learning_rate": Flag("float", "> 0", _positive),
-    "dropout": Flag("float", "in [0, 1)", lambda v: 0 <= v < 1),
-    "weight_decay": Flag("float", "in [0, 1)", lambda v: 0 <= v < 1),
-    "adanet_lambda": Flag("float", ">= 0", _non_negative),
-    "adanet_beta": Flag("float", ">= 0", _non_negative),
-    "layer_size": Flag("int", ">= 1", _at_least_one),
-    "initial_num_layers": Flag("int", ">= 0", _non_negative),
-    "max_iterations": Flag("int", ">= 1", _at_least_one),
-    "patience": Flag("int", ">= 0", _non_negative),
-    "max_iteration_steps": Flag("int", ">= 1", _at_least_one),
-    "batch_size": Flag("int", ">= 1", _at_least_one),
-    "num_bins": Flag("int", ">= 0", _non_negative),
-    "embedding_dim": Flag("int", ">= 1", _at_least_one),
-    "one_hot_max_size": Flag("int", ">= 0", _non_negative),
-    "optimizer": Flag("enum", choices=("adam", "sgd", "rmsprop", "adagrad")),
-    "subnetwork_loss": Flag("enum", choices=("own", "residual")),
-    "mixture_weight_type": Flag("enum", choices=("scalar", "vector", "matrix")),
-    "selection": Flag("enum", choices=("moving_average", "train", "holdout")),
-    "selection_margin": Flag("float", ">= 0", _non_negative),
-    "learn_mixture_weights": _BOOL,
-    "use_bias": _BOOL,
-    "warm_start_mixture_weights": _BOOL,
-    "force_grow": _BOOL,
-}
+# The trainer's flags that change the model or its training, with their types and ranges
+# (trainer/flags.py: no TensorFlow to load).
+TUNABLE_FLAGS: dict[str, Flag] = {flag.name: flag for flag in FLAGS if flag.tunable}
+_BOOL_CHOICES = ("true", "false")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -345,8 +299,8 @@ def _range(spec: dict, flag: Flag, where: str, fail, number: type) -> tuple:
     values = []
     for key in ("minValue", "maxValue"):
         value = _number(spec.get(key), number, f"{where}.{key}", fail)
-        if not flag.ok(value):
-            fail(f"{where}.{key} ({value!r}): the trainer takes values {flag.rule}.")
+        if not flag.accepts(value):
+            fail(f"{where}.{key} ({value!r}): the trainer takes values {flag.range}.")
         values.append(value)
     low, high = values
     if low > high:
@@ -387,9 +341,9 @@ def _discrete(spec: dict, flag: Flag, where: str, fail: Fail) -> dict:
     if set(spec) != {"values"} or not isinstance(values, list) or not values:
         fail(f"{where} needs `values`, a list of numbers.")
     numbers = [_number(v, float, f"{where}.values", fail) for v in values]
-    bad = [v for v in numbers if not flag.ok(v)]
+    bad = [v for v in numbers if not flag.accepts(v)]
     if bad:
-        fail(f"{where}.values: {bad[0]!r} is outside what the trainer takes ({flag.rule}).")
+        fail(f"{where}.values: {bad[0]!r} is outside what the trainer takes ({flag.range}).")
     if numbers != sorted(set(numbers)):
         fail(f"{where}.values ({numbers}) must increase, without repeats.")
     return {"values": numbers}
@@ -401,9 +355,10 @@ def _categorical(spec: dict, flag: Flag, where: str, fail: Fail) -> dict:
     if set(spec) != {"values"} or not isinstance(values, list) or not values:
         fail(f"{where} needs `values`, a list of strings.")
     texts = [str(v).lower() if isinstance(v, bool) else str(v) for v in values]
+    choices = _BOOL_CHOICES if flag.kind == "bool" else flag.choices
     for text in texts:
-        if flag.choices and text not in flag.choices:
-            fail(f"{where}: {text!r} is not a value of the flag; choose from {flag.choices}.")
+        if choices and text not in choices:
+            fail(f"{where}: {text!r} is not a value of the flag; choose from {choices}.")
         if flag.kind in ("int", "float"):
             number = _number(
                 _parse(text, flag.kind),
@@ -411,8 +366,8 @@ def _categorical(spec: dict, flag: Flag, where: str, fail: Fail) -> dict:
                 f"{where}.values",
                 fail,
             )
-            if not flag.ok(number):
-                fail(f"{where}: {text!r} is outside what the trainer takes ({flag.rule}).")
+            if not flag.accepts(number):
+                fail(f"{where}: {text!r} is outside what the trainer takes ({flag.range}).")
     if len(set(texts)) != len(texts):
         fail(f"{where}.values ({texts}) repeats a value.")
     return {"values": texts}

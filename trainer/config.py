@@ -1,4 +1,10 @@
-"""The run configuration: a frozen dataclass tree, built once from flags by `task.py`."""
+"""The run configuration: a frozen dataclass tree, built once from flags by `task.py`.
+
+Each field a flag sets is declared with `flags.field(name)` (trainer/flags.py): its default is
+the flag's, `task.py` fills it from the parsed flags, and the dataclass checks it by the flag's
+range when built (`flags.check_fields`), from flags or directly; what a combination of flags
+must satisfy is checked here.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +13,7 @@ import dataclasses
 from absl import logging
 
 from trainer import ensemble as ens
+from trainer import flags
 from trainer.errors import InputError
 from trainer.input.options import InputOptions
 from trainer.input.schema import ColumnChoices
@@ -20,12 +27,11 @@ class DataConfig:
     train_data: str
     eval_data: str | None
     columns: ColumnChoices
-    holdout_fraction: float = 0.1
+    holdout_fraction: float = flags.field("holdout_fraction")
     input: InputOptions = InputOptions()
 
     def __post_init__(self):
-        if not 0.0 < self.holdout_fraction < 1.0:
-            raise InputError(f"--holdout_fraction ({self.holdout_fraction}) must be in (0, 1).")
+        flags.check_fields(self)
 
     def fingerprint(self) -> dict:
         """What must not change when a job dir is resumed: the inputs and every choice that
@@ -59,24 +65,27 @@ class DataConfig:
 # Bag b's training seed is --seed + b x this: far from the next --seed's bags.
 BAG_SEED_STRIDE = 7919
 
-OPTIMIZER_NAMES = ("adam", "sgd", "rmsprop", "adagrad")
-LEARNING_RATE_SCHEDULES = ("cosine", "constant")
-SUBNETWORK_LOSSES = ("own", "residual")
+OPTIMIZER_NAMES = flags.OPTIMIZER_NAMES  # the optimizers the train step knows (--optimizer)
 
 
 @dataclasses.dataclass(frozen=True)
 class TrainOptions:
     """How every candidate trains: the global batch size, the learning rate and optimizer
     (one of OPTIMIZER_NAMES) of the subnetworks, the mixture weights' learning rate (None:
-    the same), and the rates' schedule over each iteration (one of LEARNING_RATE_SCHEDULES)."""
+    the same), and the rates' schedule over each iteration (one of
+    flags.LEARNING_RATE_SCHEDULES). Every field is part of the fingerprint: a resumed job
+    trains as it started."""
 
-    batch_size: int
-    learning_rate: float
-    optimizer: str = "adam"
-    mixture_learning_rate: float | None = None
-    learning_rate_schedule: str = "cosine"
-    weight_decay: float = 0.0
-    subnetwork_loss: str = "residual"
+    batch_size: int = flags.field("batch_size")
+    learning_rate: float = flags.field("learning_rate")
+    optimizer: str = flags.field("optimizer")
+    mixture_learning_rate: float | None = flags.field("mixture_learning_rate")
+    learning_rate_schedule: str = flags.field("learning_rate_schedule")
+    weight_decay: float = flags.field("weight_decay")
+    subnetwork_loss: str = flags.field("subnetwork_loss")
+
+    def __post_init__(self):
+        flags.check_fields(self)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -86,27 +95,18 @@ class SearchConfig:
     generator: Generator
     ensemblers: tuple[ens.Ensembler, ...]
     strategies: tuple[ens.Strategy, ...]
-    selection: ens.Selection = ens.Selection.MOVING_AVERAGE
-    force_grow: bool = False
-    max_iterations: int = 7
-    max_iteration_steps: int = 750
-    selection_margin: float = 1.0  # standard errors (`ensemble.choose`); 0: the lowest wins
+    selection: ens.Selection = flags.field("selection", ens.Selection)
+    force_grow: bool = flags.field("force_grow")
+    max_iterations: int = flags.field("max_iterations")
+    max_iteration_steps: int = flags.field("max_iteration_steps")
+    # standard errors (`ensemble.choose`); 0: the lowest wins
+    selection_margin: float = flags.field("selection_margin")
     # The search ends after this many iterations in a row kept the previous ensemble (0: it
     # runs max_iterations). Like max_iterations, not part of the fingerprint.
-    patience: int = 0
+    patience: int = flags.field("patience")
 
     def __post_init__(self):
-        if not self.selection_margin >= 0:
-            raise InputError(
-                f"--selection_margin ({self.selection_margin}) must be >= 0 (standard "
-                "errors; 0 chooses the lowest objective whatever its noise)."
-            )
-        if self.patience < 0:
-            raise InputError(f"--patience ({self.patience}) must be >= 0 (0: run every iteration).")
-        if self.max_iterations < 1:
-            raise InputError(f"--max_iterations ({self.max_iterations}) must be >= 1.")
-        if self.max_iteration_steps < 1:
-            raise InputError(f"--max_iteration_steps ({self.max_iteration_steps}) must be >= 1.")
+        flags.check_fields(self)
         if not self.ensemblers or not self.strategies:
             raise InputError("--ensemblers and --ensemble_strategies each need at least one value.")
 
@@ -127,16 +127,14 @@ class SearchConfig:
 class DistributionConfig:
     """How a cluster trains (ignored on one machine)."""
 
-    placement: Placement = Placement.REPLICATION
-    cluster_timeout_secs: float = 600.0  # how long the chief waits for workers and ps
-    stall_secs: float = 120.0  # a unit without progress this long is taken over
-    server_grace_secs: float = 120.0  # how long workers and ps outlive a vanished chief
-    chunk_secs: float = 1.0  # about how long a worker trains between two exchanges with the ps
+    placement: Placement = flags.field("placement", Placement)
+    cluster_timeout_secs: float = flags.field("cluster_timeout_secs")
+    stall_secs: float = flags.field("stall_secs")
+    server_grace_secs: float = flags.field("server_grace_secs")
+    chunk_secs: float = flags.field("chunk_secs")
 
     def __post_init__(self):
-        for name in ("cluster_timeout_secs", "stall_secs", "server_grace_secs", "chunk_secs"):
-            if not getattr(self, name) > 0:
-                raise InputError(f"--{name} ({getattr(self, name)}) must be > 0.")
+        flags.check_fields(self)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -144,16 +142,12 @@ class ImportanceOptions:
     """Permutation importance of the exported model (`trainer/evaluation/importance.py`): `rows`:
     eval rows used (0: no importance); `repeats`: shuffles per column."""
 
-    rows: int = 10_000  # eval rows: a baseline and a shuffle each cost a pass over them
-    repeats: int = 3
+    # eval rows: a baseline and a shuffle each cost a pass over them
+    rows: int = flags.field("feature_importance_rows")
+    repeats: int = flags.field("feature_importance_repeats")
 
     def __post_init__(self):
-        if self.rows < 0:
-            raise InputError(
-                f"--feature_importance_rows ({self.rows}) must be >= 0 (0 turns it off)."
-            )
-        if self.repeats < 1:
-            raise InputError(f"--feature_importance_repeats ({self.repeats}) must be >= 1.")
+        flags.check_fields(self)
 
     @property
     def enabled(self) -> bool:
@@ -166,23 +160,23 @@ class RunConfig:
     search: SearchConfig
     train: TrainOptions
     job_dir: str
-    seed: int = 42
-    steps_per_loop: int = 100
-    checkpoint_every_secs: float = 30.0
+    seed: int = flags.field("seed")
+    steps_per_loop: int = flags.field("steps_per_loop")
+    checkpoint_every_secs: float = flags.field("checkpoint_every_secs")
     hypertune_metric: str | None = None
     distribution: DistributionConfig = DistributionConfig()
     # Output dirs outside the job dir (None: `job_dir`/model, /checkpoints, /logs).
     model_dir: str | None = None
     checkpoint_dir: str | None = None
     log_dir: str | None = None
-    time_budget_secs: float | None = None  # the whole job's (trainer/search/budget.py)
+    time_budget_secs: float | None = flags.field("time_budget_secs")  # trainer/search/budget.py
     # Permutation importance of the exported model (trainer/evaluation/importance.py; rows=0: none).
     importance: ImportanceOptions = ImportanceOptions()
     # The flags left at their defaults that `trainer.search.adapt` may choose from the data.
     auto: frozenset[str] = frozenset()
     # Bagging (trainer/job/bagging.py): the job trains `bags` searches and serves their average;
     # `bag` is the index of one of them (its hold-out fold and its training seed).
-    bags: int = 1
+    bags: int = flags.field("bags")
     bag: int = 0
 
     @property
@@ -201,18 +195,7 @@ class RunConfig:
         )
 
     def __post_init__(self):
-        if self.train.batch_size < 1:
-            raise InputError(f"--batch_size ({self.train.batch_size}) must be >= 1.")
-        if not self.train.learning_rate > 0:
-            raise InputError(f"--learning_rate ({self.train.learning_rate}) must be > 0.")
-        if not 0.0 <= self.train.weight_decay < 1.0:
-            raise InputError(f"--weight_decay ({self.train.weight_decay}) must be in [0, 1).")
-        if self.steps_per_loop < 1:
-            raise InputError(f"--steps_per_loop ({self.steps_per_loop}) must be >= 1.")
-        if self.time_budget_secs is not None and not self.time_budget_secs > 0:
-            raise InputError(f"--time_budget_secs ({self.time_budget_secs}) must be > 0.")
-        if self.bags < 1:
-            raise InputError(f"--bags ({self.bags}) must be >= 1 (1: no bagging).")
+        flags.check_fields(self)
         fraction = self.data.holdout_fraction
         if not self.data.eval_data and self.bags * fraction > 1.0 + 1e-9:
             raise InputError(
@@ -230,13 +213,7 @@ class RunConfig:
         return {
             **self.search.fingerprint(),
             "seed": self.seed,
-            "batch_size": self.train.batch_size,
-            "learning_rate": self.train.learning_rate,
-            "optimizer": self.train.optimizer,
-            "learning_rate_schedule": self.train.learning_rate_schedule,
-            "weight_decay": self.train.weight_decay,
-            "subnetwork_loss": self.train.subnetwork_loss,
-            "mixture_learning_rate": self.train.mixture_learning_rate,
+            **dataclasses.asdict(self.train),
             **self.data.fingerprint(),
             "bags": self.bags,
         }

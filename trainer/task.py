@@ -1,7 +1,7 @@
 """Entry point: `python -m trainer.task [flags]`.
 
-Parses flags, builds the frozen `RunConfig`, and calls `job_lib.run(config)`. With no flags
-it trains on the census data shipped in the package.
+Parses the flags (each defined once, in trainer/flags.py), builds the frozen `RunConfig`, and
+calls `job_lib.run(config)`. With no flags it trains on the census data shipped in the package.
 """
 
 from __future__ import annotations
@@ -13,7 +13,8 @@ import time
 
 STARTED = time.monotonic()  # before the imports: a --time_budget_secs counts them
 
-from absl import app, flags, logging
+from absl import app, logging
+from absl import flags as absl_flags
 
 from trainer.reporting import console
 
@@ -22,14 +23,8 @@ VERBOSE = console.quiet_libraries() if __name__ == "__main__" else True
 
 from trainer import config as config_lib
 from trainer import ensemble as ens
-from trainer import model
-from trainer.config import (
-    LEARNING_RATE_SCHEDULES,
-    OPTIMIZER_NAMES,
-    SUBNETWORK_LOSSES,
-    ImportanceOptions,
-    TrainOptions,
-)
+from trainer import flags, model
+from trainer.config import ImportanceOptions, TrainOptions
 from trainer.distribute import cluster as cluster_lib
 from trainer.distribute import preemption
 from trainer.distribute import runtime as distributed
@@ -40,305 +35,15 @@ from trainer.input.options import BadRows, BigQueryConnection, InputOptions
 from trainer.input.schema import ColumnChoices, HeadType
 from trainer.job import evaluator
 from trainer.job import job as job_lib
-from trainer.placement import Placement
 from trainer.reporting import experiments
 from trainer.reporting import report as report_lib
 from trainer.search import adapt
 from trainer.storage import job_dir as job_dir_lib
 
-FLAGS = flags.FLAGS
-
-# -- data -------------------------------------------------------------------------------------
-flags.DEFINE_string(
-    "train_data",
-    None,
-    "CSV (with header, optionally .gz), TFRecord (tf.Example) or JSON Lines (*.jsonl, "
-    "*.ndjson, optionally .gz: one object per line, its keys the columns) "
-    "files: a path, a glob or a comma-separated list; or a BigQuery table, "
-    "bq://PROJECT.DATASET.TABLE. Default: a Vertex AI managed dataset's "
-    "AIP_TRAINING_DATA_URI if set, else the census training data shipped in the package.",
-)
-flags.DEFINE_string(
-    "eval_data",
-    None,
-    "Eval data in the same format. Default: the census test "
-    "data with the default --train_data, else --holdout_fraction of it.",
-)
-flags.DEFINE_float(
-    "holdout_fraction",
-    0.1,
-    "Share of --train_data held out for evaluation when --eval_data is not given.",
-)
-flags.DEFINE_string("label_column", None, "The column to predict (required with --train_data).")
-flags.DEFINE_list("numeric_columns", [], "Columns to treat as numeric (default: inferred).")
-flags.DEFINE_list("categorical_columns", [], "Columns to treat as categorical (default: inferred).")
-flags.DEFINE_list("ignore_columns", [], "Columns not to use as features.")
-flags.DEFINE_string(
-    "weight_column",
-    None,
-    "A numeric column of example weights (>= 0, not a feature): they weight the training "
-    "loss and every eval metric, e.g. up-weighting a rare class. A row whose weight is "
-    "missing, negative or not a number is a bad row (see --bad_rows).",
-)
-flags.DEFINE_enum(
-    "head",
-    "auto",
-    ["auto"] + [h.value for h in HeadType],
-    "The kind of label (default: inferred from the label values).",
-)
-flags.DEFINE_integer(
-    "num_bins",
-    32,
-    "Quantile bins of the piecewise-linear encoding of "
-    "each numeric column (0: standardised value only).",
-)
-flags.DEFINE_integer(
-    "max_vocabulary_size",
-    100_000,
-    "Most frequent categories kept per column; the others share one out-of-vocabulary id.",
-)
-flags.DEFINE_integer(
-    "one_hot_max_size",
-    64,
-    "Categorical columns with at most this many "
-    "categories are one-hot encoded; larger ones get a learned embedding in "
-    "each subnetwork (its cost per example does not grow with the vocabulary).",
-)
-flags.DEFINE_integer(
-    "embedding_dim",
-    16,
-    "Largest embedding width (a column of n categories gets min(embedding_dim, 1.6 n^0.56)).",
-)
-flags.DEFINE_enum(
-    "bad_rows",
-    BadRows.ERROR.value,
-    [b.value for b in BadRows],
-    "A row that cannot be used (wrong field count, a number that is not one, a "
-    "missing label): error stops the job before training, naming its file and "
-    "line; skip skips such rows and counts them per file in report.json.",
-)
-flags.DEFINE_float(
-    "cache_mb",
-    256.0,
-    "Keep the encoded training rows in memory when a reader's share fits in this many MB "
-    "(else stream them from the files every epoch; 0: always stream); likewise the eval rows, "
-    "and each iteration's previous ensemble's outputs on the training rows.",
-)
-flags.DEFINE_integer("shuffle_buffer", 65_536, "Rows shuffled together when streaming.")
-# 128 units was tried on census: 0.8725 against 0.8719 at 64 (bench/defaults.py, seeds 1-3)
-# but 0.8712 against 0.8716 in bench/quality.py (5 seeds, paired 1 better, 4 worse): no gain.
-DEFAULT_LAYER_SIZE = 64
-# -- the search -------------------------------------------------------------------------------
-flags.DEFINE_list(
-    "generator",
-    ["dnn", "cross"],
-    "Search spaces: any of dnn, cross, linear; several propose the union of their candidates.",
-)
-flags.DEFINE_integer(
-    "layer_size", DEFAULT_LAYER_SIZE, "Units per hidden layer of dnn and cross subnetworks."
-)
-flags.DEFINE_integer("initial_num_layers", 0, "Depth of the shallower DNN at iteration 0.")
-flags.DEFINE_float("dropout", 0.0, "Dropout rate of dnn subnetworks.")
-flags.DEFINE_list(
-    "ensemblers",
-    ["complexity_regularized"],
-    "complexity_regularized and/or mean; every ensemble strategy x ensembler pair is a candidate.",
-)
-flags.DEFINE_enum(
-    "mixture_weight_type",
-    "scalar",
-    [t.value for t in ens.MixtureWeightType],
-    "Mixture weights of complexity_regularized ensembles.",
-)
-flags.DEFINE_float("adanet_lambda", 0.0, "Complexity penalty per unit of complexity.")
-flags.DEFINE_float("adanet_beta", 0.0, "Complexity penalty per mixture weight.")
-flags.DEFINE_boolean(
-    "learn_mixture_weights",
-    False,
-    "Train the mixture weights on the AdaNet objective (default: fixed at 1/N, AdaNet's default).",
-)
-flags.DEFINE_boolean("use_bias", False, "Add a bias to complexity_regularized ensembles.")
-flags.DEFINE_boolean(
-    "warm_start_mixture_weights", False, "Start kept members at their previous mixture weights."
-)
-flags.DEFINE_list("ensemble_strategies", ["grow"], "Any of grow, all, solo.")
-flags.DEFINE_enum(
-    "selection",
-    ens.Selection.MOVING_AVERAGE.value,
-    [s.value for s in ens.Selection],
-    "How the best candidate is chosen: moving_average of the training objective, "
-    "or an evaluator pass over the train data or the held-out eval data.",
-)
-flags.DEFINE_float(
-    "selection_margin",
-    1.0,
-    "With --selection=holdout or train: choose the simplest candidate (the previous ensemble "
-    "first, then the least complex new subnetwork, then the one with the fewest parameters) "
-    "whose objective is within this many standard errors of the lowest (the "
-    "one-standard-error rule); 0: the lowest objective.",
-)
-flags.DEFINE_boolean("force_grow", False, "Never keep the previous ensemble unchanged.")
-flags.DEFINE_integer("max_iterations", 7, "AdaNet iterations.")
-flags.DEFINE_integer(
-    "patience",
-    0,
-    "End the search early once this many iterations in a row kept the previous ensemble "
-    "(it stopped growing); 0: run --max_iterations.",
-)
-flags.DEFINE_integer("max_iteration_steps", 750, "Train steps per iteration.")
-flags.DEFINE_float(
-    "time_budget_secs",
-    None,
-    "End the search, with an exported model, within this many seconds of the start: later "
-    "iterations are skipped and the running one stops early when time runs out "
-    "(report.json 'budget' says what was cut). Default: no budget.",
-)
-flags.DEFINE_integer(
-    "bags",
-    1,
-    "Bagging: train this many searches, each holding out its own --holdout_fraction of the "
-    "rows (or all on --eval_data) with its own seed, and export one model serving the mean "
-    "of their probabilities (regression: of each row's predictions without its highest and "
-    "lowest, from 3 bags on); the report scores it out of bag (each hold-out row by the bag "
-    "that never trained on it). Default: 5 on one machine below 1,000 training rows "
-    "(fewer if the hold-outs or --time_budget_secs cannot pay for 5), else 1.",
-)
-# -- training ---------------------------------------------------------------------------------
-flags.DEFINE_integer("batch_size", 256, "Examples per train step.")
-flags.DEFINE_float("learning_rate", 0.003, "Learning rate of the subnetworks.")
-flags.DEFINE_float(
-    "mixture_learning_rate",
-    None,
-    "Learning rate of the mixture weights (default: --learning_rate).",
-)
-flags.DEFINE_enum("optimizer", "adam", list(OPTIMIZER_NAMES), "Optimizer.")
-flags.DEFINE_enum(
-    "learning_rate_schedule",
-    "cosine",
-    list(LEARNING_RATE_SCHEDULES),
-    "The learning rates over each iteration: cosine decays them from the full rate at the "
-    "iteration's first step to 0 at its last (--max_iteration_steps); constant keeps them.",
-)
-flags.DEFINE_float(
-    "weight_decay",
-    0.0,
-    "Decoupled weight decay of the subnetworks' layers (AdamW's): each step shrinks every "
-    "weight by learning rate x this fraction of itself. 0: none.",
-)
-flags.DEFINE_enum(
-    "subnetwork_loss",
-    "residual",
-    list(SUBNETWORK_LOSSES),
-    "What a new subnetwork is trained on: residual, the loss of the previous ensemble grown "
-    "by it at an equal share, so it learns what the ensemble still gets wrong (boosting's "
-    "idea; census: 0.8719 against 0.8707 with own and 3 iterations, 5 seeds); own, its own "
-    "loss (AdaNet's).",
-)
-flags.DEFINE_integer("seed", 42, "Seed of initialisation, data order and hold-out split.")
-flags.DEFINE_string(
-    "job_dir",
-    None,
-    "Where checkpoints, logs, the model and the "
-    "report go (local, gs://BUCKET/... or /gcs/BUCKET/...). Re-running with the "
-    "same job dir resumes. Default: Vertex AI's AIP_* dirs when set (the job "
-    "dir is then AIP_CHECKPOINT_DIR), else runs/adanet.",
-)
-# -- output dirs outside the job dir (Cloud Storage, Vertex AI; see job_dir.OutputDirs) ------
-flags.DEFINE_string(
-    "model_dir",
-    None,
-    "Where the SavedModel goes. Default: AIP_MODEL_DIR without --job_dir, else JOB_DIR/model.",
-)
-flags.DEFINE_string(
-    "checkpoint_dir",
-    None,
-    "Where checkpoints go. Default: "
-    "AIP_CHECKPOINT_DIR without --job_dir, else JOB_DIR/checkpoints.",
-)
-flags.DEFINE_string(
-    "tensorboard_log_dir",
-    None,
-    "Where TensorBoard logs go. Default: "
-    "AIP_TENSORBOARD_LOG_DIR without --job_dir, else JOB_DIR/logs. (absl "
-    "owns --log_dir: its own log files.)",
-)
-flags.DEFINE_integer("steps_per_loop", 100, "Train steps per compiled loop call.")
-flags.DEFINE_float("checkpoint_every_secs", 30.0, "Seconds between periodic checkpoints.")
-flags.DEFINE_string(
-    "hypertune_metric",
-    None,
-    "Metric reported to Vertex AI hyperparameter "
-    "tuning (default: accuracy, or mse for regression).",
-)
-flags.DEFINE_integer(
-    "feature_importance_rows",
-    10_000,
-    "Eval rows for the permutation feature importance of the exported model "
-    "(report.json, feature_importance.png); 0 turns it off.",
-)
-flags.DEFINE_integer(
-    "feature_importance_repeats", 3, "Shuffles per column for the feature importance."
-)
-
-# -- cluster ----------------------------------------------------------------------------------
-flags.DEFINE_enum(
-    "placement",
-    Placement.REPLICATION.value,
-    [p.value for p in Placement],
-    "With parameter servers: replication (every worker trains everything) or "
-    "round_robin (AdaNet's: one worker per subnetwork, one for the ensemble).",
-)
-flags.DEFINE_float(
-    "cluster_timeout_secs",
-    600.0,
-    "How long a replica waits for the others to start: the chief for its workers and "
-    "parameter servers, and they and the evaluator for the chief (which opens its port once "
-    "its input is checked), synchronous replicas for each other. A replica whose peers never "
-    "come exits with code 1 naming them.",
-)
-flags.DEFINE_float(
-    "stall_secs",
-    120.0,
-    "A worker's share of an iteration that makes no "
-    "progress this long (worker lost) is taken over by idle workers.",
-)
-flags.DEFINE_float(
-    "chunk_secs",
-    1.0,
-    "With parameter servers: about how long a worker trains on its own copy of its variables "
-    "between two exchanges with the parameter servers (at least --steps_per_loop steps).",
-)
-flags.DEFINE_float(
-    "server_grace_secs",
-    120.0,
-    "How long workers, parameter servers and the evaluator wait "
-    "for a vanished chief to come back before they exit.",
-)
-# -- Vertex AI Experiments (trainer/reporting/experiments.py) --------------------------------------
-flags.DEFINE_string(
-    "experiment",
-    None,
-    "Log the run's flags, per-iteration and final metrics to this Vertex AI experiment "
-    "(created if new; 4-128 lowercase letters, digits and hyphens). Default: "
-    "AIP_EXPERIMENT_NAME, set by Vertex AI for a CustomJob that names an experiment.",
-)
-flags.DEFINE_string(
-    "experiment_run",
-    None,
-    "The run's name in --experiment (an existing run is resumed). Default: "
-    "AIP_EXPERIMENT_RUN_NAME, else job-<CLOUD_ML_JOB_ID> on Vertex AI, else run-<UTC time>.",
-)
-flags.DEFINE_string(
-    "experiment_project", None, "Project of --experiment. Default: CLOUD_ML_PROJECT_ID."
-)
-flags.DEFINE_string(
-    "experiment_region", None, "Region of --experiment. Default: CLOUD_ML_REGION, else us-central1."
-)
-flags.DEFINE_string(
-    "experiment_api_endpoint",
-    None,
-    "Another Vertex AI API endpoint for --experiment (a private endpoint; tests: a local fake).",
-)
+FLAGS = absl_flags.FLAGS
+flags.define(FLAGS)  # every flag, as trainer/flags.py defines it
+absl_flags.adopt_module_key_flags(flags)  # `--help` lists them as this module's
+DEFAULT_LAYER_SIZE: int = flags.BY_NAME["layer_size"].default  # read by bench/cluster.py
 
 _GENERATORS = set(model.GENERATOR_NAMES.values())
 
@@ -356,8 +61,11 @@ def _choice(flag: str, values: list[str], allowed) -> list[str]:
 
 
 def build_config(f=FLAGS, environment: Environment | None = None) -> config_lib.RunConfig:
-    """Turns flags into the frozen run configuration, checking combinations."""
+    """Turns flags into the frozen run configuration: each flag checked by its rule
+    (trainer/flags.py), then their combinations."""
     environment = environment or Environment()
+    values = {name: f[name].value for name in flags.BY_NAME}
+    flags.check(values)
     train_data, eval_data, label = f.train_data, f.eval_data, f.label_column
     jsonl = False  # every file read as JSON Lines, whatever its name
     if train_data is None and environment.training_data_uri:  # a Vertex managed dataset
@@ -421,19 +129,16 @@ def build_config(f=FLAGS, environment: Environment | None = None) -> config_lib.
         if name == "mean":
             ensemblers.append(ens.MeanEnsembler())
         else:
-            try:
-                ensemblers.append(
-                    ens.ComplexityRegularizedEnsembler(
-                        mixture_weight_type=ens.MixtureWeightType(f.mixture_weight_type),
-                        adanet_lambda=f.adanet_lambda,
-                        adanet_beta=f.adanet_beta,
-                        use_bias=f.use_bias,
-                        learn_mixture_weights=f.learn_mixture_weights,
-                        warm_start_mixture_weights=f.warm_start_mixture_weights,
-                    )
+            ensemblers.append(
+                ens.ComplexityRegularizedEnsembler(
+                    mixture_weight_type=ens.MixtureWeightType(f.mixture_weight_type),
+                    adanet_lambda=f.adanet_lambda,
+                    adanet_beta=f.adanet_beta,
+                    use_bias=f.use_bias,
+                    learn_mixture_weights=f.learn_mixture_weights,
+                    warm_start_mixture_weights=f.warm_start_mixture_weights,
                 )
-            except ValueError as e:
-                raise InputError(f"--adanet_lambda/--adanet_beta: {e}") from None
+            )
     strategies = tuple(
         ens.STRATEGIES[n]
         for n in _choice("ensemble_strategies", f.ensemble_strategies, ens.STRATEGIES)
@@ -457,18 +162,14 @@ def build_config(f=FLAGS, environment: Environment | None = None) -> config_lib.
         embedding_dim=f.embedding_dim,
         weight=f.weight_column or None,
     )
-    if f.layer_size < 1 or f.initial_num_layers < 0 or not 0 <= f.dropout < 1:
-        raise InputError(
-            f"--layer_size ({f.layer_size}) must be >= 1, --initial_num_layers "
-            f"({f.initial_num_layers}) >= 0 and --dropout ({f.dropout}) in [0, 1)."
-        )
     return config_lib.RunConfig(
+        **flags.fields_of(config_lib.RunConfig, values),
         auto=frozenset(name for name in adapt.ADAPTIVE_FLAGS if not f[name].present),
         data=config_lib.DataConfig(
+            **flags.fields_of(config_lib.DataConfig, values),
             train_data=train_data,
             eval_data=eval_data,
             columns=columns,
-            holdout_fraction=f.holdout_fraction,
             input=InputOptions(
                 bad_rows=BadRows(f.bad_rows),
                 cache_mb=f.cache_mb,
@@ -480,41 +181,17 @@ def build_config(f=FLAGS, environment: Environment | None = None) -> config_lib.
             ),
         ),
         search=config_lib.SearchConfig(
+            **flags.fields_of(config_lib.SearchConfig, values),
             generator=generator,
             ensemblers=tuple(ensemblers),
             strategies=strategies,
-            selection=ens.Selection(f.selection),
-            force_grow=f.force_grow,
-            selection_margin=f.selection_margin,
-            max_iterations=f.max_iterations,
-            patience=f.patience,
-            max_iteration_steps=f.max_iteration_steps,
         ),
-        train=TrainOptions(
-            batch_size=f.batch_size,
-            learning_rate=f.learning_rate,
-            optimizer=f.optimizer,
-            mixture_learning_rate=f.mixture_learning_rate,
-            learning_rate_schedule=f.learning_rate_schedule,
-            weight_decay=f.weight_decay,
-            subnetwork_loss=f.subnetwork_loss,
-        ),
+        train=TrainOptions(**flags.fields_of(TrainOptions, values)),
         **_output_dirs(f, environment),
-        seed=f.seed,
-        bags=f.bags,
-        steps_per_loop=f.steps_per_loop,
-        checkpoint_every_secs=f.checkpoint_every_secs,
-        time_budget_secs=f.time_budget_secs,
-        importance=ImportanceOptions(
-            rows=f.feature_importance_rows, repeats=f.feature_importance_repeats
-        ),
+        importance=ImportanceOptions(**flags.fields_of(ImportanceOptions, values)),
         hypertune_metric=(f.hypertune_metric or "") if environment.is_tuning else None,
         distribution=config_lib.DistributionConfig(
-            placement=Placement(f.placement),
-            cluster_timeout_secs=f.cluster_timeout_secs,
-            stall_secs=f.stall_secs,
-            server_grace_secs=f.server_grace_secs,
-            chunk_secs=f.chunk_secs,
+            **flags.fields_of(config_lib.DistributionConfig, values)
         ),
     )
 
@@ -553,11 +230,7 @@ def _tracker(
     )
     if target is None or not cluster.is_chief:
         return None
-    values = {
-        flag.name: flag.value
-        for flag in f.get_flags_for_module(sys.modules[__name__])
-        if not flag.name.startswith("experiment")
-    }
+    values = {name: f[name].value for name in flags.BY_NAME if not name.startswith("experiment")}
     return experiments.VertexExperiment(target, params=experiments.params_of(values))
 
 

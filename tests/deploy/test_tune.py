@@ -231,16 +231,29 @@ def test_a_trials_args_with_the_values_vertex_appends_are_trainer_flags():
 
 
 def test_the_tunable_flags_are_the_trainers():
+    """deploy.tune reads the flags' table (trainer/flags.py), which trainer.task defines."""
     from trainer import task
 
     kinds = {"int": "int", "float": "float", "bool": "bool", "string enum": "enum"}
+    assert "learning_rate" in tune.TUNABLE_FLAGS and "job_dir" not in tune.TUNABLE_FLAGS
     for name, flag in tune.TUNABLE_FLAGS.items():
         trainers = task.FLAGS[name]
         assert kinds[trainers.flag_type()] == flag.kind, name
+        assert trainers.default == flag.default, name
         if flag.kind == "enum":
             assert tuple(trainers.parser.enum_values) == flag.choices, name  # type: ignore[attr-defined]
-        if flag.kind in ("int", "float") and trainers.default is not None:
-            assert flag.ok(trainers.default), f"--{name}'s default breaks its rule {flag.rule}"
+        if flag.kind in ("int", "float"):
+            assert flag.range is not None, f"--{name} is tunable but has no range"
+
+
+def test_a_range_comes_from_the_trainers_flag():
+    """--one_hot_max_size 0 is refused as the trainer refuses it (tune once said >= 0)."""
+    study = copy.deepcopy(_study())
+    study["studySpec"]["parameters"].append(
+        {"parameterId": "one_hot_max_size", "integerValueSpec": {"minValue": 0, "maxValue": 8}}
+    )
+    with pytest.raises(api.DeployError, match=r"minValue \(0\): the trainer takes values >= 1"):
+        tune.check_study(study)
 
 
 def test_tune_sends_the_dry_run_body_with_submits_job_options(cloud_sdk, gcs, tmp_path):
