@@ -131,6 +131,29 @@ def test_changed_search_flags_are_refused_on_resume(binary_data, tmp_path):
     assert "--job_dir" in result.stderr and "generator" in result.stderr
 
 
+def test_a_users_own_generator_trains_from_the_command_line(binary_data, tmp_path):
+    """examples/wide_generator.py, named as --generator=package.module:Class beside a
+    built-in, gets --layer_size and proposes its candidates (tests/model/test_registry.py:
+    how a resume tells it from another generator)."""
+    job = tmp_path / "job"
+    args = [
+        f"--train_data={binary_data.train}",
+        "--label_column=target",
+        f"--job_dir={job}",
+        "--generator=linear,examples.wide_generator:WideGenerator",
+        "--layer_size=8",
+        "--max_iterations=1",
+        "--max_iteration_steps=30",
+        "--batch_size=32",
+        "--bags=1",
+        "--feature_importance_rows=0",
+    ]
+    result = run_task(args)
+    assert result.returncode == 0, result.stderr[-3000:]
+    names = " ".join(c["name"] for c in load_report(job)["iterations"][0]["candidates"])
+    assert all(f"_{n}_" in names for n in ("linear", "wide_8", "wide_16")), names
+
+
 def test_hypertune_metric_is_reported(binary_data, tmp_path):
     metric_file = tmp_path / "hypertune" / "output.metrics"
     env = task_env()

@@ -230,7 +230,9 @@ FLAGS: tuple[Flag, ...] = (
         "generator",
         "list",
         ["dnn", "cross"],
-        "Search spaces: any of dnn, cross, linear; several propose the union of their candidates.",
+        "Search spaces: any of dnn, cross, linear, or package.module:factory for your own (a "
+        "function of trainer.model.GeneratorOptions, or a Generator class); several propose "
+        "the union of their candidates.",
     ),
     # 128 units was tried on census: 0.8725 against 0.8719 at 64 (bench/defaults.py, seeds
     # 1-3) but 0.8712 against 0.8716 in bench/quality.py (5 seeds, paired 1 better, 4 worse).

@@ -45,8 +45,6 @@ flags.define(FLAGS)  # every flag, as trainer/flags.py defines it
 absl_flags.adopt_module_key_flags(flags)  # `--help` lists them as this module's
 DEFAULT_LAYER_SIZE: int = flags.BY_NAME["layer_size"].default  # read by bench/cluster.py
 
-_GENERATORS = set(model.GENERATOR_NAMES.values())
-
 
 def _choice(flag: str, values: list[str], allowed) -> list[str]:
     unknown = [v for v in values if v not in allowed]
@@ -89,21 +87,9 @@ def build_config(f=FLAGS, environment: Environment | None = None) -> config_lib.
         raise InputError(
             "--label_column is required with --train_data: name the column to predict."
         )
-    generators: list[model.Generator] = []
-    for name in _choice("generator", f.generator, _GENERATORS):
-        if name == "dnn":
-            generators.append(
-                model.DNNGenerator(
-                    layer_size=f.layer_size,
-                    initial_num_layers=f.initial_num_layers,
-                    dropout=f.dropout,
-                )
-            )
-        elif name == "cross":
-            generators.append(model.CrossGenerator(layer_size=f.layer_size))
-        else:
-            generators.append(model.LinearGenerator())
-    generator = generators[0] if len(generators) == 1 else model.UnionGenerator(tuple(generators))
+    generator = model.make_generator(
+        f.generator, model.GeneratorOptions(**flags.fields_of(model.GeneratorOptions, values))
+    )
 
     ensembler_names = _choice("ensemblers", f.ensemblers, {"complexity_regularized", "mean"})
     regularized_flags = {

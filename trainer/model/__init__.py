@@ -1,11 +1,14 @@
-"""Subnetworks: the `Builder`/`Generator` interface and the search spaces."""
+"""Subnetworks: the `Builder`/`Generator` interface, the search spaces and their registry
+(`--generator`)."""
 
 from trainer.model.cross import CrossBuilder, CrossGenerator
 from trainer.model.dnn import DNNBuilder, DNNGenerator
 from trainer.model.linear import LinearBuilder, LinearGenerator
+from trainer.model.registry import GENERATORS, GeneratorFactory, make_generator, name_of
 from trainer.model.subnetwork import (
     Builder,
     Generator,
+    GeneratorOptions,
     Inputs,
     IterationContext,
     Subnetwork,
@@ -14,19 +17,20 @@ from trainer.model.subnetwork import (
     parts,
 )
 
-# The --generator name of each built-in search space.
-GENERATOR_NAMES = {DNNGenerator: "dnn", CrossGenerator: "cross", LinearGenerator: "linear"}
-
 __all__ = [
     "Builder",
     "Generator",
+    "GeneratorFactory",
+    "GeneratorOptions",
     "Inputs",
     "IterationContext",
     "Subnetwork",
     "UnionGenerator",
     "find_builder",
     "parts",
-    "GENERATOR_NAMES",
+    "GENERATORS",
+    "make_generator",
+    "name_of",
     "CrossBuilder",
     "CrossGenerator",
     "DNNBuilder",

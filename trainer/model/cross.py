@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 import keras
 
-from trainer.model.subnetwork import Builder, Generator, IterationContext
+from trainer.model.subnetwork import Builder, Generator, GeneratorOptions, IterationContext
 
 
 class CrossLayer(keras.layers.Layer):
@@ -106,6 +106,10 @@ class CrossGenerator(Generator):
 
     layer_size: int = 64
     rank: int = 16
+
+    @classmethod
+    def from_options(cls, options: GeneratorOptions) -> CrossGenerator:
+        return cls(layer_size=options.layer_size)
 
     def generate_candidates(self, context: IterationContext) -> Sequence[Builder]:
         crosses = [b for b in context.previous_ensemble if isinstance(b, CrossBuilder)]

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 import keras
 
-from trainer.model.subnetwork import Builder, Generator, IterationContext
+from trainer.model.subnetwork import Builder, Generator, GeneratorOptions, IterationContext
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,6 +66,14 @@ class DNNGenerator(Generator):
     layer_size: int = 64
     initial_num_layers: int = 0
     dropout: float = 0.0
+
+    @classmethod
+    def from_options(cls, options: GeneratorOptions) -> DNNGenerator:
+        return cls(
+            layer_size=options.layer_size,
+            initial_num_layers=options.initial_num_layers,
+            dropout=options.dropout,
+        )
 
     def generate_candidates(self, context: IterationContext) -> Sequence[Builder]:
         depth = self.initial_num_layers

@@ -22,9 +22,14 @@ Example, a user's own search space::
             return keras.layers.Dense(self.units, "relu", kernel_initializer=
                                       keras.initializers.GlorotUniform(seed))
 
+    @dataclasses.dataclass(frozen=True)
     class WideGenerator(Generator):
         def generate_candidates(self, context):
             return [WideBuilder(64), WideBuilder(256)]
+
+`examples/wide_generator.py` is this search space, runnable from the command line as
+`python -m trainer.task --generator=examples.wide_generator:WideGenerator`
+(trainer/model/registry.py).
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from trainer import flags
 from trainer.errors import InputError
 from trainer.input.features import Encoded
 from trainer.input.schema import Embedded
@@ -82,12 +88,37 @@ class IterationContext:
     previous_ensemble: tuple[Builder, ...] = ()
 
 
+@dataclasses.dataclass(frozen=True)
+class GeneratorOptions:
+    """What `--generator`'s factories get from the flags of `python -m trainer.task`: the
+    search-space flags and `--seed` (for a search space that draws its candidates; the
+    builders get their own seeds in `build_body`)."""
+
+    layer_size: int = flags.field("layer_size")
+    initial_num_layers: int = flags.field("initial_num_layers")
+    dropout: float = flags.field("dropout")
+    seed: int = flags.field("seed")
+
+    def __post_init__(self):
+        flags.check_fields(self)
+
+
 class Generator(abc.ABC):
-    """Proposes candidate subnetworks for an iteration."""
+    """Proposes candidate subnetworks for an iteration.
+
+    A generator is a value (a frozen dataclass, say): the same settings make an equal
+    generator with the same `repr`, which a job dir records to refuse a resume with another.
+    """
 
     @abc.abstractmethod
     def generate_candidates(self, context: IterationContext) -> Sequence[Builder]:
         """Returns the builders to train in `context.iteration`; names must be unique."""
+
+    @classmethod
+    def from_options(cls, options: GeneratorOptions) -> Generator:
+        """The generator `--generator` makes of this class from the flags; the default takes
+        none of them (`cls()`). Override it to read `options`."""
+        return cls()
 
 
 @dataclasses.dataclass(frozen=True)

@@ -97,9 +97,7 @@ def _flag_value(value):
     """A flag's value as the command line and JSON write it (an enum's value, a generator's
     names)."""
     if isinstance(value, Generator):
-        return ",".join(
-            model.GENERATOR_NAMES.get(type(g), type(g).__name__) for g in model.parts(value)
-        )
+        return ",".join(model.name_of(g) for g in model.parts(value))
     return getattr(value, "value", value)
 
 
