@@ -5,7 +5,9 @@ cluster's chief stages."""
 
 from __future__ import annotations
 
+import csv
 import datetime
+import gzip
 import json
 from pathlib import Path
 
@@ -15,7 +17,9 @@ import pyarrow.parquet as pq
 import pytest
 import tensorflow as tf
 
-from tests.support import FAST_FLAGS, run_in_process, synthetic_rows
+from tests.support import FAST_FLAGS, run_in_process, synthetic_rows, task_env
+from tests.test_distributed import Job
+from trainer.distribute.local.cluster import ClusterShape
 from trainer.errors import InputError
 from trainer.input import files, scan
 from trainer.input import schema as S
@@ -236,3 +240,111 @@ def test_trains_on_parquet_like_the_other_formats(tmp_path):
     summary = json.loads((job / "schema.json").read_text())["input"]
     assert summary["train"]["format"] == "parquet" and summary["train"]["rows"] == 900
     assert np.isfinite(report["final"]["metrics"]["loss"])
+
+
+def _learnable(rows: range) -> pa.Table:
+    """Rows `rows`: a row id, then x1, x2, color and the label of `synthetic_rows`."""
+    data = synthetic_rows("binary", len(rows), rows.start)
+    return pa.table(
+        {
+            "id": pa.array(list(rows), pa.int64()),
+            "x1": pa.array([float(r[0]) for r in data]),
+            "x2": pa.array([float(r[1]) for r in data]),
+            "color": pa.array([r[2] for r in data]),
+            "target": pa.array([r[3] for r in data]),
+        }
+    )
+
+
+def _cluster_data(tmp_path) -> tuple[list[str], tuple[str, ...]]:
+    """3 training files of 500, 300 and 400 rows (ids 0 to 1199, row groups of 128), eval
+    data, and the trainer's flags for a one-iteration job on them."""
+    bounds = [0, 500, 800, 1200]
+    train = [
+        _write(tmp_path / f"part-{k}.parquet", _learnable(range(a, b)), row_group_size=128)
+        for k, (a, b) in enumerate(zip(bounds, bounds[1:]))
+    ]
+    evaluation = _write(tmp_path / "eval.parquet", _learnable(range(5000, 5300)))
+    return train, (
+        f"--train_data={','.join(train)}",
+        f"--eval_data={evaluation}",
+        "--label_column=target",
+        "--ignore_columns=id",
+        "--max_iterations=1",
+        "--max_iteration_steps=100",
+        "--learning_rate=0.01",
+    )
+
+
+@pytest.mark.slow
+def test_a_synchronous_two_worker_cluster_reads_every_parquet_row_once(tmp_path):
+    """A MultiWorkerMirrored cluster (chief and one worker: two replicas, each reading the
+    Parquet files itself): 3 files of unequal sizes, whole files per reader (files 0 and 2,
+    and file 1). The plan in report.json, and the row ids each replica's training dataset
+    really took (recorded by tests/input/reads_task.py), cover every row once."""
+    train, args = _cluster_data(tmp_path)
+    reads = tmp_path / "reads"
+    reads.mkdir()
+    env = task_env(READS_DIR=str(reads))
+    with Job(
+        tmp_path, ClusterShape(workers=1), *args, env=env, module="tests.input.reads_task"
+    ) as job:
+        assert job.cluster.wait(timeout=400) == 0
+        assert job.cluster.process("worker", 0).wait(timeout=60) == 0
+        report = job.report()
+    assert report["status"] == "complete"
+    summary = json.loads((job.dir / "schema.json").read_text())["input"]["train"]
+    assert summary["format"] == "parquet" and summary["rows"] == 1200
+    assert [f["rows"] for f in summary["files"]] == [500, 300, 400]
+    assert report["input"]["training_rows"] == 1200
+    assert report["input"]["readers"] == {
+        "chief": {"files": [train[0], train[2]]},
+        "worker 0": {"files": [train[1]]},
+    }
+    taken = {
+        name: [int(i) for i in (reads / f"{role}.txt").read_text().split()]
+        for name, role in (("chief", "chief-0"), ("worker 0", "worker-0"))
+    }
+    assert sorted(taken["chief"]) == [*range(0, 500), *range(800, 1200)]
+    assert sorted(taken["worker 0"]) == list(range(500, 800))
+    assert sorted(taken["chief"] + taken["worker 0"]) == list(range(1200)), "each row once"
+
+
+@pytest.mark.slow
+def test_a_parameter_server_cluster_stages_parquet_and_its_two_workers_share_every_row_once(
+    tmp_path,
+):
+    """Chief, 2 workers and a ps on the same 3 files: the chief stages them as CSV shards
+    (one per file), the workers read whole shards (0 and 2, and 1). Their datasets run a
+    function the chief traced (no Python to record with), so the evidence is what the job
+    wrote: the staging manifest in schema.json, the plan in report.json, and the ids in the
+    shards each worker was given."""
+    _, args = _cluster_data(tmp_path)
+    with Job(tmp_path, ClusterShape(workers=2, ps=1), *args, env=task_env()) as job:
+        assert job.cluster.wait(timeout=400) == 0
+        report = job.report()
+    assert report["status"] == "complete"
+    summary = json.loads((job.dir / "schema.json").read_text())["input"]["train"]
+    assert summary["format"] == "csv" and summary["rows"] == 1200
+    staged = summary["staged"]["files"]
+    assert [f["rows"] for f in staged] == [500, 300, 400]
+    assert report["input"]["training_rows"] == 1200
+    paths = [f["path"] for f in staged]
+    assert report["input"]["readers"] == {
+        "worker 0": {"files": [paths[0], paths[2]]},
+        "worker 1": {"files": [paths[1]]},
+    }
+
+    def ids(path: str) -> list[int]:
+        with gzip.open(path, "rt", newline="") as f:
+            header, *rows = csv.reader(f)
+        assert len(rows) == next(e["rows"] for e in staged if e["path"] == path)
+        return [int(row[header.index("id")]) for row in rows]
+
+    taken = {
+        name: [i for path in plan["files"] for i in ids(path)]
+        for name, plan in report["input"]["readers"].items()
+    }
+    assert sorted(taken["worker 0"]) == [*range(0, 500), *range(800, 1200)]
+    assert sorted(taken["worker 1"]) == list(range(500, 800))
+    assert sorted(taken["worker 0"] + taken["worker 1"]) == list(range(1200)), "each row once"
