@@ -209,7 +209,8 @@ class RunConfig:
         """What must not change when a job dir is resumed (`check_resumable`): the
         search, how it trains, and the input. What may change: --max_iterations, --patience
         and --time_budget_secs (the search may go further), and the flags of how it runs
-        (memory, placement, timeouts, output dirs, reporting); see README, "Resuming"."""
+        (memory, placement, timeouts, output dirs, reporting); see docs/data.md, "Resume
+        rules"."""
         return {
             **self.search.fingerprint(),
             "seed": self.seed,

@@ -3,13 +3,13 @@ averages them.
 
 One search on a few hundred rows moves with its seed and its hold-out (which rows choose the
 candidates); the mean of five scores better and moves far less (bench/quality.py scores the
-bagged model and each bag alone on the same test rows: README, "Quality"). So bag b is a
-whole job of its own in `JOB_DIR/bags/<b>/` (checkpoints, model, report; resumable like any
-job) that holds out fold b of the rows (the folds of one --seed are disjoint,
-`trainer.input.scan.Holdout`) and trains with its own seed (`RunConfig.training_seed`). The
-bagged model (`JOB_DIR/model`, `trainer/serving/bagged.py`) loads the K exports and serves
-the mean of their probabilities (classification) or the trimmed mean of their predictions
-(regression), with the same signature and outputs as one export.
+bagged model and each bag alone on the same test rows: docs/benchmarks.md, "Bagging on small
+tables"). So bag b is a whole job of its own in `JOB_DIR/bags/<b>/` (checkpoints, model,
+report; resumable like any job) that holds out fold b of the rows (the folds of one --seed are
+disjoint, `trainer.input.scan.Holdout`) and trains with its own seed
+(`RunConfig.training_seed`). The bagged model (`JOB_DIR/model`, `trainer/serving/bagged.py`)
+loads the K exports and serves the mean of their probabilities (classification) or the trimmed
+mean of their predictions (regression), with the same signature and outputs as one export.
 
 Its metrics in report.json are out of bag: each hold-out row predicted by the one bag that
 did not train on it, pooled (with --eval_data: the bagged model itself on it). That is the

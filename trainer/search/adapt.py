@@ -28,7 +28,8 @@ epochs and a batch larger than the table. So, for `rows` training rows:
 
 Every rule only applies to a flag the user did not set (`RunConfig.auto` names those), and
 every decision goes into report.json (`adapted`). The figures behind each constant are in
-bench/results/quality.json (README, "Quality").
+bench/results/quality.json (docs/benchmarks.md, "Quality"), and the alternatives measured in
+bench/HISTORY.md, "Defaults that follow the data (small tables)".
 """
 
 from __future__ import annotations

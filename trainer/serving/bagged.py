@@ -20,7 +20,8 @@ def trimmed_mean(values: tf.Tensor) -> tf.Tensor:
     lowest value, from 3 rows on; the plain mean of fewer.
 
     A search on a hold-out of a few dozen rows now and then keeps a network that the hold-out
-    flattered: on diabetes (5 seeds x 5 bags, README "Quality") single bags scored up to 66.4
+    flattered: on diabetes (5 seeds x 5 bags, docs/benchmarks.md "Bagging on small tables";
+    bench/HISTORY.md "Diabetes and the linear candidate") single bags scored up to 66.4
     RMSE where the others of the same run scored 55.7-59.7, and a mean of predicted values
     carries such a bag. Without each row's extremes the bagged RMSE went from 56.61 to 56.33
     (Ridge: 56.46), and friedman_small, whose bags are all networks, kept its 1.70."""
