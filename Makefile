@@ -28,8 +28,10 @@ demo: $(VENV)/.installed-bench
 	rm -rf $(JOB_DIR)
 	$(VENV)/bin/python -m trainer.task --job_dir=$(JOB_DIR)
 
-# Locally the slow tests are skipped; CI (which sets CI=true) runs the full suite.
+# Locally the slow tests are skipped; CI (which sets CI=true) runs the full suite. Tests run in
+# one process per core (pytest-xdist), each taking the next test as it finishes one.
 PYTEST_MARKS := $(if $(CI),,-m "not slow")
+PYTEST_XDIST := -n auto --dist worksteal
 
 # Style (ruff), types (mypy) and the architecture's layers (import-linter; all three set in
 # pyproject.toml) first: a regression fails fast.
@@ -38,10 +40,10 @@ test: $(VENV)/.installed-test $(BQEMULATOR)/.installed
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
-	$(VENV)/bin/python -m pytest $(PYTEST_MARKS) tests
+	$(VENV)/bin/python -m pytest $(PYTEST_XDIST) $(PYTEST_MARKS) tests
 
 test-all: $(VENV)/.installed-test $(BQEMULATOR)/.installed
-	$(VENV)/bin/python -m pytest tests
+	$(VENV)/bin/python -m pytest $(PYTEST_XDIST) tests
 
 clean:
 	rm -rf $(VENV) runs build dist *.egg-info

@@ -50,6 +50,7 @@ setuptools.setup(
         "test": [
             "pytest>=7.4",
             "pytest-timeout>=2.2",
+            "pytest-xdist>=3.6",
             "matplotlib>=3.7",
             "scikit-learn>=1.3",  # bench/quality.py, type-checked with the benchmarks
             *DEPLOY,

@@ -10,7 +10,13 @@ from tests.support import DataFiles, make_data
 pytest_plugins = ["tests.gcs"]
 
 
-@pytest.fixture(params=["binary", "multiclass", "regression"])
+@pytest.fixture(
+    params=[
+        "binary",
+        pytest.param("multiclass", marks=pytest.mark.slow),
+        pytest.param("regression", marks=pytest.mark.slow),
+    ]
+)
 def any_head(request, tmp_path) -> tuple[str, DataFiles]:
     return request.param, make_data(tmp_path, request.param)
 

@@ -124,6 +124,7 @@ def test_a_batch_larger_than_the_table_is_refused_naming_both():
         adapt.resolve(_config(["--batch_size=512"]), rows=200, head=HeadType.BINARY)
 
 
+@pytest.mark.slow
 def test_a_table_smaller_than_the_default_batch_trains_with_the_adapted_defaults(tmp_path):
     """Before: 150 rows, batch 256, every in-memory epoch empty: the job never ended."""
     data = make_data(tmp_path, "multiclass", n_train=150, n_eval=60)

@@ -187,7 +187,9 @@ def test_bad_input_fails_before_any_work(tmp_path, case):
     assert not job.exists()
 
 
-@pytest.mark.parametrize("case", ["non-numeric value", "unknown label"])
+@pytest.mark.parametrize(
+    "case", [pytest.param("non-numeric value", marks=pytest.mark.slow), "unknown label"]
+)
 def test_bad_input_in_a_real_process_exits_2_without_traceback(tmp_path, case):
     args, message = _cases(tmp_path)[case]
     job = tmp_path / "job"
@@ -224,7 +226,7 @@ def test_replicas_probing_the_same_new_job_dir_at_once_all_pass(tmp_path):
     assert not list(tmp_path.rglob(".write-probe-*"))
 
 
-@pytest.mark.parametrize("kind", ["tensorflow", "python"])
+@pytest.mark.parametrize("kind", ["tensorflow", pytest.param("python", marks=pytest.mark.slow)])
 def test_a_full_disk_is_an_answer_not_a_traceback(tmp_path, monkeypatch, kind):
     """A full disk while an iteration is published (seen for real on a 400 kB tmpfs:
     TensorFlow's "...; No space left on device [Op:SaveV2]" with a traceback)."""

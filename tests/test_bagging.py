@@ -151,6 +151,20 @@ def _outputs_of_bags(job, csv_path, bags: int) -> tuple[dict, list[dict]]:
     return bagged, [predict_csv(job / "bags" / str(b) / "model", csv_path)[0] for b in range(bags)]
 
 
+def test_two_bags_serve_their_mean_and_are_scored_out_of_bag(tmp_path):
+    """Bagging end to end, quickly (the slow test below has three bags and a resume)."""
+    data, job, _, result = _bagged_job(tmp_path, "binary", 400, 50, "--bags=2")
+    report = load_report(job)
+    assert [b["bag"] for b in report["bags"]] == [0, 1]
+    assert report["final"]["examples"] == sum(b["examples"] for b in report["bags"])
+    assert "bagged model (2 bags) on out of bag" in result.stdout
+    bagged, each = _outputs_of_bags(job, data.train, 2)
+    mean = np.mean([o["probabilities"].numpy() for o in each], axis=0)
+    np.testing.assert_allclose(bagged["probabilities"].numpy(), mean, atol=1e-5)
+    assert len({o["probabilities"].numpy().tobytes() for o in each}) == 2  # two other models
+
+
+@pytest.mark.slow
 def test_a_bagged_job_serves_the_mean_of_its_bags_and_scores_them_out_of_bag(tmp_path):
     data, job, args, result = _bagged_job(tmp_path, "binary", 400, 50, "--bags=3")
     report = load_report(job)
@@ -231,6 +245,7 @@ def test_a_bagged_regression_on_eval_data_is_scored_as_one_model_on_it(tmp_path)
     assert report["final"]["metrics"]["mse"] == pytest.approx(mse, rel=1e-4)
 
 
+@pytest.mark.slow
 def test_a_job_begun_as_one_search_resumes_as_one_when_the_default_would_bag_it(tmp_path):
     """A job dir written before --bags existed (or with --bags=1) holds one search's
     iterations: a resume with the default must not start bags beside them."""

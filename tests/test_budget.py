@@ -59,6 +59,7 @@ def test_a_budget_that_is_not_positive_is_refused(value, binary_data, tmp_path):
     assert code == 2 and f"--time_budget_secs ({float(value)}) must be > 0" in stderr
 
 
+@pytest.mark.slow
 def test_a_search_longer_than_its_budget_ends_within_it_with_a_model(binary_data, tmp_path):
     job = tmp_path / "job"
     seconds = 30.0

@@ -100,6 +100,7 @@ def _run_on_a_terminal(args: list[str], env: dict) -> tuple[int, str]:
     return process.wait(timeout=300), shown.decode("utf-8", "replace")
 
 
+@pytest.mark.slow
 def test_a_terminal_shows_a_progress_bar_and_no_library_noise(binary_data, tmp_path):
     env = task_env()
     env.pop("TF_CPP_MIN_LOG_LEVEL")  # the trainer's default, as a user runs it

@@ -119,6 +119,26 @@ def steps_by_unit(record: dict) -> dict[str, dict[str, int]]:
     return {u["unit"]: u["steps_by_worker"] for u in record["placement"]}
 
 
+def test_a_small_parameter_server_cluster_trains_and_exports(tmp_path):
+    """A cluster end to end, quickly (the slow tests below train longer, with more roles): a
+    chief, a worker and a parameter server train one short iteration and export the model."""
+    steps = 100
+    with Job(
+        tmp_path,
+        ClusterShape(workers=1, ps=1),
+        "--max_iterations=1",
+        f"--max_iteration_steps={steps}",
+    ) as job:
+        assert job.cluster.wait(timeout=300) == 0
+        report = job.report()
+    assert report["status"] == "complete"
+    [record] = report["iterations"]
+    assert all(s["steps"] >= steps for s in record["subnetworks"]), record["subnetworks"]
+    assert set(report["input"]["readers"]) == {"worker 0"}
+    assert (job.dir / "model" / "saved_model.pb").exists()
+
+
+@pytest.mark.slow
 def test_round_robin_with_parameter_servers_and_an_evaluator(tmp_path):
     shape = ClusterShape(workers=2, ps=2, evaluator=True)
     with Job(tmp_path, shape, "--placement=round_robin") as job:
@@ -368,6 +388,7 @@ def test_tensorflow_servers_listen_in_the_private_namespace_alone(tmp_path, priv
 
 
 # -- roles from TF_CONFIG, in single processes ------------------------------------------------
+@pytest.mark.slow
 def test_a_chief_whose_servers_never_start_stops_with_their_names(tmp_path):
     ports = free_ports(3)
     config = {

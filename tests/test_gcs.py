@@ -262,6 +262,7 @@ def test_a_local_path_that_cannot_be_written_is_named(binary_data, tmp_path):
     assert not (tmp_path / "job" / "run.json").exists()
 
 
+@pytest.mark.slow
 def test_storage_that_cannot_be_reached_exits_2_with_what_to_check(gcs, binary_data, bucket):
     env = gcs.env(task_env())
     env["https_proxy"] = env["HTTPS_PROXY"] = f"http://127.0.0.1:{_closed_port()}"

@@ -224,7 +224,9 @@ def test_divergence_survives_a_restart(tmp_path):
     assert restored.active() == ([0], [0])
 
 
-@pytest.mark.parametrize("replicas", [1, 2], ids=["one_replica", "mirrored"])
+@pytest.mark.parametrize(
+    "replicas", [1, pytest.param(2, marks=pytest.mark.slow)], ids=["one_replica", "mirrored"]
+)
 def test_the_cosine_schedule_ends_learning_at_its_last_step(replicas):
     """With decay_steps=10 the rate is 0 from step 11 on: training on changes nothing
     (subnetworks, mixture weights and embedding tables), on the tensor loop of one replica

@@ -148,7 +148,7 @@ def test_a_chief_waiting_for_its_servers_says_who_never_answered():
 
 
 # -- real processes -------------------------------------------------------------------------
-@pytest.mark.parametrize("role", ["worker", "ps"])
+@pytest.mark.parametrize("role", ["worker", pytest.param("ps", marks=pytest.mark.slow)])
 def test_a_server_whose_chief_never_comes_exits_naming_it(tmp_path, role):
     jobs = _jobs("chief", "worker", "ps")
     process = _start(tmp_path, jobs, role)
@@ -161,6 +161,7 @@ def test_a_server_whose_chief_never_comes_exits_naming_it(tmp_path, role):
     )
 
 
+@pytest.mark.slow
 def test_an_evaluator_whose_chief_never_comes_exits_naming_it(tmp_path):
     jobs = _jobs("chief", "worker")
     process = _start(tmp_path, jobs, "evaluator", "--server_grace_secs=5")
@@ -172,6 +173,7 @@ def test_an_evaluator_whose_chief_never_comes_exits_naming_it(tmp_path):
     assert not (tmp_path / "job").exists()
 
 
+@pytest.mark.slow
 def test_an_evaluator_beside_a_lone_chief_that_never_starts_the_job_exits_naming_it(tmp_path):
     """A chief with no workers or ps runs no server: the evaluator waits for the job dir it
     writes once its input is checked, as long as for a chief's port."""
@@ -186,7 +188,7 @@ def test_an_evaluator_beside_a_lone_chief_that_never_starts_the_job_exits_naming
     assert not job.exists()
 
 
-@pytest.mark.parametrize("role", ["chief", "worker"])
+@pytest.mark.parametrize("role", ["chief", pytest.param("worker", marks=pytest.mark.slow)])
 def test_a_synchronous_replica_whose_peer_never_comes_exits_naming_it(tmp_path, role):
     """...in one line, and past the interpreter's teardown: its TensorFlow server runs and a
     thread of the strategy waits in an all-reduce that never ends."""

@@ -445,8 +445,9 @@ distributed.serve(
     "chief, code",
     [
         ("runs", preemption.EXIT_CODE),
-        ("never answered", preemption.EXIT_CODE),  # (its data scan): still to be restarted
-        ("answered and is gone", 0),
+        # (its data scan): still to be restarted
+        pytest.param("never answered", preemption.EXIT_CODE, marks=pytest.mark.slow),
+        pytest.param("answered and is gone", 0, marks=pytest.mark.slow),
     ],
 )
 def test_a_server_stopped_before_its_chief_is_done_exits_to_be_restarted(chief, code, tmp_path):

@@ -80,6 +80,7 @@ def test_a_restart_removes_every_temporary_a_crash_left_and_nothing_else(tmp_pat
     assert not [p for p in tmp_path.rglob("*.tmp-*") if p not in kept], list(tmp_path.rglob("*"))
 
 
+@pytest.mark.slow
 def test_sigkill_mid_iteration_resumes_without_redoing_finished_work(binary_data, tmp_path):
     job = tmp_path / "job"
     checkpoints = job / "checkpoints"

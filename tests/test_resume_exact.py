@@ -74,6 +74,7 @@ def test_a_grown_resume_exports_the_grown_ensemble_and_reports_its_metrics(tmp_p
     assert report["status"] == "complete"
 
 
+@pytest.mark.slow
 def test_a_model_without_its_stamp_is_exported_again(tmp_path, data):
     """What a crash between the model's publish and its stamp leaves (or a job dir of a
     version without stamps): the next run exports it again, whatever it holds."""
@@ -155,6 +156,7 @@ def test_a_training_file_rewritten_in_place_is_refused(tmp_path, data):
     assert "new --job_dir" in stderr
 
 
+@pytest.mark.slow
 def test_same_size_other_bytes_is_refused_and_same_bytes_newer_time_resumes(tmp_path):
     rows = synthetic_rows("binary", 400, 1)
     data = tmp_path / "train.csv.gz"
@@ -175,6 +177,7 @@ def test_same_size_other_bytes_is_refused_and_same_bytes_newer_time_resumes(tmp_
     assert "its bytes are not those the job scanned" in stderr
 
 
+@pytest.mark.slow
 def test_an_eval_file_that_grew_is_refused(tmp_path, data):
     test = write_csv(tmp_path / "test.csv", HEADER, synthetic_rows("binary", 100, 2))
     job = tmp_path / "job"
@@ -188,6 +191,7 @@ def test_an_eval_file_that_grew_is_refused(tmp_path, data):
 
 
 # -- the model dir: refused before any work --------------------------------------------------------
+@pytest.mark.slow
 def test_a_model_dir_that_cannot_hold_the_model_alone_is_refused_before_any_work(tmp_path, data):
     busy = tmp_path / "busy"
     busy.mkdir()
@@ -213,6 +217,7 @@ def test_a_model_dir_that_cannot_hold_the_model_alone_is_refused_before_any_work
     ]  # no temporary model left anywhere
 
 
+@pytest.mark.slow
 def test_a_resumed_job_given_another_runs_model_dir_is_refused_and_leaves_it(tmp_path, data):
     """Before: the resume passed the check (its job dir exists), found no export of its own
     there, and replaced the other run's model with its own."""

@@ -78,6 +78,7 @@ def test_every_head_trains_exports_and_reports(any_head, tmp_path):
         assert accuracy > (0.9 if kind == "binary" else 0.8)
 
 
+@pytest.mark.slow
 def test_rerun_of_a_finished_job_changes_nothing(binary_data, tmp_path):
     job = tmp_path / "job"
     args = [
@@ -98,6 +99,7 @@ def test_rerun_of_a_finished_job_changes_nothing(binary_data, tmp_path):
     assert (job / "model" / "saved_model.pb").stat().st_mtime_ns == pb
 
 
+@pytest.mark.slow
 def test_more_iterations_extend_a_finished_job(binary_data, tmp_path):
     job = tmp_path / "job"
     args = [
@@ -116,6 +118,7 @@ def test_more_iterations_extend_a_finished_job(binary_data, tmp_path):
     assert len(load_report(job)["iterations"]) == 2
 
 
+@pytest.mark.slow
 def test_changed_search_flags_are_refused_on_resume(binary_data, tmp_path):
     job = tmp_path / "job"
     args = [
@@ -175,6 +178,7 @@ def test_hypertune_metric_is_reported(binary_data, tmp_path):
     assert float(reported["accuracy"]) == pytest.approx(accuracy)
 
 
+@pytest.mark.slow
 def test_tfrecord_input(tmp_path):
     data = make_data(tmp_path, "binary", n_train=600, n_eval=200)
     paths = []
@@ -212,7 +216,7 @@ def test_tfrecord_input(tmp_path):
     assert load_report(job)["final"]["metrics"]["accuracy"] > 0.85
 
 
-@pytest.mark.parametrize("selection", ["train", "holdout"])
+@pytest.mark.parametrize("selection", ["train", pytest.param("holdout", marks=pytest.mark.slow)])
 def test_evaluator_selection_with_every_strategy_and_ensembler(binary_data, tmp_path, selection):
     job = tmp_path / "job"
     result = run_task(
@@ -262,6 +266,7 @@ def test_evaluator_selection_with_every_strategy_and_ensembler(binary_data, tmp_
         assert weights["type"] == "matrix" and "bias" in weights
 
 
+@pytest.mark.slow
 def test_holdout_selection_keeps_the_simplest_candidate_within_the_margin(binary_data, tmp_path):
     """The one-standard-error rule, as the records show it: every candidate's objective has
     the standard error of its gap to the lowest, and the choice is the simplest candidate
@@ -308,6 +313,7 @@ def test_holdout_selection_keeps_the_simplest_candidate_within_the_margin(binary
     assert " ± " in result.stdout
 
 
+@pytest.mark.slow
 def test_the_search_ends_once_it_stops_growing(binary_data, tmp_path):
     """--patience=1: a margin so wide that the previous ensemble is always within it makes
     iteration 1 keep it, so iterations 2 and 3 never run, on a rerun either."""
@@ -361,6 +367,7 @@ def test_help_lists_the_flags_and_succeeds():
     assert "--max_iteration_steps" in result.stdout and "--placement" in result.stdout
 
 
+@pytest.mark.slow
 def test_an_evaluator_started_after_the_job_evaluates_each_finished_iteration(
     binary_data, tmp_path
 ):

@@ -627,6 +627,7 @@ def test_command_line_dry_run_of_a_csv_job_reads_writes_and_sends_nothing(cloud_
     assert fake.requests == [] and list(_objects(gcs, "")) == ["in/a.csv"]
 
 
+@pytest.mark.slow
 def test_command_line_dry_run_of_a_jsonl_job():
     result = subprocess.run(
         [

@@ -6,6 +6,7 @@ They live under `.cache/venvs/` in the repository (gitignored) and are built onc
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import subprocess
@@ -37,14 +38,18 @@ def tf_venv(version: str) -> Path:
     """The venv with `tensorflow-cpu==version` ("latest": the newest release); its python."""
     root = CACHE / f"tf-{version}"
     python = root / "bin" / "python"
-    if python.exists() and _imports_tensorflow(python):
+    CACHE.mkdir(parents=True, exist_ok=True)
+    # pytest-xdist runs tests in several processes: one builds a venv while the others wait.
+    with open(CACHE / f"tf-{version}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if python.exists() and _imports_tensorflow(python):
+            return python
+        shutil.rmtree(root, ignore_errors=True)
+        new_venv(root)
+        spec = "tensorflow-cpu" if version == "latest" else f"tensorflow-cpu=={version}"
+        result = pip_install(python, "--quiet", spec)
+        assert result.returncode == 0, f"pip install {spec} failed:\n{result.stderr[-3000:]}"
         return python
-    shutil.rmtree(root, ignore_errors=True)
-    new_venv(root)
-    spec = "tensorflow-cpu" if version == "latest" else f"tensorflow-cpu=={version}"
-    result = pip_install(python, "--quiet", spec)
-    assert result.returncode == 0, f"pip install {spec} failed:\n{result.stderr[-3000:]}"
-    return python
 
 
 def new_venv(root: Path) -> Path:

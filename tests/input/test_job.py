@@ -15,6 +15,7 @@ from tests.support import FAST_FLAGS, HEADER, load_report, run_task, synthetic_r
 from trainer.input.files import CENSUS_TRAIN
 
 
+@pytest.mark.slow
 def test_a_bad_row_stops_the_run_before_training_naming_file_and_line(tmp_path):
     rows = synthetic_rows("binary", 300, 1)
     rows[120][1] = "n/a?"  # x2 is numeric
@@ -36,6 +37,7 @@ def test_a_bad_row_stops_the_run_before_training_naming_file_and_line(tmp_path):
     assert not (tmp_path / "job").exists()
 
 
+@pytest.mark.slow
 def test_skipped_bad_rows_are_counted_per_file_in_the_report(tmp_path):
     rows = synthetic_rows("binary", 600, 1)
     rows[5] = rows[5][:3]  # a field missing
@@ -65,6 +67,7 @@ def test_skipped_bad_rows_are_counted_per_file_in_the_report(tmp_path):
     assert schema["input"]["train"]["rows"] == 597
 
 
+@pytest.mark.slow
 def test_every_eval_pass_counts_each_row_once_and_the_holdout_survives_a_resume(
     binary_data, tmp_path
 ):
@@ -105,6 +108,7 @@ def _ids_data(tmp_path, levels: int, rows: int):
     return path, users, x
 
 
+@pytest.mark.slow
 def test_a_100k_value_categorical_column_trains_and_serves(tmp_path):
     path, users, x = _ids_data(tmp_path, 100_000, 300_000)
     job = tmp_path / "job"
@@ -165,6 +169,7 @@ def test_a_million_rows_end_to_end(tmp_path):
     assert report["final"]["metrics"]["accuracy"] > 0.82
 
 
+@pytest.mark.slow
 def test_a_resume_on_other_files_is_refused(tmp_path):
     rows = synthetic_rows("binary", 200, 1)
     write_csv(tmp_path / "part-0.csv", HEADER, rows[:100])

@@ -42,9 +42,18 @@ def ids(dataset):
 
 
 @pytest.mark.parametrize(
-    "files_count, readers, by_file", [(4, 2, True), (1, 2, False), (3, 4, False), (5, 3, True)]
+    "files_count, readers, by_file, in_process",
+    [
+        (4, 2, True, True),
+        (1, 2, False, False),
+        pytest.param(4, 2, True, False, marks=pytest.mark.slow),
+        pytest.param(1, 2, False, True, marks=pytest.mark.slow),
+        pytest.param(3, 4, False, True, marks=pytest.mark.slow),
+        pytest.param(3, 4, False, False, marks=pytest.mark.slow),
+        pytest.param(5, 3, True, True, marks=pytest.mark.slow),
+        pytest.param(5, 3, True, False, marks=pytest.mark.slow),
+    ],
 )
-@pytest.mark.parametrize("in_process", [True, False])
 def test_shards_are_disjoint_and_cover_the_data(
     tmp_path, files_count, readers, by_file, in_process
 ):
@@ -69,6 +78,7 @@ def test_shard_plan_names_each_readers_files(tmp_path):
     assert "modulo 4" in pipeline.shard_plan(source, 4)[3]["rows"]
 
 
+@pytest.mark.slow
 def test_the_holdout_is_the_same_for_every_reader_and_complements_training(tmp_path):
     source, schema = make(tmp_path, files_count=2)
     holdout = scan.Holdout(0.25, seed=1)
@@ -121,6 +131,7 @@ def test_training_batches_are_full_shuffled_and_endless(tmp_path, cache):
         np.testing.assert_array_equal(next(iter(again))[0]["dense"], batches[0][0]["dense"])
 
 
+@pytest.mark.slow
 def test_the_datasets_a_search_opens_and_drops_run_without_the_autotune_thread(tmp_path):
     """Each iteration drops its training iterator and each evaluation its pass; with
     tf.data's autotuning on, deleting one waited seconds for that thread (`_untuned`)."""

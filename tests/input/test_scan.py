@@ -187,19 +187,23 @@ def test_empty_labels_are_errors(tmp_path, labels):
         infer(tmp_path, ["x", "y"], [[i, v] for i, v in enumerate(labels)])
 
 
-@pytest.mark.parametrize("token", ["?", "NA", " N/A ", "null", "NULL", "None", "NaN", "nan"])
+MISSING_TOKENS = ["?", "NA", " N/A ", "null", "NULL", "None", "NaN", "nan"]
+
+
 @pytest.mark.parametrize("labels", [["no", "yes"], ["1.5", "2.5"]])
-def test_labels_that_mean_missing_are_missing_labels_not_classes(tmp_path, token, labels):
+def test_labels_that_mean_missing_are_missing_labels_not_classes(tmp_path, labels):
     """The tokens a numeric feature reads as missing: in a label, a bad row (a third class
-    "NA" before), for class labels and regression targets alike."""
-    rows = [[i, labels[i % 2]] for i in range(20)]
-    rows[6][1] = token
+    "NA" before), for class labels and regression targets alike. One file holds every token
+    (two scans instead of one per token: each scan traces its tf.data functions)."""
+    rows = [[i, labels[i % 2]] for i in range(30)]
+    for i, token in enumerate(MISSING_TOKENS):
+        rows[6 + 2 * i][1] = token
     with pytest.raises(InputError) as info:
         infer(tmp_path, ["x", "y"], rows)
-    assert f"label column 'y' holds {token.strip()!r} at " in str(info.value)
+    assert "label column 'y' holds '?' at " in str(info.value)
     assert "train.csv line 8, a missing value: every row needs a label" in str(info.value)
     schema = infer(tmp_path, ["x", "y"], rows, bad_rows=BadRows.SKIP)
-    assert schema.summary["train"]["bad_rows"] == 1
+    assert schema.summary["train"]["bad_rows"] == len(MISSING_TOKENS)
     if labels[0] == "no":
         assert schema.label.classes == ("no", "yes")
 
