@@ -157,6 +157,7 @@ def test_a_users_own_generator_trains_from_the_command_line(binary_data, tmp_pat
     assert all(f"_{n}_" in names for n in ("linear", "wide_8", "wide_16")), names
 
 
+@pytest.mark.slow
 def test_hypertune_metric_is_reported(binary_data, tmp_path):
     metric_file = tmp_path / "hypertune" / "output.metrics"
     env = task_env()
@@ -365,6 +366,21 @@ def test_help_lists_the_flags_and_succeeds():
     result = run_task(["--help"], timeout=120)
     assert result.returncode == 0, result.stderr[-2000:]
     assert "--max_iteration_steps" in result.stdout and "--placement" in result.stdout
+
+
+@pytest.mark.parametrize(
+    "args, says",
+    [
+        (["--batch_size=abc"], "flag --batch_size=abc: invalid literal for int()"),
+        (["--no_such_flag=1"], "Unknown command line flag 'no_such_flag'"),
+        (["train.csv"], "unexpected arguments ['train.csv']; all options are --flags."),
+    ],
+)
+def test_flags_that_cannot_be_parsed_exit_2_in_one_line(args, says):
+    """Bad input like any other (absl's own parser exited 1 with "FATAL Flags parsing error")."""
+    result = run_task(args, timeout=120)
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert says in result.stderr and "Traceback" not in result.stderr
 
 
 @pytest.mark.slow

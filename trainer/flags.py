@@ -130,10 +130,10 @@ FLAGS: tuple[Flag, ...] = (
         "train_data",
         "str",
         None,
-        "CSV (with header, optionally .gz), TFRecord (tf.Example) or JSON Lines (*.jsonl, "
-        "*.ndjson, optionally .gz: one object per line, its keys the columns) "
-        "files: a path, a glob or a comma-separated list; or a BigQuery table, "
-        "bq://PROJECT.DATASET.TABLE. Default: a Vertex AI managed dataset's "
+        "CSV (with header, optionally .gz), TFRecord (tf.Example), JSON Lines (*.jsonl, "
+        "*.ndjson, optionally .gz: one object per line, its keys the columns) or Parquet "
+        "(*.parquet, *.parq, *.pq) files: a path, a glob or a comma-separated list; or a "
+        "BigQuery table, bq://PROJECT.DATASET.TABLE. Default: a Vertex AI managed dataset's "
         "AIP_TRAINING_DATA_URI if set, else the census training data shipped in the package.",
     ),
     Flag(

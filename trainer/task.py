@@ -222,7 +222,9 @@ def _tracker(
 
 def main(argv):
     if len(argv) > 1:
-        raise app.UsageError(f"unexpected arguments {argv[1:]}; all options are --flags.")
+        raise app.UsageError(
+            f"unexpected arguments {argv[1:]}; all options are --flags.", exitcode=2
+        )
     watched = False  # whether `preemption.watch` took SIGINT over (and then gave it back)
     try:
         environment = Environment.from_environ()
@@ -288,7 +290,17 @@ def run():
         console.plain_lines()
     if {"-h", "--help", "--helpshort"} & set(sys.argv[1:]):  # absl's own --help exits with 1
         app.usage(shorthelp=True, writeto_stdout=True, exitcode=0)
-    app.run(main)
+    app.run(main, flags_parser=_parse_flags)
+
+
+def _parse_flags(argv: list[str]) -> list[str]:
+    """absl's parsing, but a flag it cannot parse (`--batch_size=abc`, an unknown flag) is bad
+    input like any other: one line and exit 2 (absl's own parser exits 1)."""
+    try:
+        return FLAGS(argv)
+    except absl_flags.Error as e:
+        print(f"{e}. Pass --help to see the flags.", file=sys.stderr)
+        sys.exit(2)
 
 
 if __name__ == "__main__":
