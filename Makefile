@@ -29,9 +29,12 @@ demo: $(VENV)/.installed-bench
 	$(VENV)/bin/python -m trainer.task --job_dir=$(JOB_DIR)
 
 # Locally the slow tests are skipped; CI (which sets CI=true) runs the full suite. Tests run in
-# one process per core (pytest-xdist), each taking the next test as it finishes one.
+# several processes (pytest-xdist), each taking the next test as it finishes one: two per core
+# (at most 8) for the default run, whose tests often wait on subprocesses, servers and timeouts;
+# one per core for the full run, whose clusters of up to 7 processes need the cores they wait on.
 PYTEST_MARKS := $(if $(CI),,-m "not slow")
-PYTEST_XDIST := -n auto --dist worksteal
+PYTEST_XDIST := -n $(if $(CI),auto,$(shell n=$$(( $$(nproc) * 2 )); echo $$(( n > 8 ? 8 : n )))) \
+	--dist worksteal
 
 # Style (ruff), types (mypy) and the architecture's layers (import-linter; all three set in
 # pyproject.toml) first: a regression fails fast.
@@ -43,7 +46,7 @@ test: $(VENV)/.installed-test $(BQEMULATOR)/.installed
 	$(VENV)/bin/python -m pytest $(PYTEST_XDIST) $(PYTEST_MARKS) tests
 
 test-all: $(VENV)/.installed-test $(BQEMULATOR)/.installed
-	$(VENV)/bin/python -m pytest $(PYTEST_XDIST) tests
+	$(VENV)/bin/python -m pytest -n auto --dist worksteal tests
 
 clean:
 	rm -rf $(VENV) runs build dist *.egg-info

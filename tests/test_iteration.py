@@ -30,6 +30,7 @@ def _config(args):
         return task.build_config(flags.FLAGS)
 
 
+@pytest.mark.slow
 def test_exported_model_predicts_exactly_what_the_trainer_computes(binary_data, tmp_path):
     config = _config(
         [

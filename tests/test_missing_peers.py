@@ -207,6 +207,7 @@ def test_a_synchronous_replica_whose_peer_never_comes_exits_naming_it(tmp_path, 
     assert "interpreter teardown" not in output
 
 
+@pytest.mark.slow
 def test_a_waiting_synchronous_chief_honours_sigterm(tmp_path):
     """TensorFlow's coordination service installs its own SIGTERM handler (its preemption
     notifier), which only logs the signal; while the chief waits for its worker it must still

@@ -48,6 +48,7 @@ def data(tmp_path):
 
 
 # -- finding 1: the export is the final ensemble's ------------------------------------------------
+@pytest.mark.slow
 def test_a_grown_resume_exports_the_grown_ensemble_and_reports_its_metrics(tmp_path):
     train = write_csv(tmp_path / "train.csv", HEADER, synthetic_rows("binary", 400, 1))
     test = write_csv(tmp_path / "test.csv", HEADER, synthetic_rows("binary", 300, 2))
@@ -126,6 +127,7 @@ def test_a_resume_with_other_column_choices_is_refused_naming_them(tmp_path, dat
     assert expected in str(refused.value) and "new --job_dir" in str(refused.value)
 
 
+@pytest.mark.slow
 def test_a_resume_with_another_label_is_refused_end_to_end(tmp_path, data):
     job = tmp_path / "job"
     _train([*_args(data, job), "--max_iterations=1"])

@@ -3,6 +3,9 @@ a fake Vertex AI service and an in-memory Cloud Storage emulator on loopback por
 
 from __future__ import annotations
 
+import fcntl
+import os
+import shutil
 import socket
 
 import pytest
@@ -23,10 +26,18 @@ CENSUS_FLAGS = [
 
 @pytest.fixture(scope="session")
 def census_model(tmp_path_factory) -> str:
-    """The exported model dir of a small census run (shared by the whole session)."""
-    job_dir = tmp_path_factory.mktemp("census") / "job"
-    result = run_task([f"--job_dir={job_dir}", *CENSUS_FLAGS])
-    assert result.returncode == 0, result.stderr[-3000:]
+    """The exported model dir of a small census run, shared by the whole session: by every
+    pytest-xdist process too (the first trains it under a lock in their common temp dir)."""
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent  # the processes' common parent
+    job_dir = root / "census" / "job"
+    with open(root / "census.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (job_dir / "model" / "saved_model.pb").exists():
+            shutil.rmtree(job_dir, ignore_errors=True)
+            result = run_task([f"--job_dir={job_dir}", *CENSUS_FLAGS])
+            assert result.returncode == 0, result.stderr[-3000:]
     return str(job_dir / "model")
 
 

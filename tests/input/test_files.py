@@ -86,9 +86,15 @@ def test_other_compressions_are_named(tmp_path, suffix):
 @pytest.mark.parametrize(
     "name, data, hint",
     [
-        ("a.csv", gzip.compress(b"x,y\n1,0\n"), "It starts like a gzip file: name it *.gz."),
+        # (mtime=0: the same bytes, so the same test ids, in every pytest-xdist process)
+        (
+            "a.csv",
+            gzip.compress(b"x,y\n1,0\n", mtime=0),
+            "It starts like a gzip file: name it *.gz.",
+        ),
         ("b.csv", bz2.compress(b"x,y\n1,0\n" * 50), "It starts like a bzip2 file"),
     ],
+    ids=["gzip", "bzip2"],
 )
 def test_a_compressed_file_named_csv_says_what_it_is(tmp_path, name, data, hint):
     path = tmp_path / name

@@ -177,6 +177,7 @@ def test_trains_on_a_managed_jsonl_dataset_in_cloud_storage(gcs, bucket, tmp_pat
 
 
 # -- bad lines --------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_a_line_that_is_not_json_exits_2_naming_file_and_line_before_any_work(tmp_path):
     path = _write_jsonl(tmp_path / "train.jsonl", _rows(100, 1), lines=['{"x1": 1.0, "colo'])
     job = tmp_path / "job"
@@ -274,7 +275,9 @@ def _id_files(tmp_path, count: int, rows: int = 300) -> str:
     return ",".join(paths)
 
 
-@pytest.mark.parametrize("files_count, readers", [(1, 2), (3, 2)])
+@pytest.mark.parametrize(
+    "files_count, readers", [pytest.param(1, 2, marks=pytest.mark.slow), (3, 2)]
+)
 def test_readers_share_json_lines_read_in_small_chunks(tmp_path, monkeypatch, files_count, readers):
     """Chunks of 256 bytes (many per file, each converted on its own): every row is read
     once across the readers (whole files, or every n-th row of one file), and a bad line

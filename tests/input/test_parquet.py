@@ -99,7 +99,7 @@ def test_a_file_streams_one_row_group_at_a_time_numbered_from_row_1(tmp_path):
     assert len(lines) == 200 and lines[0].startswith(b"0,,")  # id 0, x null
 
 
-@pytest.mark.parametrize("count", [1, 4])
+@pytest.mark.parametrize("count", [1, pytest.param(4, marks=pytest.mark.slow)])
 def test_two_readers_cover_every_row_exactly_once(tmp_path, count):
     """Whole files per reader (4 files), or every other row of one file: the sharding a
     2-worker job reads with."""
