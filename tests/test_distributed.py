@@ -230,6 +230,7 @@ def test_multi_worker_mirrored_without_parameter_servers(tmp_path):
     ]
 
 
+@pytest.mark.slow
 def test_round_robin_needs_parameter_servers(tmp_path):
     with Job(tmp_path, ClusterShape(workers=1), "--placement=round_robin") as job:
         assert job.cluster.wait(timeout=120) == 2

@@ -172,6 +172,7 @@ class HangingVertex(FakeVertex):
         return super().handle(method, path, query, body)
 
 
+@pytest.mark.slow
 def test_a_hung_service_never_holds_up_training(tmp_path, monkeypatch):
     monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", str(service_account_key(tmp_path / "k")))
     fake = HangingVertex()

@@ -147,6 +147,7 @@ def _swap_columns(path) -> None:
     path.write_bytes(b"\n".join(swapped))
 
 
+@pytest.mark.slow
 def test_a_training_file_rewritten_in_place_is_refused(tmp_path, data):
     job = tmp_path / "job"
     _train([*_args(data, job), "--max_iterations=1"])

@@ -345,6 +345,7 @@ def test_the_search_ends_once_it_stops_growing(binary_data, tmp_path):
     assert len(load_report(job)["iterations"]) == 2
 
 
+@pytest.mark.slow
 def test_unknown_hypertune_metric_fails_before_training(binary_data, tmp_path):
     env = task_env()
     env["CLOUD_ML_TRIAL_ID"] = "3"
@@ -372,8 +373,14 @@ def test_help_lists_the_flags_and_succeeds():
     "args, says",
     [
         (["--batch_size=abc"], "flag --batch_size=abc: invalid literal for int()"),
-        (["--no_such_flag=1"], "Unknown command line flag 'no_such_flag'"),
-        (["train.csv"], "unexpected arguments ['train.csv']; all options are --flags."),
+        pytest.param(
+            ["--no_such_flag=1"], "Unknown command line flag 'no_such_flag'", marks=pytest.mark.slow
+        ),
+        pytest.param(
+            ["train.csv"],
+            "unexpected arguments ['train.csv']; all options are --flags.",
+            marks=pytest.mark.slow,
+        ),
     ],
 )
 def test_flags_that_cannot_be_parsed_exit_2_in_one_line(args, says):

@@ -187,7 +187,11 @@ def test_a_wrong_content_length_is_refused(server, census_rows, request_bytes, s
     assert len(predict.predict_at_url(server.url, census_rows[:2])) == 2
 
 
-@pytest.mark.parametrize("chunked", [False, True], ids=["content-length", "chunked"])
+@pytest.mark.parametrize(
+    "chunked",
+    [False, pytest.param(True, marks=pytest.mark.slow)],
+    ids=["content-length", "chunked"],
+)
 def test_a_body_trickled_a_byte_at_a_time_is_cut_at_the_deadline(server, census_rows, chunked):
     """`body_timeout_s` (0.5 s here) bounds the whole body, not each read: a client sending a
     byte every 0.1 s gets a 408 and the connection is closed, long before the body would

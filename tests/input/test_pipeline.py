@@ -193,6 +193,7 @@ def _dense_rows(dataset):
     return sorted(map(tuple, np.concatenate([f["dense"].numpy() for f, _ in dataset]).round(5)))
 
 
+@pytest.mark.slow
 def test_a_job_reads_and_encodes_a_table_that_fits_in_memory_once(tmp_path, monkeypatch):
     """The eval rows and the training rows are read once per process, however many
     evaluations and iterations ask for them, and give the rows the files give."""
