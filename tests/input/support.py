@@ -32,3 +32,23 @@ def write_tfrecord(path, records, options=None):
             example = tf.train.Example(features=tf.train.Features(feature=feature))
             writer.write(example.SerializeToString())
     return str(path)
+
+
+def ps_prepare(job, train_data: str, **kwargs):
+    """`prepare` of a job's input as a parameter-server chief (or, with scan_if_new=False, a
+    worker) calls it: label y, a 10% hold-out, seed 0."""
+    from trainer.input import job_input as input_lib
+    from trainer.input import schema as S
+    from trainer.input.options import InputOptions
+
+    kwargs.setdefault("scan_if_new", True)
+    return input_lib.prepare(
+        train_data=train_data,
+        eval_data=None,
+        columns=S.ColumnChoices("y"),
+        holdout_fraction=0.1,
+        options=InputOptions(),
+        seed=0,
+        job=job,
+        **kwargs,
+    )

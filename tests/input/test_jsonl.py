@@ -14,6 +14,7 @@ import random
 import pytest
 import tensorflow as tf
 
+from tests.input.support import ps_prepare
 from tests.support import (
     FAST_FLAGS,
     HEADER,
@@ -310,23 +311,6 @@ def test_readers_share_json_lines_read_in_small_chunks(tmp_path, monkeypatch, fi
         )
 
 
-def _ps_prepare(job, train_data: str, **kwargs):
-    from trainer.input import job_input as input_lib
-    from trainer.input.options import InputOptions
-
-    kwargs.setdefault("scan_if_new", True)
-    return input_lib.prepare(
-        train_data=train_data,
-        eval_data=None,
-        columns=S.ColumnChoices("y"),
-        holdout_fraction=0.1,
-        options=InputOptions(),
-        seed=0,
-        job=job,
-        **kwargs,
-    )
-
-
 def test_parameter_servers_stage_json_lines_once_and_a_second_prepare_reuses_it(
     tmp_path, monkeypatch
 ):
@@ -338,10 +322,10 @@ def test_parameter_servers_stage_json_lines_once_and_a_second_prepare_reuses_it(
     from trainer.storage import job_dir as job_dir_lib
 
     pattern = _id_files(tmp_path, 3)
-    direct = _ps_prepare(job_dir_lib.JobDir(str(tmp_path / "direct")), pattern)
+    direct = ps_prepare(job_dir_lib.JobDir(str(tmp_path / "direct")), pattern)
     monkeypatch.setattr(shards, "ROWS_PER_SHARD", 40)  # several shards per file
     job = job_dir_lib.JobDir(str(tmp_path / "job"))
-    data = _ps_prepare(job, pattern, stage_tables=True)
+    data = ps_prepare(job, pattern, stage_tables=True)
     folder = tmp_path / "job" / "data"
     manifest = json.loads((folder / "train.json").read_text())
     assert sorted(p.name for p in folder.iterdir()) == sorted(
@@ -366,15 +350,15 @@ def test_parameter_servers_stage_json_lines_once_and_a_second_prepare_reuses_it(
 
     mtimes = {p.name: p.stat().st_mtime_ns for p in folder.iterdir()}
     monkeypatch.setattr(jsonl, "csv_chunks", no_conversion)
-    again = _ps_prepare(job, pattern, stage_tables=True)  # a chief restarted before its scan
+    again = ps_prepare(job, pattern, stage_tables=True)  # a chief restarted before its scan
     assert again.train_source.files == train.files
     assert again.schema.columns == data.schema.columns
     assert {p.name: p.stat().st_mtime_ns for p in folder.iterdir()} == mtimes
     job.create()  # a resume, and a worker, open the shards the schema records
     (tmp_path / "job" / "schema.json").write_text(data.schema.to_json())
     (tmp_path / "job" / "run.json").write_text("{}")
-    resumed = _ps_prepare(job, pattern, stage_tables=True)
-    worker = _ps_prepare(job, pattern, stage_tables=True, scan_if_new=False)
+    resumed = ps_prepare(job, pattern, stage_tables=True)
+    worker = ps_prepare(job, pattern, stage_tables=True, scan_if_new=False)
     assert resumed.train_source.files == worker.train_source.files == train.files
     assert resumed.train_rows == data.train_rows
 
@@ -386,7 +370,7 @@ def test_a_bad_json_line_staged_for_parameter_servers_is_named_and_leaves_no_sha
     with open(pattern, "a") as f:
         f.write('{"id": 1, "y": 0\n')
     with pytest.raises(InputError, match=r"data/train-00000-0000.csv.gz line 302 is not JSON"):
-        _ps_prepare(job_dir_lib.JobDir(str(tmp_path / "job")), pattern, stage_tables=True)
+        ps_prepare(job_dir_lib.JobDir(str(tmp_path / "job")), pattern, stage_tables=True)
     assert not (tmp_path / "job" / "schema.json").exists()
     assert not list((tmp_path / "job" / "data").iterdir())
 

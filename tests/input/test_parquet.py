@@ -17,6 +17,7 @@ import pyarrow.parquet as pq
 import pytest
 import tensorflow as tf
 
+from tests.input.support import ps_prepare
 from tests.support import FAST_FLAGS, run_in_process, synthetic_rows, task_env
 from tests.test_distributed import Job
 from trainer.distribute.local.cluster import ClusterShape
@@ -168,28 +169,12 @@ def test_files_in_cloud_storage_are_read_through_tf_io_gfile(gcs, bucket, tmp_pa
 def test_parameter_servers_read_csv_shards_staged_once(tmp_path, monkeypatch):
     """With a ps pool the chief converts the Parquet files once into CSV shards: every row
     once, the kinds of the Parquet types, reused by a restarted chief and a resume."""
-    from trainer.input import job_input as input_lib
-    from trainer.input.options import InputOptions
-
     pattern = _dataset(tmp_path, 3)
 
-    def prepare(job, **kwargs):
-        kwargs.setdefault("scan_if_new", True)
-        return input_lib.prepare(
-            train_data=pattern,
-            eval_data=None,
-            columns=S.ColumnChoices("y"),
-            holdout_fraction=0.1,
-            options=InputOptions(),
-            seed=0,
-            job=job,
-            **kwargs,
-        )
-
-    direct = prepare(job_dir_lib.JobDir(str(tmp_path / "direct")))
+    direct = ps_prepare(job_dir_lib.JobDir(str(tmp_path / "direct")), pattern)
     monkeypatch.setattr(shards_lib, "ROWS_PER_SHARD", 40)
     job = job_dir_lib.JobDir(str(tmp_path / "job"))
-    data = prepare(job, stage_tables=True)
+    data = ps_prepare(job, pattern, stage_tables=True)
     manifest = json.loads((tmp_path / "job" / "data" / "train.json").read_text())
     assert manifest["format"] == "parquet" and len(manifest["files"]) == 9  # 100 rows a file
     assert data.train_source.files == tuple(f["path"] for f in manifest["files"])
@@ -205,12 +190,12 @@ def test_parameter_servers_read_csv_shards_staged_once(tmp_path, monkeypatch):
             assert staged == read
     assert data.train_rows == direct.train_rows
     monkeypatch.setattr(parquet, "csv_chunks", None)  # a second conversion would fail
-    again = prepare(job, stage_tables=True)
+    again = ps_prepare(job, pattern, stage_tables=True)
     assert again.train_source.files == data.train_source.files
     job.create()
     (tmp_path / "job" / "schema.json").write_text(data.schema.to_json())
     (tmp_path / "job" / "run.json").write_text("{}")
-    worker = prepare(job, stage_tables=True, scan_if_new=False)
+    worker = ps_prepare(job, pattern, stage_tables=True, scan_if_new=False)
     assert worker.train_source.files == data.train_source.files
     assert worker.train_source.format.column_choices(
         worker.train_source, S.ColumnChoices("y")
