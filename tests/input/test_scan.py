@@ -266,6 +266,42 @@ def test_skipped_bad_rows_are_counted_per_file_and_left_out_of_the_statistics(tm
     assert schema.summary["bad_rows"] == "skip"
 
 
+@pytest.mark.parametrize("eager_blocks", [1, 2])
+def test_blocks_past_the_eager_ones_are_parsed_alike_by_the_traced_pass(
+    tmp_path, monkeypatch, eager_blocks
+):
+    """A file is at least one block: with four files, the last blocks go through the traced
+    parse function (a large source's path) and must give what parsing them op by op gives."""
+    paths = [
+        write_rows(
+            tmp_path,
+            ["x", "c", "y"],
+            [[i * 10 + j, "abc"[j % 3], j % 2] for j in range(9)],
+            f"{i}.csv",
+        )
+        for i in range(4)
+    ]
+    pattern = ",".join(paths)
+
+    def summary(bad_rows=BadRows.ERROR):
+        source = files.open_source(pattern, flag="--train_data")
+        schema = scan.scan_training(
+            source, S.ColumnChoices("y"), bad_rows=bad_rows, holdout=scan.Holdout(0.3, seed=1)
+        )
+        return schema, scan.scan_eval(source, schema, bad_rows=bad_rows)
+
+    eager = summary()
+    monkeypatch.setattr(scan, "EAGER_BLOCKS", eager_blocks)
+    assert summary() == eager
+    with open(paths[3], "a") as f:
+        f.write("1O,a,0\n")
+    with pytest.raises(InputError, match=f"'1O' at {paths[3]} line 11"):
+        summary()
+    schema, evaluated = summary(BadRows.SKIP)
+    assert [f["bad_rows"] for f in schema.summary["train"]["files"]] == [0, 0, 0, 1]
+    assert evaluated["bad_rows"] == 1
+
+
 def test_holdout_counts_are_stable_and_near_the_fraction(tmp_path):
     rows = [[i, i % 7, i % 2] for i in range(5000)]
     holdout = scan.Holdout(0.2, seed=3)
