@@ -16,20 +16,55 @@ STARTED = time.monotonic()  # before the imports: a --time_budget_secs counts th
 from absl import app, logging
 from absl import flags as absl_flags
 
+from trainer import flags
+from trainer.errors import InputError
 from trainer.reporting import console
 
-# Run as `python -m trainer.task`: the libraries' noise is off before TensorFlow loads (below).
-VERBOSE = console.quiet_libraries() if __name__ == "__main__" else True
+FLAGS = absl_flags.FLAGS
+flags.define(FLAGS)  # every flag, as trainer/flags.py defines it
+absl_flags.adopt_module_key_flags(flags)  # `--help` lists them as this module's
+
+
+def _parse_flags(argv: list[str]) -> list[str]:
+    """absl's parsing, but a flag it cannot parse (`--batch_size=abc`, an unknown flag) or an
+    argument that is not a flag is bad input like any other: one line and exit 2 (absl's own
+    parser exits 1)."""
+    try:
+        rest = FLAGS(argv)
+    except absl_flags.Error as e:
+        print(f"{e}. Pass --help to see the flags.", file=sys.stderr)
+        sys.exit(2)
+    if len(rest) > 1:
+        print(f"unexpected arguments {rest[1:]}; all options are --flags.", file=sys.stderr)
+        sys.exit(2)
+    return rest
+
+
+if __name__ == "__main__":
+    # `--help`, and flags that cannot be parsed or break their own rule, answer at once, before
+    # TensorFlow loads (5 s); `build_config` checks their combinations.
+    if {"-h", "--help", "--helpshort"} & set(sys.argv[1:]):  # absl's own --help exits with 1
+        app.usage(shorthelp=True, writeto_stdout=True, exitcode=0)
+    _parse_flags(sys.argv)
+    try:
+        flags.check({name: FLAGS[name].value for name in flags.BY_NAME})
+    except InputError as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
+    # The libraries' noise is off before TensorFlow loads (below).
+    VERBOSE = console.quiet_libraries()
+else:
+    VERBOSE = True
 
 from trainer import config as config_lib
 from trainer import ensemble as ens
-from trainer import flags, model
+from trainer import model
 from trainer.config import ImportanceOptions, TrainOptions
 from trainer.distribute import cluster as cluster_lib
 from trainer.distribute import preemption
 from trainer.distribute import runtime as distributed
 from trainer.distribute.environment import Environment
-from trainer.errors import InputError, TrainingError
+from trainer.errors import TrainingError
 from trainer.input import files as files_lib
 from trainer.input.options import BadRows, BigQueryConnection, InputOptions
 from trainer.input.schema import ColumnChoices, HeadType
@@ -40,9 +75,6 @@ from trainer.reporting import report as report_lib
 from trainer.search import adapt
 from trainer.storage import job_dir as job_dir_lib
 
-FLAGS = absl_flags.FLAGS
-flags.define(FLAGS)  # every flag, as trainer/flags.py defines it
-absl_flags.adopt_module_key_flags(flags)  # `--help` lists them as this module's
 DEFAULT_LAYER_SIZE: int = flags.BY_NAME["layer_size"].default  # read by bench/cluster.py
 
 
@@ -221,10 +253,7 @@ def _tracker(
 
 
 def main(argv):
-    if len(argv) > 1:
-        raise app.UsageError(
-            f"unexpected arguments {argv[1:]}; all options are --flags.", exitcode=2
-        )
+    del argv  # nothing but flags (`_parse_flags`)
     watched = False  # whether `preemption.watch` took SIGINT over (and then gave it back)
     try:
         environment = Environment.from_environ()
@@ -288,19 +317,9 @@ def run():
     logging.set_verbosity(logging.INFO)
     if not VERBOSE:
         console.plain_lines()
-    if {"-h", "--help", "--helpshort"} & set(sys.argv[1:]):  # absl's own --help exits with 1
+    if {"-h", "--help", "--helpshort"} & set(sys.argv[1:]):
         app.usage(shorthelp=True, writeto_stdout=True, exitcode=0)
     app.run(main, flags_parser=_parse_flags)
-
-
-def _parse_flags(argv: list[str]) -> list[str]:
-    """absl's parsing, but a flag it cannot parse (`--batch_size=abc`, an unknown flag) is bad
-    input like any other: one line and exit 2 (absl's own parser exits 1)."""
-    try:
-        return FLAGS(argv)
-    except absl_flags.Error as e:
-        print(f"{e}. Pass --help to see the flags.", file=sys.stderr)
-        sys.exit(2)
 
 
 if __name__ == "__main__":
