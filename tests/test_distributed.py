@@ -129,6 +129,8 @@ def test_a_small_parameter_server_cluster_trains_and_exports(tmp_path):
         "--max_iterations=1",
         f"--max_iteration_steps={steps}",
     ) as job:
+        if job.cluster.network == "private":  # where one can be made (and the slow test below)
+            _assert_servers_listen_in_the_private_namespace_alone(job)
         assert job.cluster.wait(timeout=300) == 0
         report = job.report()
     assert report["status"] == "complete"
@@ -372,20 +374,25 @@ def test_a_cluster_writes_its_checkpoints_to_cloud_storage(tmp_path, gcs, bucket
     assert not job.dir.exists()
 
 
+@pytest.mark.slow  # checked by the small cluster's test above wherever a namespace can be made
 def test_tensorflow_servers_listen_in_the_private_namespace_alone(tmp_path, private_network):
+    with Job(tmp_path, ClusterShape(workers=1, ps=1)) as job:
+        assert job.cluster.network == "private"
+        _assert_servers_listen_in_the_private_namespace_alone(job)
+
+
+def _assert_servers_listen_in_the_private_namespace_alone(job: Job) -> None:
     """TensorFlow's servers bind every interface (its address in TF_CONFIG notwithstanding);
     a local cluster's are in a network namespace with only loopback, not on this machine's."""
     from tests.test_local_cluster import interfaces, listening
 
-    with Job(tmp_path, ClusterShape(workers=1, ps=1)) as job:
-        assert job.cluster.network == "private"
-        for role in ("worker", "ps"):
-            job.wait_for_line(role, "serving at", timeout=120)
-            port = int(job.cluster.addresses[Task(role)].rsplit(":", 1)[1])
-            pid = job.cluster.process(role).pid
-            assert listening(port, pid) in (["0.0.0.0"], ["::"]), role  # every interface...
-            assert interfaces(pid) == ["lo"]  # ...of a namespace with loopback alone
-            assert listening(port) == [], f"{role}'s server is on this machine's network"
+    for role in ("worker", "ps"):
+        job.wait_for_line(role, "serving at", timeout=120)
+        port = int(job.cluster.addresses[Task(role)].rsplit(":", 1)[1])
+        pid = job.cluster.process(role).pid
+        assert listening(port, pid) in (["0.0.0.0"], ["::"]), role  # every interface...
+        assert interfaces(pid) == ["lo"]  # ...of a namespace with loopback alone
+        assert listening(port) == [], f"{role}'s server is on this machine's network"
 
 
 # -- roles from TF_CONFIG, in single processes ------------------------------------------------
