@@ -86,6 +86,14 @@ def task_env(**extra: str) -> dict:
     return env
 
 
+def env_without_tensorflow(tmp_path: Path, **extra: str) -> dict:
+    """`task_env`, but importing TensorFlow fails: what answers there answers before
+    TensorFlow loads (about 5 s)."""
+    (tmp_path / "tensorflow").mkdir()
+    (tmp_path / "tensorflow" / "__init__.py").write_text("raise ImportError('TensorFlow loaded')")
+    return task_env(PYTHONPATH=f"{tmp_path}{os.pathsep}{REPO}", **extra)
+
+
 def run_task(
     args: list[str], *, env: dict | None = None, timeout: float = 300
 ) -> subprocess.CompletedProcess:

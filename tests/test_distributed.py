@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import REPO, run_task, task_env
+from tests.support import REPO, env_without_tensorflow, run_task, task_env
 from trainer.distribute.local.cluster import ClusterShape, LocalCluster, Task, free_ports
 
 BUDGET = 600
@@ -422,7 +422,8 @@ def test_a_chief_whose_servers_never_start_stops_with_their_names(tmp_path):
 
 def test_a_malformed_tf_config_stops_every_role_before_any_work(tmp_path):
     bad = json.dumps({"cluster": {"chief": ["127.0.0.1:1"]}, "task": {"type": "boss"}})
-    result = run_task([f"--job_dir={tmp_path / 'job'}"], env=task_env(TF_CONFIG=bad), timeout=120)
+    env = env_without_tensorflow(tmp_path, TF_CONFIG=bad)  # answered before TensorFlow loads
+    result = run_task([f"--job_dir={tmp_path / 'job'}"], env=env, timeout=120)
     assert result.returncode == 2
     assert "TF_CONFIG['task']['type'] is 'boss'" in result.stderr
     assert not (tmp_path / "job").exists()

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import csv
 import json
-import os
 
 import numpy as np
 import pytest
@@ -13,7 +12,7 @@ import tensorflow as tf
 from tests.support import (
     ABSL_PREFIX,
     FAST_FLAGS,
-    REPO,
+    env_without_tensorflow,
     load_report,
     make_data,
     predict_csv,
@@ -365,17 +364,8 @@ def test_unknown_hypertune_metric_fails_before_training(binary_data, tmp_path):
     assert not (tmp_path / "job").exists()
 
 
-@pytest.fixture
-def without_tensorflow(tmp_path):
-    """The environment of a process in which importing TensorFlow fails: what answers there
-    answers before TensorFlow loads (about 5 s)."""
-    (tmp_path / "tensorflow").mkdir()
-    (tmp_path / "tensorflow" / "__init__.py").write_text("raise ImportError('TensorFlow loaded')")
-    return task_env(PYTHONPATH=f"{tmp_path}{os.pathsep}{REPO}")
-
-
-def test_help_lists_the_flags_and_succeeds(without_tensorflow):
-    result = run_task(["--help"], env=without_tensorflow, timeout=120)
+def test_help_lists_the_flags_and_succeeds(tmp_path):
+    result = run_task(["--help"], env=env_without_tensorflow(tmp_path), timeout=120)
     assert result.returncode == 0, result.stderr[-2000:]
     assert "--max_iteration_steps" in result.stdout and "--placement" in result.stdout
 
@@ -389,12 +379,10 @@ def test_help_lists_the_flags_and_succeeds(without_tensorflow):
         (["--max_iterations=0"], "error: --max_iterations (0) must be >= 1."),
     ],
 )
-def test_flags_that_cannot_be_parsed_or_break_their_rule_exit_2_in_one_line(
-    args, says, without_tensorflow
-):
+def test_flags_that_cannot_be_parsed_or_break_their_rule_exit_2_in_one_line(args, says, tmp_path):
     """Bad input like any other (absl's own parser exited 1 with "FATAL Flags parsing error"),
     answered before TensorFlow loads."""
-    result = run_task(args, env=without_tensorflow, timeout=120)
+    result = run_task(args, env=env_without_tensorflow(tmp_path), timeout=120)
     assert result.returncode == 2, result.stderr[-2000:]
     assert says in result.stderr and "Traceback" not in result.stderr
 

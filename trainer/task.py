@@ -17,6 +17,7 @@ from absl import app, logging
 from absl import flags as absl_flags
 
 from trainer import flags
+from trainer.distribute.environment import Environment
 from trainer.errors import InputError
 from trainer.reporting import console
 
@@ -41,13 +42,14 @@ def _parse_flags(argv: list[str]) -> list[str]:
 
 
 if __name__ == "__main__":
-    # `--help`, and flags that cannot be parsed or break their own rule, answer at once, before
-    # TensorFlow loads (5 s); `build_config` checks their combinations.
+    # `--help`, flags that cannot be parsed or break their own rule, and a malformed TF_CONFIG
+    # answer at once, before TensorFlow loads (5 s); `build_config` checks the combinations.
     if {"-h", "--help", "--helpshort"} & set(sys.argv[1:]):  # absl's own --help exits with 1
         app.usage(shorthelp=True, writeto_stdout=True, exitcode=0)
     _parse_flags(sys.argv)
     try:
         flags.check({name: FLAGS[name].value for name in flags.BY_NAME})
+        Environment.from_environ()  # TF_CONFIG and Vertex AI's variables
     except InputError as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
@@ -63,7 +65,6 @@ from trainer.config import ImportanceOptions, TrainOptions
 from trainer.distribute import cluster as cluster_lib
 from trainer.distribute import preemption
 from trainer.distribute import runtime as distributed
-from trainer.distribute.environment import Environment
 from trainer.errors import TrainingError
 from trainer.input import files as files_lib
 from trainer.input.options import BadRows, BigQueryConnection, InputOptions
