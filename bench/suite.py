@@ -185,11 +185,14 @@ def load(table: Table):
     if table.prepare:
         frame = table.prepare(frame)
     label = frame.pop(table.label)
+    test = frame.pop("_test") if "_test" in frame else None  # census: which file a row is from
     frame.columns = [quality._clean(str(c)) for c in frame.columns]
     frame[LABEL] = label if table.task == "regression" else label.astype(str)
     for name in frame.columns:
         if frame[name].dtype == bool or isinstance(frame[name].dtype, pd.CategoricalDtype):
             frame[name] = frame[name].astype(str)
+    if test is not None:
+        frame["_test"] = test
     return frame
 
 
