@@ -312,22 +312,15 @@ def run_baseline(method: str, data: dict, seed: int, timeout: float) -> dict:
 
 # -- the child processes ------------------------------------------------------------------------
 def metrics(task: str, truth, predicted, positive_probability=None) -> dict:
-    """Accuracy (and AUC given the second class's probability) or RMSE and R²."""
-    if task == "regression":
-        truth, predicted = np.asarray(truth, float), np.asarray(predicted, float)
-        residual = predicted - truth
-        return {
-            "rmse": float(np.sqrt(np.mean(residual**2))),
-            "r2": float(1 - np.sum(residual**2) / np.sum((truth - truth.mean()) ** 2)),
-        }
-    result = {"accuracy": float(np.mean(np.asarray(predicted, str) == np.asarray(truth, str)))}
+    """bench/quality.py's accuracy or RMSE and R², and AUC given the probability of the last
+    class in sorted order."""
+    truth, predicted = np.asarray(truth), np.asarray(predicted)
+    result = quality.score(task, truth if task == "regression" else truth.astype(str), predicted)
     if positive_probability is not None:
         from sklearn.metrics import roc_auc_score
 
-        positive = sorted(set(map(str, truth)))[-1]
-        result["auc"] = float(
-            roc_auc_score(np.asarray(truth, str) == positive, positive_probability)
-        )
+        positive = sorted(set(truth.astype(str)))[-1]
+        result["auc"] = float(roc_auc_score(truth.astype(str) == positive, positive_probability))
     return result
 
 

@@ -41,11 +41,16 @@ def _parse_flags(argv: list[str]) -> list[str]:
     return rest
 
 
+def _usage_if_asked() -> None:
+    """`--help` prints the flags and exits 0 (absl's own --help exits with 1)."""
+    if {"-h", "--help", "--helpshort"} & set(sys.argv[1:]):
+        app.usage(shorthelp=True, writeto_stdout=True, exitcode=0)
+
+
 if __name__ == "__main__":
     # `--help`, flags that cannot be parsed or break their own rule, and a malformed TF_CONFIG
     # answer at once, before TensorFlow loads (5 s); `build_config` checks the combinations.
-    if {"-h", "--help", "--helpshort"} & set(sys.argv[1:]):  # absl's own --help exits with 1
-        app.usage(shorthelp=True, writeto_stdout=True, exitcode=0)
+    _usage_if_asked()
     _parse_flags(sys.argv)
     try:
         flags.check({name: FLAGS[name].value for name in flags.BY_NAME})
@@ -318,8 +323,7 @@ def run():
     logging.set_verbosity(logging.INFO)
     if not VERBOSE:
         console.plain_lines()
-    if {"-h", "--help", "--helpshort"} & set(sys.argv[1:]):
-        app.usage(shorthelp=True, writeto_stdout=True, exitcode=0)
+    _usage_if_asked()
     app.run(main, flags_parser=_parse_flags)
 
 
