@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from trainer.ensemble.selection import Score, choose
+from trainer.ensemble.selection import TIE, Score, choose
 from trainer.errors import TrainingError
 
 NAN, INF = float("nan"), float("inf")
@@ -133,6 +133,18 @@ def test_within_the_margin_the_least_complex_new_candidate_wins():
     rows = _with_complexity((0.47, False, 1.4), (0.48, False, 0.0), (0.46, False, 2.0))
     assert choose(rows, force_grow=False, standard_errors=_errors(3, 0.05), margin=1.0) == 1
     assert choose(rows, force_grow=False, standard_errors=_errors(3, 0.015), margin=1.0) == 0
+
+
+def test_differences_under_the_tie_floor_keep_the_simplest_however_small_their_error():
+    # a table the first member separates: every held-out loss near zero, and so their errors
+    rows = _with_complexity((3e-5, True, 0.0), (1e-6, False, 1.0), (2e-6, False, 2.0))
+    assert choose(rows, force_grow=False, standard_errors=_errors(3, 1e-6), margin=1.0) == 0
+    # beyond the floor the standard error rules again
+    rows = _with_complexity((3e-4 + TIE, True, 0.0), (1e-4, False, 1.0), (2e-4, False, 2.0))
+    assert choose(rows, force_grow=False, standard_errors=_errors(3, 1e-6), margin=1.0) == 1
+    # margin 0 (no rule): the lowest objective, however close
+    rows = _with_complexity((3e-5, True, 0.0), (1e-6, False, 1.0), (2e-6, False, 2.0))
+    assert choose(rows, force_grow=False, standard_errors=_errors(3, 1e-6), margin=0.0) == 1
 
 
 def test_force_grow_and_divergence_still_rule_out_candidates_under_the_margin():

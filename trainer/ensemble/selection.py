@@ -8,6 +8,11 @@ errors of the lowest one's is chosen; the previous ensemble, which adds nothing,
 simplest, then candidates by the complexity of their new subnetworks, and at equal complexity
 by their trainable parameters (a linear model of the plain columns before one of their
 piecewise-linear bins).
+
+Differences under `TIE` are ties whatever their standard error: once every candidate's
+held-out loss is near zero (a table the first member already separates), the errors of the
+differences shrink with them, and without a floor each later iteration "wins" by 1e-6 and
+grows the ensemble for nothing but time (a 275-row table: 5 iterations instead of 2).
 """
 
 from __future__ import annotations
@@ -29,6 +34,9 @@ class Selection(str, enum.Enum):
 
 
 MOVING_AVERAGE_DECAY = 0.9
+# Objective differences (mean loss per row: nats, or squared standardized units) below this
+# are ties under the one-standard-error rule.
+TIE = 1e-4
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,7 +67,8 @@ def choose(
     margin: float = 0.0,
 ) -> int:
     """Index of the candidate with the lowest objective, or (with `standard_errors` and a
-    positive `margin`) of the simplest one within `margin` standard errors of it.
+    positive `margin`) of the simplest one within `margin` standard errors of it (or within
+    `TIE`).
 
     `standard_errors[i][j]` is the standard error of candidate i's objective minus j's (NaN
     where unknown: then only the lowest objective counts). Never a diverged candidate (NaN or
@@ -83,7 +92,7 @@ def choose(
     def close_enough(i: int) -> bool:
         error = standard_errors[i][best]
         return math.isfinite(error) and scores[i].objective <= (
-            scores[best].objective + margin * error
+            scores[best].objective + max(margin * error, TIE)
         )
 
     within = [i for i in eligible if i == best or close_enough(i)]
