@@ -38,9 +38,13 @@ def test_defaults_left_to_the_data_are_chosen_for_a_small_table():
     assert config.search.generator == _config([]).search.generator  # a binary table
     assert config.bags == 5
     assert set(changes) == {"batch_size", "max_iteration_steps", "selection", "patience", "bags"}
-    # from 1,000 rows the hold-out is large enough to let the search go on, alone
+    # from 1,000 rows the hold-out is large enough to let the search go on one more
+    # iteration, alone; from 10,000 rows it runs them all
     larger, larger_changes = adapt.resolve(_config([]), rows=1_347, head=HeadType.MULTICLASS)
-    assert larger.search.patience == 0 and "patience" not in larger_changes
+    assert larger.search.patience == 2
+    assert "stops growing for two iterations" in larger_changes["patience"]["why"]
+    largest, _ = adapt.resolve(_config([]), rows=10_000, head=HeadType.MULTICLASS)
+    assert largest.search.patience == 0
     assert larger.bags == 1 and "bags" not in larger_changes
     assert larger.search.selection is Selection.HOLDOUT
     assert (
