@@ -635,6 +635,13 @@ def main(argv=None) -> None:
     print(table(results["summary"]))
 
 
+def _commit(results: dict) -> str:
+    """The commit a run measured (merged results hold runs of several), "+" when the
+    trainer had uncommitted changes."""
+    code = results["code"]
+    return code["commit"][:7] + ("+" if code.get("uncommitted_trainer_files") else "")
+
+
 def _version(name: str) -> str | None:
     from importlib import metadata
 
@@ -680,7 +687,7 @@ def run_table(name: str, args: argparse.Namespace, results: dict) -> None:
                     run = run_ours(data, seed, workdir, args.timeout)
                 else:
                     run = run_baseline(method, data, seed, args.timeout)
-                run.update(table=name, seed=seed, method=method)
+                run.update(table=name, seed=seed, method=method, commit=_commit(results))
                 results["runs"].append(run)
                 shown = run.get(metric, run.get("error", "?"))
                 print(
