@@ -12,7 +12,8 @@ piecewise-linear bins).
 Differences under `TIE` are ties whatever their standard error: once every candidate's
 held-out loss is near zero (a table the first member already separates), the errors of the
 differences shrink with them, and without a floor each later iteration "wins" by 1e-6 and
-grows the ensemble for nothing but time (a 275-row table: 5 iterations instead of 2).
+grows the ensemble for nothing but time (penguins, 275 rows: bags of 5 iterations now stop
+at 2 or 3).
 """
 
 from __future__ import annotations
