@@ -42,7 +42,7 @@ def test_defaults_left_to_the_data_are_chosen_for_a_small_table():
     # iteration, alone; from 10,000 rows it runs them all
     larger, larger_changes = adapt.resolve(_config([]), rows=1_347, head=HeadType.MULTICLASS)
     assert larger.search.patience == 2
-    assert "stops growing for two iterations" in larger_changes["patience"]["why"]
+    assert "stops growing for 2 iterations" in larger_changes["patience"]["why"]
     largest, _ = adapt.resolve(_config([]), rows=10_000, head=HeadType.MULTICLASS)
     assert largest.search.patience == 0
     assert larger.bags == 1 and "bags" not in larger_changes

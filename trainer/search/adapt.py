@@ -145,7 +145,7 @@ def resolve(
         config.search.patience,
         TINY_TABLE_PATIENCE if tiny else SMALL_TABLE_PATIENCE if small else config.search.patience,
         f"fewer than {TINY_TABLE_ROWS if tiny else SMALL_TABLE_ROWS:,} training rows: stop once "
-        f"the search stops growing{'' if tiny else ' for two iterations'}",
+        f"the search stops growing{'' if tiny else f' for {SMALL_TABLE_PATIENCE} iterations'}",
     )
     generator = choose(
         "generator",
