@@ -163,15 +163,23 @@ def test_cli_stops_every_process_when_the_chief_ends(launcher):
     assert [pid for pid in pids if is_alive(pid)] == []
 
 
+@pytest.mark.parametrize("to_a_thread", [False, True], ids=["to-the-process", "to-a-thread"])
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
-def test_cli_stops_everything_on_a_signal(launcher, sig):
+def test_cli_stops_everything_on_a_signal(launcher, sig, to_a_thread):
+    """Also when the kernel hands the signal to one of the launcher's threads (a kill(2) of a
+    thread's id offers it to that thread first) while its main thread waits for the chief."""
     run = launcher("--workers=1", "--ps=1", "--evaluator", f"--module={DUMMY}", "--", "--sleep=-1")
     wait_for(
         lambda: sum(line.endswith("] ready") for line in run.lines) == 4, what="all four tasks"
     )
     pids = run.pids()
     assert all(is_alive(pid) for pid in pids)
-    run.process.send_signal(sig)
+    if to_a_thread:
+        threads = sorted(int(t) for t in os.listdir(f"/proc/{run.process.pid}/task"))
+        assert len(threads) > 1, "the launcher reads its tasks' output in threads"
+        os.kill(threads[-1], sig)
+    else:
+        run.process.send_signal(sig)
     assert run.wait() == 128 + sig
     assert [pid for pid in pids if is_alive(pid)] == []
     assert f"[launch] {signal.Signals(sig).name}: stopping the cluster" in run.lines

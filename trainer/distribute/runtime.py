@@ -20,6 +20,7 @@ import select
 import signal
 import sys
 import threading
+import time
 from typing import NoReturn
 
 import tensorflow as tf
@@ -33,6 +34,8 @@ from trainer.placement import Assignment, PlacementStrategy, ps_for_variable
 from trainer.search.iteration import Layout
 
 _CHIEF_DEVICE = "/job:chief/replica:0/task:0/device:CPU:0"
+# How long the main thread blocks at most in a wait, so that it runs signal handlers.
+SIGNAL_CHECK_SECS = 0.25
 
 
 @dataclasses.dataclass
@@ -187,7 +190,12 @@ def _join_synchronous_cluster(cluster: Cluster, *, timeout_secs: float) -> tf.di
     logging.info("Waiting up to %.0f s for the other synchronous replicas.", timeout_secs)
     helper = threading.Thread(target=join, name="join the synchronous cluster", daemon=True)
     helper.start()
-    helper.join(timeout_secs)
+    # In slices: SIGTERM can land on one of TensorFlow's threads, and then a main thread
+    # blocked in one long join runs no handler until it wakes (seen: a chief told to stop in
+    # its wait kept waiting out its --cluster_timeout_secs).
+    deadline = time.monotonic() + timeout_secs
+    while helper.is_alive() and (left := deadline - time.monotonic()) > 0:
+        helper.join(min(left, SIGNAL_CHECK_SECS))
     if helper.is_alive() or "error" in joined:
         me = (cluster.task_type, cluster.task_index)
         missing = cluster_lib.unanswered(r for r in cluster.replicas() if r[:2] != me)

@@ -31,6 +31,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import math
 import os
 import select
 import shutil
@@ -576,8 +577,12 @@ class LocalCluster:
         Raises:
             TimeoutError: the chief still runs after `timeout` seconds.
         """
+        # Popen.wait polls with a finite timeout and blocks in waitpid without one, where a
+        # SIGTERM or Ctrl-C delivered to a reader thread would run no handler until the chief
+        # exits: a finite timeout always.
+        chief = self.process(CHIEF)
         try:
-            code = self.process(CHIEF).wait(timeout)
+            code = chief.wait(math.inf if timeout is None else timeout)
         except subprocess.TimeoutExpired:
             raise TimeoutError(f"the chief still runs after {timeout} s.") from None
         self._chief_done.set()
