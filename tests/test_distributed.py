@@ -356,6 +356,7 @@ def test_a_cluster_writes_its_checkpoints_to_cloud_storage(tmp_path, gcs, bucket
     with Job(
         tmp_path,
         ClusterShape(workers=2, ps=1),
+        "--checkpoint_every_secs=600",  # the iterations' saves alone (periodic ones: 97 s, not 50)
         job_dir=f"gs://{bucket}/job",
         env=gcs.env(task_env()),
     ) as job:

@@ -345,7 +345,7 @@ def test_sigkill_mid_iteration_resumes_from_gcs(gcs, bucket, binary_data, tmp_pa
         "--max_iterations=2",
         "--max_iteration_steps=800",
         "--batch_size=32",
-        "--steps_per_loop=50",
+        "--steps_per_loop=200",
         "--checkpoint_every_secs=0",
     ]
     env = gcs.env(task_env())
