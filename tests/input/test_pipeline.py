@@ -10,7 +10,7 @@ import pytest
 import tensorflow as tf
 
 from tests.input.support import write_rows
-from trainer.input import files, pipeline, scan
+from trainer.input import files, job_input, pipeline, scan
 from trainer.input import schema as S
 from trainer.input.job_input import JobInput
 from trainer.input.options import BadRows, InputOptions
@@ -214,6 +214,35 @@ def test_a_job_reads_and_encodes_a_table_that_fits_in_memory_once(tmp_path, monk
     assert len(_dense_rows(data.train_encoded())) == data.train_rows
     assert reads == {Side.HELD_OUT: 1, Side.TRAIN: 1}
     assert len(streamed) == data.eval_rows and 50 < len(streamed) < 100
+
+
+@pytest.mark.parametrize("cached", [True, False], ids=["small", "past-raw-cache-rows"])
+def test_the_raw_eval_rows_of_a_small_table_are_read_once(tmp_path, monkeypatch, cached):
+    """The exported model's eval passes (its metrics, then its feature importance) read a
+    small eval set once per process and give the rows the files give; past RAW_CACHE_ROWS
+    every pass streams."""
+    data = _job_input(tmp_path)
+    if not cached:
+        monkeypatch.setattr(job_input, "RAW_CACHE_ROWS", data.eval_rows - 1)
+    passes = []
+    raw = Pipeline.raw
+
+    def counted(self, *args, **kwargs):
+        passes.append(kwargs)
+        return raw(self, *args, **kwargs)
+
+    monkeypatch.setattr(Pipeline, "raw", counted)
+    rows = [
+        sorted(
+            tuple(f[name].numpy()[i] for name in sorted(f)) + (y.numpy()[i],)
+            for f, y in data.eval_raw(with_weight=True)
+            for i in range(len(y))
+        )
+        for _ in range(3)
+    ]
+    assert rows[0] == rows[1] == rows[2]
+    assert len(rows[0]) == data.eval_rows
+    assert len(passes) == (1 if cached else 3)
 
 
 def test_derived_columns_join_a_table_in_memory_when_they_fit(tmp_path):
