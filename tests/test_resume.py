@@ -118,9 +118,10 @@ def test_sigkill_mid_iteration_resumes_without_redoing_finished_work(binary_data
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("delay", [0.5, 3.0, 6.0, 9.0, 12.0])
+@pytest.mark.parametrize("delay", [3.0, 6.0, 9.0, 12.0])
 def test_sigkill_at_arbitrary_moments(binary_data, tmp_path, delay):
-    """Kills at fixed delays after start (data loading, training, selection, export ...)."""
+    """Kills at fixed delays after start (data loading, training, selection, export ...);
+    the first before TensorFlow has loaded (5-7 s on 2 cores), before any file is written."""
     job = tmp_path / "job"
     args = _args(binary_data, job)
     args[5] = "--max_iteration_steps=800"
