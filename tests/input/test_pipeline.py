@@ -202,9 +202,9 @@ def test_a_job_reads_and_encodes_a_table_that_fits_in_memory_once(tmp_path, monk
     reads: collections.Counter[Side] = collections.Counter()
     table = Pipeline.table
 
-    def counted(self, selection, *, rows):
+    def counted(self, selection, *, rows, compact):
         reads[selection.side] += 1
-        return table(self, selection, rows=rows)
+        return table(self, selection, rows=rows, compact=compact)
 
     monkeypatch.setattr(Pipeline, "table", counted)
     for _ in range(3):
@@ -243,6 +243,33 @@ def test_the_raw_eval_rows_of_a_small_table_are_read_once(tmp_path, monkeypatch,
     assert rows[0] == rows[1] == rows[2]
     assert len(rows[0]) == data.eval_rows
     assert len(passes) == (1 if cached else 3)
+
+
+def test_a_large_table_kept_compact_gives_the_same_encoded_rows(tmp_path, monkeypatch):
+    """Past COMPACT_TABLE_BYTES an in-memory table keeps its rows half-encoded and encodes
+    each batch as it is read: the eval and training passes, the training batches and the
+    derived columns are those of a table of encoded rows."""
+    derived = pipeline.Derived(lambda f: {"twice": 2 * f["dense"]}, bytes_per_example=0)
+
+    def passes(data):
+        training = data.training(readers=1, shard=None, batch_size=16, seed=3, derived=derived)
+        features, labels = next(iter(training))
+        assert set(features) == {"dense", "twice"}
+        np.testing.assert_array_equal(features["twice"], 2 * features["dense"])
+        return (
+            _dense_rows(data.eval_encoded()),
+            _dense_rows(data.train_encoded()),
+            features["dense"].numpy().tolist(),
+            labels.numpy().tolist(),
+        )
+
+    encoded = passes(_job_input(tmp_path))
+    monkeypatch.setattr(job_input, "COMPACT_TABLE_BYTES", 0)
+    data = _job_input(tmp_path)
+    assert data._expand(data.train_rows) is not None
+    assert passes(data) == encoded
+    table = next(iter(data._tables.values()))
+    assert "dense" not in table[0] and "numeric" in table[0]
 
 
 def test_derived_columns_join_a_table_in_memory_when_they_fit(tmp_path):

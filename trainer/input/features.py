@@ -64,24 +64,55 @@ class Preprocessor(tf.Module):
         }
 
     def __call__(self, features: dict[str, tf.Tensor]) -> Encoded:
-        parts, ids = [], []
+        return expand(self._schema, self.compact(features))
+
+    def compact(self, features: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
+        """The encoding's first half: the numeric columns as floats (missing: the mean),
+        "numeric" [batch, numeric columns]; the categorical ones as indices into their
+        vocabularies, "index" [batch, one-hot columns] and "ids" [batch, embedded columns]
+        (keys without columns left out). A few numbers per row where the encoded row holds
+        each numeric's bins and each category's one-hot slots: what an in-memory table keeps
+        of a large table (`trainer.input.job_input`)."""
+        numeric: list[tf.Tensor] = []
+        index: list[tf.Tensor] = []
+        ids: list[tf.Tensor] = []
         for column in self._schema.columns:
             value = features[column.name]
             if isinstance(column, NumericColumn):
                 value = tf.cast(value, tf.float32)
-                value = tf.where(tf.math.is_finite(value), value, column.mean)
-                parts.append(tf.expand_dims((value - column.mean) / column.std, -1))
-                if column.num_bins:
-                    parts.append(_piecewise_linear(value, column.edges))
+                numeric.append(tf.where(tf.math.is_finite(value), value, column.mean))
                 continue
-            index = self._tables[column.name].lookup(tf.strings.strip(value))
-            if column.encoding is Encoding.EMBEDDING:
-                ids.append(index)
-            else:
-                parts.append(tf.one_hot(index, column.width))
-        batch = tf.shape(features[self._schema.columns[0].name])[0]
-        dense = tf.concat(parts, axis=-1) if parts else tf.zeros([batch, 0])
-        return encoded(dense, tf.stack(ids, axis=1) if ids else None)
+            looked_up = self._tables[column.name].lookup(tf.strings.strip(value))
+            (ids if column.encoding is Encoding.EMBEDDING else index).append(looked_up)
+        parts = {"numeric": numeric, "index": index, "ids": ids}
+        compact = {k: tf.stack(v, axis=1) for k, v in parts.items() if v}
+        if not compact:  # (a schema of no columns cannot be made: the label is one)
+            raise ValueError("no feature columns")
+        return compact
+
+
+def expand(schema: schema_lib.Schema, compact: Mapping[str, tf.Tensor]) -> Encoded:
+    """The encoding's second half, from `Preprocessor.compact`'s output (other keys pass
+    through): each numeric standardised plus its piecewise-linear bins, each one-hot column
+    over its vocabulary and one out-of-vocabulary slot, in the schema's column order. Needs
+    no lookup table: it runs anywhere, e.g. in a dataset's map over an in-memory table."""
+    parts = []
+    numeric = iter(tf.unstack(compact["numeric"], axis=1)) if "numeric" in compact else None
+    index = iter(tf.unstack(compact["index"], axis=1)) if "index" in compact else None
+    for column in schema.columns:
+        if isinstance(column, NumericColumn):
+            assert numeric is not None
+            value = next(numeric)
+            parts.append(tf.expand_dims((value - column.mean) / column.std, -1))
+            if column.num_bins:
+                parts.append(_piecewise_linear(value, column.edges))
+        elif column.encoding is not Encoding.EMBEDDING:
+            assert index is not None
+            parts.append(tf.one_hot(next(index), column.width))
+    first = next(compact[k] for k in ("numeric", "index", "ids") if k in compact)
+    dense = tf.concat(parts, axis=-1) if parts else tf.zeros([tf.shape(first)[0], 0])
+    rest = {k: v for k, v in compact.items() if k not in ("numeric", "index", "ids")}
+    return {**rest, **encoded(dense, compact.get("ids"))}
 
 
 def _piecewise_linear(value: tf.Tensor, edges: tuple[float, ...]) -> tf.Tensor:

@@ -62,11 +62,15 @@ class Derived:
     fn: Callable[[dict], dict]
     bytes_per_example: int
 
-    def __call__(self, features: dict, *, chunk: int = EVAL_BATCH_SIZE) -> dict:
-        """`features` with the derived columns, computed `chunk` rows at a time."""
-        rows = int(tf.shape(features["dense"])[0])
+    def __call__(
+        self, features: dict, *, chunk: int = EVAL_BATCH_SIZE, expand: Callable | None = None
+    ) -> dict:
+        """`features` with the derived columns, computed `chunk` rows at a time (`expand`:
+        what makes the encoded rows of a compact table's, `Preprocessor.expand`)."""
+        rows = int(tf.shape(tf.nest.flatten(features)[0])[0])
+        expand = expand or (lambda f: f)
         parts = [
-            self.fn({k: v[start : start + chunk] for k, v in features.items()})
+            self.fn(expand({k: v[start : start + chunk] for k, v in features.items()}))
             for start in range(0, rows, chunk)
         ]
         return {**features, **tf.nest.map_structure(lambda *p: tf.concat(p, 0), *parts)}
@@ -251,17 +255,19 @@ class Pipeline:
 
         return tf.autograph.experimental.do_not_convert(parse)
 
-    def _encode_fn(self, selection: Selection) -> Callable:
+    def _encode_fn(self, selection: Selection, *, compact: bool = False) -> Callable:
+        """Parses and encodes a block of rows (`compact`: `Preprocessor.compact`'s half)."""
         weight = self.schema.weight
         parse = self._parse_fn(selection, with_weight=weight is not None)
         preprocessor = Preprocessor(self.schema)
+        encoding = preprocessor.compact if compact else preprocessor
 
         def encode(file, line, text):
             if weight is None:
                 features, labels = parse(file, line, text)
-                return preprocessor(features), labels
+                return encoding(features), labels
             features, labels, weights = parse(file, line, text)
-            return {**preprocessor(features), WEIGHT: weights / weight.mean}, labels
+            return {**encoding(features), WEIGHT: weights / weight.mean}, labels
 
         return tf.autograph.experimental.do_not_convert(encode)
 
@@ -272,12 +278,13 @@ class Pipeline:
         *,
         batch_size: int = EVAL_BATCH_SIZE,
         deterministic: bool = False,
+        compact: bool = False,
     ) -> tf.data.Dataset:
         """One pass, in batches of at most `batch_size`: `(encoded features, labels)` (in
-        the files' order if `deterministic`)."""
+        the files' order if `deterministic`; `compact`: `Preprocessor.compact`'s features)."""
         return self._pass(
             selection,
-            self._encode_fn(selection),
+            self._encode_fn(selection, compact=compact),
             batch_size=batch_size,
             deterministic=deterministic,
         )
@@ -300,10 +307,13 @@ class Pipeline:
             deterministic=False,
         )
 
-    def table(self, selection: Selection, *, rows: int) -> tf.data.Dataset:
-        """The selected rows (at most `rows`), encoded, as one element `(features, labels)`:
-        read in the files' order, so that the same seed permutes them the same way."""
-        encoded = self.encoded(selection, batch_size=PARSE_BLOCK_ROWS, deterministic=True)
+    def table(self, selection: Selection, *, rows: int, compact: bool = False) -> tf.data.Dataset:
+        """The selected rows (at most `rows`), encoded (`compact`: half-encoded, see
+        `Preprocessor.compact`), as one element `(features, labels)`: read in the files'
+        order, so that the same seed permutes them the same way."""
+        encoded = self.encoded(
+            selection, batch_size=PARSE_BLOCK_ROWS, deterministic=True, compact=compact
+        )
         return encoded.rebatch(max(rows, 1)).take(1)
 
     def _pass(
@@ -370,10 +380,14 @@ class Pipeline:
         )
 
 
-def in_memory(table: tf.data.Dataset, batch_size: int, seed: int) -> tf.data.Dataset:
+def in_memory(
+    table: tf.data.Dataset, batch_size: int, seed: int, expand: Callable | None = None
+) -> tf.data.Dataset:
     """Endless batches gathered from `table`'s one element (`Pipeline.table`, cached, or its
     tensors held by the process), in a new permutation per epoch (epoch e of seed s permutes
-    with the stateless seed (s, e))."""
+    with the stateless seed (s, e)); `expand` makes each batch's encoded features of a
+    compact table's (`Preprocessor.expand`)."""
+    expand = expand or (lambda f: f)
 
     def epoch(data, number):
         features, labels = data
@@ -384,7 +398,10 @@ def in_memory(table: tf.data.Dataset, batch_size: int, seed: int) -> tf.data.Dat
         )
         batches = tf.reshape(order[: steps * batch_size], [steps, batch_size])
         return tf.data.Dataset.from_tensor_slices(batches).map(
-            lambda i: tf.nest.map_structure(lambda v: tf.gather(v, i), (features, labels))
+            lambda i: (
+                expand(tf.nest.map_structure(lambda v: tf.gather(v, i), features)),
+                tf.gather(labels, i),
+            )
         )
 
     return (
