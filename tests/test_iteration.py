@@ -14,7 +14,7 @@ from tests.support import parsed_flags
 from trainer import ensemble as ens
 from trainer import task
 from trainer.config import TrainOptions
-from trainer.input.features import PREVIOUS_OUTPUTS, Preprocessor, encoded
+from trainer.input.features import PREVIOUS_LOGITS, PREVIOUS_OUTPUTS, Preprocessor, encoded
 from trainer.input.schema import Embedded, HeadType, Label
 from trainer.job import job as job_lib
 from trainer.model import Builder, DNNBuilder, Inputs
@@ -297,26 +297,43 @@ def test_a_residual_subnetwork_loss_is_that_of_the_previous_ensemble_grown_by_it
     assert float(second._losses(features, labels, [0], [])[1][0]) == pytest.approx(expected)
 
 
-def test_the_previous_members_outputs_computed_once_train_as_the_members_do():
+@pytest.mark.parametrize(
+    "weight_type", [ens.MixtureWeightType.SCALAR, ens.MixtureWeightType.MATRIX]
+)
+def test_the_previous_members_outputs_computed_once_train_as_the_members_do(weight_type):
     """An in-memory table carries the frozen previous members' outputs (computed once per
-    iteration, in chunks); a step that reads them computes the same losses, and trains the
+    iteration, in chunks): their logits alone when no mixture weights read a last layer, else
+    (last layer, logits). A step that reads them computes the same losses, and trains the
     same weights, as one that runs the members."""
-    first = _iteration([DNNBuilder(1, 8)])
+    ensembler = ens.ComplexityRegularizedEnsembler(
+        learn_mixture_weights=True, mixture_weight_type=weight_type
+    )
+    first = _iteration([DNNBuilder(1, 8)], ensembler=ensembler)
     first.train(_batches(), 20)
     previous = first.freeze(0)
-    derived = _iteration([DNNBuilder(2, 8)], previous=previous).previous_outputs()
-    assert derived is not None and derived.bytes_per_example == 4 * (8 + 1)
+    derived = _iteration(
+        [DNNBuilder(2, 8)], previous=previous, ensembler=ensembler
+    ).previous_outputs()
+    matrix = weight_type is ens.MixtureWeightType.MATRIX
+    key = PREVIOUS_OUTPUTS if matrix else PREVIOUS_LOGITS
+    assert derived is not None and derived.bytes_per_example == 4 * ((8 if matrix else 0) + 1)
     rng = np.random.default_rng(0)
     x = rng.normal(size=(256, 4)).astype(np.float32)
     y = (x[:, 0] > 0).astype(np.int64)
     features = derived(encoded(x), chunk=100)
-    ((last, logits),) = features[PREVIOUS_OUTPUTS]
+    assert set(features) == {"dense", key}
     member = previous.members[0].subnetwork(encoded(x))
-    np.testing.assert_allclose(last, member[0], rtol=1e-6, atol=1e-6)
+    if matrix:
+        ((last, logits),) = features[key]
+        np.testing.assert_allclose(last, member[0], rtol=1e-6, atol=1e-6)
+    else:
+        (logits,) = features[key]
     np.testing.assert_allclose(logits, member[1], rtol=1e-6, atol=1e-6)
 
     def trained(table):
-        second = _iteration([DNNBuilder(2, 8)], previous=previous, subnetwork_loss="residual")
+        second = _iteration(
+            [DNNBuilder(2, 8)], previous=previous, ensembler=ensembler, subnetwork_loss="residual"
+        )
         batch = tf.nest.map_structure(lambda v: v[:8], table)
         losses = [t.numpy() for t in second._losses(batch, y[:8], [0], [0, 1])]
         second.train(iter(tf.data.Dataset.from_tensor_slices((table, y)).repeat().batch(8)), 30)
@@ -327,8 +344,5 @@ def test_the_previous_members_outputs_computed_once_train_as_the_members_do():
     for a, b in zip(computed, carried):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
     # The step reads the carried outputs, not the members: other outputs, other losses.
-    zeros = {
-        **features,
-        PREVIOUS_OUTPUTS: tf.nest.map_structure(tf.zeros_like, features[PREVIOUS_OUTPUTS]),
-    }
+    zeros = {**features, key: tf.nest.map_structure(tf.zeros_like, features[key])}
     assert not np.allclose(trained(zeros)[0], computed[0])

@@ -62,6 +62,11 @@ class MixtureWeights(tf.Module, abc.ABC):
         return tf.constant(0.0)
 
     @property
+    def reads_last_layers(self) -> bool:
+        """Whether `__call__` reads the members' last layers (else their logits alone)."""
+        return False
+
+    @property
     def is_trained(self) -> bool:
         return bool(self.trainable_variables)
 
@@ -186,8 +191,12 @@ class _WeightedSum(MixtureWeights):
     def keras_variables(self):
         return tuple(self.weights) + ((self.bias,) if self.bias is not None else ())
 
+    @property
+    def reads_last_layers(self) -> bool:
+        return self.spec.mixture_weight_type is MixtureWeightType.MATRIX
+
     def __call__(self, outputs):
-        matrix = self.spec.mixture_weight_type is MixtureWeightType.MATRIX
+        matrix = self.reads_last_layers
         terms = [
             tf.matmul(last, w) if matrix else logits * w
             for (last, logits), w in zip(outputs, self.weights)

@@ -27,6 +27,9 @@ WEIGHT = "weight"
 # iteration (`Iteration.previous_outputs`), read by the forward pass instead of running the
 # members at every step.
 PREVIOUS_OUTPUTS = "previous_outputs"
+# Or, when no mixture weights of the iteration read the members' last layers, their logits
+# alone, a tuple of one tensor per member (a binary head: 1 float a member, not 65).
+PREVIOUS_LOGITS = "previous_logits"
 
 
 def encoded(dense: tf.Tensor, ids: tf.Tensor | None = None) -> dict[str, tf.Tensor]:

@@ -26,7 +26,7 @@ from trainer.ensemble.objective import (
     moving_average_update,
     training_objective,
 )
-from trainer.input.features import PREVIOUS_OUTPUTS, WEIGHT, Encoded
+from trainer.input.features import PREVIOUS_LOGITS, PREVIOUS_OUTPUTS, WEIGHT, Encoded
 from trainer.input.pipeline import Derived
 from trainer.model import Builder, Inputs, Subnetwork
 from trainer.model.embedding import LazyAdam
@@ -238,6 +238,8 @@ class Iteration:
         """
         if PREVIOUS_OUTPUTS in features:  # computed once for a table in memory
             previous = list(features[PREVIOUS_OUTPUTS])
+        elif PREVIOUS_LOGITS in features:  # (no mixture weights read a last layer)
+            previous = [(None, logits) for logits in features[PREVIOUS_LOGITS]]
         elif self.previous:
             previous = [m.subnetwork(features, training=False) for m in self.previous.members]
         else:
@@ -264,10 +266,19 @@ class Iteration:
         if self.previous is None:
             return None
         members = [m.subnetwork for m in self.previous.members]
-        outputs = compile_encoded(  # traced once, not run op by op on every chunk
-            lambda features: {PREVIOUS_OUTPUTS: tuple(m(features) for m in members)}, self.inputs
-        )
-        width = sum(m.last_layer_dim + self.head.logits_dimension for m in members)
+        readers = [c.weights for c in self.candidates if c.keep_previous]
+        if any(w.reads_last_layers for w in readers):
+            outputs = compile_encoded(  # traced once, not run op by op on every chunk
+                lambda features: {PREVIOUS_OUTPUTS: tuple(m(features) for m in members)},
+                self.inputs,
+            )
+            width = sum(m.last_layer_dim + self.head.logits_dimension for m in members)
+        else:
+            outputs = compile_encoded(
+                lambda features: {PREVIOUS_LOGITS: tuple(m(features)[1] for m in members)},
+                self.inputs,
+            )
+            width = len(members) * self.head.logits_dimension
         return Derived(outputs, bytes_per_example=4 * width)
 
     # -- training -------------------------------------------------------------------------
