@@ -30,6 +30,8 @@ PREVIOUS_OUTPUTS = "previous_outputs"
 # Or, when no mixture weights of the iteration read the members' last layers, their logits
 # alone, a tuple of one tensor per member (a binary head: 1 float a member, not 65).
 PREVIOUS_LOGITS = "previous_logits"
+# The keys of `Preprocessor.compact`'s half-encoded rows.
+_COMPACT_KEYS = ("numeric", "index", "ids")
 
 
 def encoded(dense: tf.Tensor, ids: tf.Tensor | None = None) -> dict[str, tf.Tensor]:
@@ -112,9 +114,9 @@ def expand(schema: schema_lib.Schema, compact: Mapping[str, tf.Tensor]) -> Encod
         elif column.encoding is not Encoding.EMBEDDING:
             assert index is not None
             parts.append(tf.one_hot(next(index), column.width))
-    first = next(compact[k] for k in ("numeric", "index", "ids") if k in compact)
+    first = next(compact[k] for k in _COMPACT_KEYS if k in compact)
     dense = tf.concat(parts, axis=-1) if parts else tf.zeros([tf.shape(first)[0], 0])
-    rest = {k: v for k, v in compact.items() if k not in ("numeric", "index", "ids")}
+    rest = {k: v for k, v in compact.items() if k not in _COMPACT_KEYS}
     return {**rest, **encoded(dense, compact.get("ids"))}
 
 

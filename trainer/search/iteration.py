@@ -266,20 +266,19 @@ class Iteration:
         if self.previous is None:
             return None
         members = [m.subnetwork for m in self.previous.members]
-        readers = [c.weights for c in self.candidates if c.keep_previous]
-        if any(w.reads_last_layers for w in readers):
-            outputs = compile_encoded(  # traced once, not run op by op on every chunk
-                lambda features: {PREVIOUS_OUTPUTS: tuple(m(features) for m in members)},
-                self.inputs,
-            )
-            width = sum(m.last_layer_dim + self.head.logits_dimension for m in members)
-        else:
-            outputs = compile_encoded(
-                lambda features: {PREVIOUS_LOGITS: tuple(m(features)[1] for m in members)},
-                self.inputs,
-            )
-            width = len(members) * self.head.logits_dimension
-        return Derived(outputs, bytes_per_example=4 * width)
+        lasts = any(c.weights.reads_last_layers for c in self.candidates if c.keep_previous)
+
+        def outputs(features):
+            both = tuple(m(features) for m in members)
+            if lasts:
+                return {PREVIOUS_OUTPUTS: both}
+            return {PREVIOUS_LOGITS: tuple(logits for _, logits in both)}
+
+        width = sum(
+            (m.last_layer_dim if lasts else 0) + self.head.logits_dimension for m in members
+        )
+        # (compiled: traced once, not run op by op on every chunk)
+        return Derived(compile_encoded(outputs, self.inputs), bytes_per_example=4 * width)
 
     # -- training -------------------------------------------------------------------------
     def active(self) -> tuple[list[int], list[int]]:
