@@ -36,12 +36,23 @@ def test_settings_added_later_count_as_what_older_job_dirs_ran_with(tmp_path):
     """A job dir written before a setting was recorded ran with its value of the time
     (`BEFORE_RECORDED`): it resumes with those flags, and today's defaults are refused with
     a message that says so."""
-    old = ("--weight_decay=0", "--subnetwork_loss=own", "--selection_margin=0")
+    old = ("--weight_decay=0", "--subnetwork_loss=own", "--selection_margin=0", "--eval_data=e.csv")
     job = _job_dir_of(_config(tmp_path / "job", *old), without=config_lib.BEFORE_RECORDED)
     config_lib.check_resumable(_config(tmp_path / "job", *old), job)
     with pytest.raises(InputError) as raised:
-        config_lib.check_resumable(_config(tmp_path / "job"), job)
+        config_lib.check_resumable(_config(tmp_path / "job", "--eval_data=e.csv"), job)
     message = str(raised.value)
     assert "subnetwork_loss: was 'own' (before it was recorded), now 'residual'" in message
     assert "selection_margin: was 0.0 (before it was recorded), now 1.0" in message
     assert "weight_decay" not in message  # its default has not changed
+
+
+def test_a_job_that_held_out_rows_by_their_text_is_not_resumed(tmp_path):
+    """Older versions held out rows by a hash of their text (all copies of a row on one
+    side); today's hold-out is other rows, so its finished iterations were chosen on rows
+    this run would train on."""
+    job = _job_dir_of(_config(tmp_path / "job"), without=["holdout_rows"])
+    with pytest.raises(InputError, match="holdout_rows: was 'by text' .before it was recorded"):
+        config_lib.check_resumable(_config(tmp_path / "job"), job)
+    with_eval = _config(tmp_path / "job2", "--eval_data=e.csv")
+    config_lib.check_resumable(with_eval, _job_dir_of(with_eval, without=["holdout_rows"]))

@@ -39,10 +39,13 @@ class DataConfig:
         The files' contents are checked against the schema's record of them
         (`trainer.input.job_input`)."""
         columns = self.columns
+        # The hold-out's rule (`trainer.input.scan.Holdout`), recorded since it changed.
+        rule = {} if self.eval_data else {"holdout_rows": "by position"}
         return {
             "train_data": self.train_data,
             "eval_data": self.eval_data,
             "holdout_fraction": None if self.eval_data else self.holdout_fraction,
+            **rule,
             "bad_rows": self.input.bad_rows.value,
             "jsonl": self.input.jsonl,
             "label_column": columns.label,
@@ -227,6 +230,7 @@ BEFORE_RECORDED = {
     "subnetwork_loss": "own",
     "selection_margin": 0.0,
     "bags": 1,
+    "holdout_rows": "by text",
 }
 
 

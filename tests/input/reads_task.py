@@ -20,7 +20,7 @@ import tensorflow as tf
 from trainer import task
 from trainer.input import pipeline
 
-_keep = pipeline.Selection.keep
+_parse_fn = pipeline.Pipeline._parse_fn
 _lock = threading.Lock()
 
 
@@ -37,15 +37,20 @@ def _record(text: tf.Tensor) -> int:
     return 0
 
 
-def _recording_keep(self: pipeline.Selection, line: tf.Tensor, text: tf.Tensor) -> tf.Tensor:
-    keep = _keep(self, line, text)
-    if self.shard is None:  # not a training reader's share (evaluation, the scan)
-        return keep
-    done = tf.py_function(_record, [tf.boolean_mask(text, keep)], tf.int32)
-    with tf.control_dependencies([done]):
-        return tf.identity(keep)
+def _recording_parse_fn(self: pipeline.Pipeline, selection: pipeline.Selection, **kwargs):
+    parse = _parse_fn(self, selection, **kwargs)
+    if selection.shard is None:  # not a training reader's share (evaluation, the scan)
+        return parse
+
+    def recording(file, line, text):
+        kept = tf.boolean_mask(text, selection.keep(self.source, file, line))
+        done = tf.py_function(_record, [kept], tf.int32)
+        with tf.control_dependencies([done]):
+            return parse(tf.identity(file), line, text)
+
+    return recording
 
 
 if __name__ == "__main__":
-    pipeline.Selection.keep = _recording_keep  # type: ignore[method-assign]
+    pipeline.Pipeline._parse_fn = _recording_parse_fn  # type: ignore[method-assign]
     task.run()

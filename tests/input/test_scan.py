@@ -314,15 +314,43 @@ def test_holdout_counts_are_stable_and_near_the_fraction(tmp_path):
 
 
 def test_the_folds_of_one_seed_hold_out_disjoint_rows_and_fold_0_is_the_plain_hold_out():
-    text = tf.constant([f"{i},{i % 7},{i % 2}" for i in range(20_000)])
-    plain = scan.Holdout(0.1, seed=3).held_out(text).numpy()
-    folds = np.stack([scan.Holdout(0.1, seed=3, fold=f).held_out(text).numpy() for f in range(10)])
+    file, line = tf.constant(np.arange(20_000) % 3), tf.constant(np.arange(20_000) // 3 + 2)
+    plain = scan.Holdout(0.1, seed=3).held_out(file, line).numpy()
+    folds = np.stack(
+        [scan.Holdout(0.1, seed=3, fold=f).held_out(file, line).numpy() for f in range(10)]
+    )
     np.testing.assert_array_equal(folds[0], plain)
     assert (folds.sum(axis=0) == 1).all()  # every row in exactly one of the ten folds
     assert all(abs(n - 2000) < 200 for n in folds.sum(axis=1))
     assert "(fold 4)" in scan.Holdout(0.1, seed=3, fold=4).describe()
     with pytest.raises(ValueError, match="past the rows"):
         scan.Holdout(0.25, seed=3, fold=4)
+
+
+def test_copies_of_a_row_fall_on_both_sides_like_any_rows(tmp_path):
+    """A table of few distinct rows: 4,000 rows, x in 0..9, y 1 with probability x / 10, so
+    each distinct row has about 200 copies. Holding out every copy of a row together (a hash
+    of its text) gave a hold-out whose labels were those the training rows lacked; held out
+    by position, each x's positive rate is the same on both sides."""
+    rng = np.random.default_rng(0)
+    x = rng.integers(0, 10, 4000)
+    y = (rng.random(4000) < x / 10).astype(int)
+    path = write_rows(tmp_path, ["x", "y"], np.stack([x, y], axis=1).tolist())
+    source = files.open_source(path, flag="--train_data")
+    schema = scan.scan_training(
+        source, S.ColumnChoices("y"), bad_rows=BadRows.ERROR, holdout=scan.Holdout(0.25, seed=1)
+    )
+    held = scan.Holdout(0.25, seed=1).held_out(tf.zeros(4000, tf.int64), tf.range(2, 4002))
+    held = held.numpy()
+    assert schema.summary["train"]["holdout_rows"] == held.sum()
+    for value in range(10):
+        for label in (0, 1):
+            copies = (x == value) & (y == label)
+            if copies.sum() >= 40:  # a row with n copies: about n / 4 held out
+                assert 0 < held[copies].sum() < copies.sum()
+    rate = [(y[held & (x == v)].mean(), y[~held & (x == v)].mean()) for v in range(1, 10)]
+    assert max(abs(h - t) for h, t in rate) < 0.2
+    assert np.corrcoef(np.array(rate).T)[0, 1] > 0.9
 
 
 # -- eval data --------------------------------------------------------------------------------

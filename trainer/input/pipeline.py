@@ -12,10 +12,10 @@ prefetch buffers, never by the number of rows. When a reader's share of the enco
 data fits `cache_bytes`, it is read once and kept in memory, and every epoch draws a new
 permutation of it (small tables train as fast as from an array).
 
-Which rows a dataset takes (`Selection`): the hold-out (a keyed hash of each row's text, see
-`scan.Holdout`) and a shard. A shard is whole files when there are at least as many files as
-readers, else every n-th row of every file by line number; either way no row is read by two
-readers of one pass.
+Which rows a dataset takes (`Selection`): the hold-out (a keyed hash of each row's file and
+line, see `scan.Holdout`) and a shard. A shard is whole files when there are at least as many
+files as readers, else every n-th row of every file by line number; either way no row is read
+by two readers of one pass.
 """
 
 from __future__ import annotations
@@ -134,14 +134,14 @@ class Selection:
             files = files.shard(self.shard.count, self.shard.index)
         return files
 
-    def keep(self, line: tf.Tensor, text: tf.Tensor) -> tf.Tensor:
+    def keep(self, source: Source, file: tf.Tensor, line: tf.Tensor) -> tf.Tensor:
         """Which rows of a block are selected (decided before they are parsed: an eval pass
         over a 10% hold-out parses a tenth of the rows it reads)."""
         keep = tf.ones(tf.shape(line), tf.bool)
         if self.shard and not self.shard.by_file:
             keep &= tf.equal(line % self.shard.count, tf.cast(self.shard.index, tf.int64))
         if self.holdout is not None:
-            held = self.holdout.held_out(text)
+            held = self.holdout.held_out(*source.origin(file, line))
             keep &= held if self.side is Side.HELD_OUT else ~held
         return keep
 
@@ -212,7 +212,7 @@ class Pipeline:
         files = tf.constant(self.source.files)
 
         def parse(file, line, text):
-            selected = selection.keep(line, text)
+            selected = selection.keep(self.source, file, line)
             file, line, text = (tf.boolean_mask(t, selected) for t in (file, line, text))
             parsed = parser.parse(file, line, text)
             reasons = rows_lib.feature_reasons(parsed)

@@ -227,6 +227,18 @@ class Source:
                 f"found in {self.files[0]}: {', '.join(self.columns)}."
             )
 
+    def origin(self, file: tf.Tensor, line: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        """Where rows were in the input: (the index of its file, the row's line or record
+        number there). For shards a chief staged (`shards.entries`), the input's file and row
+        (a shard's line 2, under its header, is its first row); for any other source, where
+        the rows are."""
+        if not self.staged:
+            return file, line
+        entries = self.staged["files"]
+        origins = tf.constant([e["origin"] for e in entries], tf.int64)
+        offsets = tf.constant([e["first_row"] - 2 for e in entries], tf.int64)
+        return tf.gather(origins, file), line + tf.gather(offsets, file)
+
     # -- reading ----------------------------------------------------------------------------
     def indexed_files(self, files: Sequence[int] | None = None) -> tf.data.Dataset:
         """`(index, path)` of the files (or of those with the given indices)."""

@@ -170,7 +170,11 @@ class BigQuery(Format):
 
         threads = max(1, min(_STAGE_THREADS, len(source.files)))
         with concurrent.futures.ThreadPoolExecutor(threads) as pool:
-            written = [s for stream in pool.map(one, enumerate(source.files)) for s in stream]
+            written = [
+                entry
+                for index, stream in enumerate(pool.map(one, enumerate(source.files)))
+                for entry in shards.entries(index, stream)
+            ]
         if not written:
             raise InputError(f"{source.flag}: BigQuery table {source.pattern} holds no rows.")
         manifest = {
@@ -178,7 +182,7 @@ class BigQuery(Format):
             "table": session.table,
             "session": session.to_json(),
             "columns": list(source.columns),
-            "files": [{"path": p, "rows": r} for p, r in written],
+            "files": written,
         }
         shards.publish(folder, name, manifest, what=source.pattern, started=started)
         return shards.source(
@@ -191,8 +195,8 @@ class BigQuery(Format):
         if manifest is None:
             return None
         table = Table.parse(pattern, flag=flag, default_project=options.bigquery.project)
-        if manifest.get("table") != str(table):
-            return None  # another table's: staged anew
+        if manifest.get("table") != str(table) or not shards.has_origins(manifest):
+            return None  # another table's (or an older version's): staged anew
         logging.info(
             "%s: reusing the %d shards staged in %s.", pattern, len(manifest["files"]), folder
         )

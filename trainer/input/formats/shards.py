@@ -90,13 +90,17 @@ def stage_files(
             lambda: write_chunks(lines(path), columns, prefix), what=f"staging {path} into {folder}"
         )
 
-    written = [shard for index, path in enumerate(source.files) for shard in one(index, path)]
+    written = [
+        shard
+        for index, path in enumerate(source.files)
+        for shard in entries(index, one(index, path))
+    ]
     manifest = {
         "format": fmt.name,
         fmt.name: source.pattern,
         "inputs": _sizes(source.files),
         "columns": list(source.columns),
-        "files": [{"path": p, "rows": r} for p, r in written],
+        "files": written,
         **(extra or {}),
     }
     publish(folder, name, manifest, what=source.pattern, started=started)
@@ -109,7 +113,7 @@ def reuse_files(
     """The shards of `pattern` (`stage_files`) a previous start staged of the same files (and
     sizes) with the same columns, or None."""
     manifest = read_manifest(folder, name)
-    if manifest is None or manifest.get(fmt.name) != pattern:
+    if manifest is None or manifest.get(fmt.name) != pattern or not has_origins(manifest):
         return None
     if manifest.get("inputs") != _sizes(files):
         return None  # other files': staged anew
@@ -127,6 +131,24 @@ def open_files(fmt: Format, pattern: str, *, flag: str, manifest: dict, state=No
             "Resume with the same files, or train on these in a new --job_dir."
         )
     return source(fmt, flag=flag, pattern=pattern, manifest=manifest, state=state)
+
+
+def entries(origin: int, written: list[tuple[str, int]]) -> list[dict]:
+    """The manifest's entries of the shards `written` of the input's file (or stream) number
+    `origin`, each with the number of the row of that file its first row is (rows count from
+    1 in each file): `Source.origin` maps a shard's rows back, so the hold-out is the same
+    rows whether the input is read or its shards are."""
+    out, first_row = [], 1
+    for path, rows in written:
+        out.append({"path": path, "rows": rows, "origin": origin, "first_row": first_row})
+        first_row += rows
+    return out
+
+
+def has_origins(manifest: dict) -> bool:
+    """Whether a staging records where its rows came from (one of an older version did not:
+    it is staged anew)."""
+    return all("origin" in f for f in manifest["files"])
 
 
 def _sizes(files: Iterable[str]) -> list[dict]:
