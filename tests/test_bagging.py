@@ -153,11 +153,22 @@ def _outputs_of_bags(job, csv_path, bags: int) -> tuple[dict, list[dict]]:
 
 def test_two_bags_serve_their_mean_and_are_scored_out_of_bag(tmp_path):
     """Bagging end to end, quickly (the slow test below has three bags and a resume)."""
-    data, job, _, result = _bagged_job(tmp_path, "binary", 400, 50, "--bags=2")
+    data, job, args, result = _bagged_job(tmp_path, "binary", 400, 50, "--bags=2")
     report = load_report(job)
     assert [b["bag"] for b in report["bags"]] == [0, 1]
     assert report["final"]["examples"] == sum(b["examples"] for b in report["bags"])
     assert "bagged model (2 bags) on out of bag" in result.stdout
+    # The out-of-bag metrics come from the predictions each bag saved of its fold; without
+    # them (a bag of an older version), a resume predicts the folds again: the same metrics.
+    for b in (0, 1):
+        (job / "bags" / str(b) / "eval_predictions.npz").unlink()
+    again = run_task(args, env=task_env(), timeout=300)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "Bag 2 of 2: done before" in again.stderr
+    final = load_report(job)["final"]
+    assert final["examples"] == report["final"]["examples"]
+    for name, value in report["final"]["metrics"].items():
+        assert final["metrics"][name] == pytest.approx(value, rel=1e-6), name
     bagged, each = _outputs_of_bags(job, data.train, 2)
     mean = np.mean([o["probabilities"].numpy() for o in each], axis=0)
     np.testing.assert_allclose(bagged["probabilities"].numpy(), mean, atol=1e-5)

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from trainer.evaluation import exported
 from trainer.input.schema import HeadType, Label
 from trainer.model.heads import Head, Metrics
 
@@ -193,3 +194,48 @@ def test_metrics_over_batches_equal_metrics_in_one_piece(label):
 def test_metric_names_are_the_keys_of_metrics(label):
     labels, logits = sample(label)
     assert tuple(Head(label).metrics(labels, logits)) == Head(label).metric_names
+
+
+@pytest.mark.parametrize("label", [BINARY, MULTICLASS, REGRESSION])
+def test_the_constant_scores_what_its_own_logits_score(label):
+    """`Metrics.constant()`, kept on the way through weighted batches, equals the metrics of
+    the best constant's logits (the rows' own class frequencies or mean) fed like a model's."""
+    head = Head(label)
+    labels, logits = sample(label, n=300, seed=3)
+    weights = np.random.default_rng(4).uniform(0.5, 2.0, 300)
+    metrics = Metrics(head)
+    for part in np.array_split(np.arange(300), 7):
+        metrics.update(labels[part], logits[part], weights[part])
+    if label.head is HeadType.REGRESSION:
+        mean = np.average(labels, weights=weights)
+        constant = np.full((300, 1), (mean - label.mean) / label.std)
+    else:
+        shares = np.bincount(labels, weights=weights) / weights.sum()
+        constant = np.log(shares)[None, :].repeat(300, axis=0)
+        if label.head is HeadType.BINARY:
+            constant = constant[:, 1:] - constant[:, :1]
+    expected = head.metrics(labels, constant, weights)
+    got = metrics.constant()
+    assert got is not None and set(got) == set(expected) - {"mae"}
+    for name, value in got.items():
+        assert value == pytest.approx(expected[name], rel=1e-7, abs=1e-9), name
+    assert metrics.result()["loss"] != pytest.approx(got["loss"])  # the model's own, not it
+    assert Metrics(head).constant() is None
+
+
+def test_a_model_no_better_than_a_constant_gets_a_warning():
+    head = Head(BINARY)
+    labels = np.array([0, 0, 0, 1] * 25)
+    for sign, warned in ((1.0, False), (-1.0, True)):  # right with confidence; wrong
+        metrics = Metrics(head)
+        metrics.update(labels, sign * np.where(labels == 1, 3.0, -3.0)[:, None])
+        final = {"eval_data": "the hold-out", **exported_metrics(metrics)}
+        message = exported.no_better_than_constant(final, head)
+        assert (message is not None) == warned
+    assert "always predicting those rows' own class frequencies (0.5623)" in str(message)
+    final["constant"] = None  # no rows
+    assert exported.no_better_than_constant(final, head) is None
+
+
+def exported_metrics(metrics):
+    return {"metrics": metrics.result(), "constant": metrics.constant()}

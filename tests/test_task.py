@@ -64,19 +64,45 @@ def test_every_head_trains_exports_and_reports(any_head, tmp_path):
     assert "Warning" not in result.stderr, result.stderr[-3000:]
 
     outputs, targets = predict_csv(job / "model", data.eval)
-    metrics = report["final"]["metrics"]
+    metrics, constant = report["final"]["metrics"], report["final"]["constant"]
+    assert metrics["loss"] < 0.5 * constant["loss"] and "warning" not in report["final"]
+    assert "a constant prediction" in result.stdout and "WARNING" not in result.stdout
     if kind == "regression":
         predicted = outputs["predictions"].numpy()
         mse = float(np.mean((predicted - np.array(targets, float)) ** 2))
         assert mse == pytest.approx(metrics["mse"], rel=1e-4)
-        assert mse < 0.1 * np.var(np.array(targets, float))
+        assert constant["mse"] == pytest.approx(np.var(np.array(targets, float)), rel=1e-4)
+        assert mse < 0.1 * constant["mse"]
     else:
+        _, counts = np.unique(targets, return_counts=True)
+        assert constant["accuracy"] == pytest.approx(counts.max() / len(targets))
         probabilities = outputs["probabilities"].numpy()
         np.testing.assert_allclose(probabilities.sum(axis=1), 1.0, atol=1e-5)
         classes = [c.decode() for c in outputs["classes"].numpy()]
         accuracy = float(np.mean(np.array(classes) == np.array(targets)))
         assert accuracy == pytest.approx(metrics["accuracy"], abs=1e-6)
         assert accuracy > (0.9 if kind == "binary" else 0.8)
+
+
+@pytest.mark.slow
+def test_a_model_worse_than_a_constant_on_its_eval_rows_is_reported(binary_data, tmp_path):
+    """Eval rows whose labels are the training rows' rule reversed: the model, right on the
+    training rows, is wrong on them, worse than a constant; the job still completes and says so
+    in report.json, the log and the table."""
+    flipped = tmp_path / "flipped.csv"
+    with open(binary_data.eval) as src, open(flipped, "w", newline="") as dst:
+        rows = list(csv.reader(src))
+        swap = {"yes": "no", "no": "yes"}
+        csv.writer(dst).writerows([rows[0], *[[*r[:-1], swap[r[-1]]] for r in rows[1:]]])
+    job = tmp_path / "job"
+    args = [f"--train_data={binary_data.train}", f"--eval_data={flipped}", "--label_column=target"]
+    result = run_task([*args, f"--job_dir={job}", *FAST_FLAGS])
+    assert result.returncode == 0, result.stderr[-3000:]
+    final = load_report(job)["final"]
+    assert final["metrics"]["auc"] < 0.2 and final["metrics"]["loss"] > final["constant"]["loss"]
+    assert "no better than always predicting those rows' own class frequencies" in final["warning"]
+    assert "WARNING: The exported model's loss" in result.stdout
+    assert "no better than always predicting" in result.stderr
 
 
 @pytest.mark.slow

@@ -3,40 +3,120 @@ back: what the job reports is what serving computes."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import io
+import json
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
+import numpy as np
+import tensorflow as tf
 from absl import logging
 
 from trainer.config import RunConfig
 from trainer.evaluation import importance as importance_lib
 from trainer.input.job_input import JobInput
+from trainer.input.schema import HeadType, Weight
 from trainer.model.heads import Head, Metrics
 from trainer.search.budget import TimeBudget
+from trainer.storage import job_dir as job_dir_lib
+
+Batch = tuple[np.ndarray, np.ndarray, np.ndarray | None]  # labels, logits, weights
 
 
-def evaluate_export(serve: Any, data: JobInput, head: Head) -> dict:
+def evaluate_export(
+    serve: Any, data: JobInput, head: Head, *, keep: Callable[[list[Batch]], None] | None = None
+) -> dict:
     """Metrics of the exported model itself (`serve`: its serving function, loaded back) on
-    the eval data, streamed."""
-    return evaluate_pooled([(serve, data)], head, data.describe_eval())
+    the eval data, streamed; `keep` is given every batch's labels, logits and weights too
+    (a bag's, `save_predictions`)."""
+    if keep is None:
+        return pooled_metrics(_predict(serve, data), head, data.describe_eval(), data.schema.weight)
+    batches = list(_predict(serve, data))
+    keep(batches)
+    return pooled_metrics(batches, head, data.describe_eval(), data.schema.weight)
 
 
 def evaluate_pooled(parts: Sequence[tuple[Any, JobInput]], head: Head, eval_data: str) -> dict:
     """Metrics over several (serving function, its eval rows) parts pooled, as one set of
     predictions (a bagged job's out-of-bag metrics: each bag on its own hold-out)."""
+    batches = (batch for serve, data in parts for batch in _predict(serve, data))
+    return pooled_metrics(batches, head, eval_data, parts[0][1].schema.weight)
+
+
+def _predict(serve: Any, data: JobInput) -> Iterator[Batch]:
+    for batch in data.eval_raw(with_weight=True):
+        features, labels = batch[:2]
+        weights = batch[2].numpy() if len(batch) > 2 else None
+        yield labels.numpy(), serve(**features)["logits"].numpy(), weights
+
+
+def save_predictions(path: str, batches: list[Batch], source: dict) -> None:
+    """The batches of `evaluate_export(keep=...)` in one .npz file, with `source` (what the
+    model was exported from: `JobDir.exported_from`). Nothing without rows."""
+    if not batches:
+        return
+    arrays = {
+        "labels": np.concatenate([labels for labels, _, _ in batches]),
+        "logits": np.concatenate([logits for _, logits, _ in batches]),
+        "source": np.array(json.dumps(source, sort_keys=True)),
+    }
+    if batches[0][2] is not None:
+        arrays["weights"] = np.concatenate([weights for _, _, weights in batches])
+    buffer = io.BytesIO()
+    np.savez(buffer, **arrays)
+    job_dir_lib.write_atomically(path, buffer.getvalue())
+
+
+def saved_predictions(path: str, source: dict | None) -> Batch | None:
+    """What `save_predictions` wrote at `path` for the model exported from `source`; None
+    when there is none, or it is of another export."""
+    if source is None or not tf.io.gfile.exists(path):
+        return None
+    with tf.io.gfile.GFile(path, "rb") as f:
+        saved = np.load(io.BytesIO(f.read()))
+        if str(saved["source"]) != json.dumps(source, sort_keys=True):
+            return None
+        weights = saved.get("weights")
+        return saved["labels"], saved["logits"], weights
+
+
+def pooled_metrics(
+    batches: Iterable[Batch], head: Head, eval_data: str, weight: Weight | None
+) -> dict:
+    """The metrics of `evaluate_export` of predictions made: `final` in report.json."""
     metrics = Metrics(head)
-    for serve, data in parts:
-        for batch in data.eval_raw(with_weight=True):
-            features, labels = batch[:2]
-            weights = batch[2].numpy() if len(batch) > 2 else None
-            metrics.update(labels.numpy(), serve(**features)["logits"].numpy(), weights)
-    weight = parts[0][1].schema.weight
-    return {
+    for labels, logits, weights in batches:
+        metrics.update(labels, logits, weights)
+    value = {
         "eval_data": eval_data,
         "examples": metrics.count,
         **({"weight_column": weight.name, "weight": metrics.weight} if weight else {}),
         "metrics": metrics.result(),
+        "constant": metrics.constant(),
     }
+    warning = no_better_than_constant(value, head)
+    if warning:
+        logging.warning("%s", warning)
+        value["warning"] = warning
+    return value
+
+
+def no_better_than_constant(final: dict, head: Head) -> str | None:
+    """What to tell the user when the exported model's eval loss is no lower than the best
+    constant prediction's on the same rows (`Metrics.constant`), else None. A model trained on
+    features that carry any signal beats it; one that does not was trained on rows unlike
+    its eval rows, on features that do not predict the label, or is wrong."""
+    constant, loss = final.get("constant"), final["metrics"]["loss"]
+    if not constant or not loss < float("inf") or loss < constant["loss"]:
+        return None
+    what = "mean" if head.label.head is HeadType.REGRESSION else "class frequencies"
+    return (
+        f"The exported model's loss on {final['eval_data']} ({loss:.4f}) is no better than "
+        f"always predicting those rows' own {what} ({constant['loss']:.4f}). Its features may "
+        "not predict the label, or the eval rows differ from the training rows (a column "
+        "whose meaning or units changed, another period or population): check the data "
+        "before using this model."
+    )
 
 
 def feature_importance(

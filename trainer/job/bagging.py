@@ -137,13 +137,26 @@ def _same_label(schema: Schema, bags: Sequence[str]) -> None:
 
 def evaluate(data: input_lib.JobInput, job: job_dir_lib.JobDir, bags: Sequence[str]) -> dict:
     """The bagged model's metrics: out of bag on the hold-outs (bag b's export, from job dir
-    `bags[b]`, on fold b, pooled), or the bagged model itself on --eval_data. Loads only the
-    exports it evaluates."""
+    `bags[b]`, on fold b, pooled), or the bagged model itself on --eval_data. The bags'
+    predictions on their folds are those each bag's job saved when it evaluated its export
+    (`JobDir.eval_predictions`); a bag without them (of an older version) is evaluated here."""
 
     head = Head(data.schema.label)
     if data.holdout is None:
         return exported.evaluate_export(export_lib.load_serving_fn(job.model), data, head)
     holdout = data.holdout
+    folds = len(bags) * holdout.fraction
+    described = (
+        f"out of bag: {folds:.0%} of the training rows, each held out by one of "
+        f"{len(bags)} bags and predicted by that bag"
+    )
+    saved = [
+        batch
+        for bag in map(job_dir_lib.JobDir, bags)
+        if (batch := exported.saved_predictions(bag.eval_predictions, bag.exported_from()))
+    ]
+    if len(saved) == len(bags):
+        return exported.pooled_metrics(saved, head, described, data.schema.weight)
     parts = [
         (
             export_lib.load_serving_fn(job_dir_lib.JobDir(root).model),
@@ -151,11 +164,6 @@ def evaluate(data: input_lib.JobInput, job: job_dir_lib.JobDir, bags: Sequence[s
         )
         for b, root in enumerate(bags)
     ]
-    folds = len(parts) * holdout.fraction
-    described = (
-        f"out of bag: {folds:.0%} of the training rows, each held out by one of "
-        f"{len(parts)} bags and predicted by that bag"
-    )
     return exported.evaluate_pooled(parts, head, described)
 
 

@@ -10,6 +10,7 @@ pass reads all of it); after that, every step is resumable: finished iterations 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import time
 
 import tensorflow as tf
@@ -160,7 +161,11 @@ def _train(
             "Exported the chosen ensemble of iteration %d to %s", len(records) - 1, job.model
         )
     serve = export_lib.load_serving_fn(job.model)  # the export itself, loaded back
-    final = exported.evaluate_export(serve, data, models.head)
+    # A bag keeps its predictions for the bagged job's out-of-bag metrics (trainer/job/bagging.py).
+    keep = None
+    if config.bag is not None:
+        keep = functools.partial(exported.save_predictions, job.eval_predictions, source=source)
+    final = exported.evaluate_export(serve, data, models.head, keep=keep)
     importance = exported.feature_importance(config, serve, data, models.head, budget)
     value = report(final, importance)
     job_dir_lib.write_atomically(

@@ -101,6 +101,9 @@ class Metrics:
     differs from the exact figure only through pairs of a positive and a negative example
     whose probabilities fall in one bin (width 1/65,536); `auc_error_bound` is half their
     share of all pairs.
+
+    `constant()` gives the metrics of the best constant prediction for the same rows, from
+    label statistics kept on the way (no second pass).
     """
 
     AUC_BINS = 1 << 16
@@ -117,6 +120,10 @@ class Metrics:
         # Weights of the positive and negative examples per bin (counts without weights).
         self.positives = np.zeros(self.AUC_BINS, np.float64)
         self.negatives = np.zeros(self.AUC_BINS, np.float64)
+        # The labels: each class's weight, or the weighted sums of (label - the training
+        # mean) and of its square.
+        self.class_weights = np.zeros(len(head.label.classes), np.float64)
+        self.label_sums = np.zeros(2, np.float64)
 
     def update(
         self,
@@ -140,7 +147,11 @@ class Metrics:
             error = logits[:, 0].astype(np.float64) * head.label.std + head.label.mean - labels
             self.squared_error += float(w @ np.square(error))
             self.absolute_error += float(w @ np.abs(error))
-        elif head.type is HeadType.BINARY:
+            centred = labels.astype(np.float64) - head.label.mean
+            self.label_sums += (w @ centred, w @ np.square(centred))
+            return
+        self.class_weights += np.bincount(labels, weights=w, minlength=len(self.class_weights))
+        if head.type is HeadType.BINARY:
             self.correct += float(w @ ((logits[:, 0] > 0) == (labels == 1)))
             probability = 1.0 / (1.0 + np.exp(-logits[:, 0].astype(np.float64)))
             bins = np.minimum((probability * self.AUC_BINS).astype(np.int64), self.AUC_BINS - 1)
@@ -170,6 +181,26 @@ class Metrics:
         out["accuracy"] = self.correct / n
         if self.head.type is HeadType.BINARY:
             out["auc"] = self._auc()
+        return out
+
+    def constant(self) -> dict[str, float] | None:
+        """The metrics of the best constant prediction for these rows, what a model that
+        learned nothing from the features scores: the rows' own class frequencies (loss
+        their entropy, accuracy the largest one's share, AUC 0.5) or their own mean (mse
+        their variance; loss in standardised units, as the model's). None without rows or
+        once a model's logits were not finite."""
+        if not self.weight or not self.finite:
+            return None
+        n = self.weight
+        if self.head.type is HeadType.REGRESSION:
+            mean, square = self.label_sums / n
+            mse = max(float(square - mean * mean), 0.0)
+            return {"loss": mse / self.head.label.std**2, "mse": mse}
+        shares = self.class_weights / n
+        present = shares[shares > 0]
+        out = {"loss": float(-(present * np.log(present)).sum()), "accuracy": float(shares.max())}
+        if self.head.type is HeadType.BINARY:
+            out["auc"] = 0.5
         return out
 
     def _auc(self) -> float:

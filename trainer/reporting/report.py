@@ -126,10 +126,21 @@ def table(report: dict) -> str:
         lines.append(
             f"exported model on {final['eval_data']} ({final['examples']} examples): {metrics}"
         )
+        lines += _constant(final)
         lines.append(f"model: {report['model_dir']}")
     if report.get("feature_importance"):
         lines.append(importance.summary(report["feature_importance"]))
     return "\n".join(lines)
+
+
+def _constant(final: dict) -> list[str]:
+    """The line of the best constant prediction on the same rows, and the warning when the
+    model is no better (`trainer.evaluation.exported.no_better_than_constant`)."""
+    if not final.get("constant"):
+        return []
+    metrics = ", ".join(f"{k} {fmt(v)}" for k, v in final["constant"].items())
+    line = f"a constant prediction (the eval rows' own frequencies or mean) on them: {metrics}"
+    return [line, *([f"WARNING: {final['warning']}"] if final.get("warning") else [])]
 
 
 def bagged_table(report: dict) -> str:
@@ -161,6 +172,7 @@ def bagged_table(report: dict) -> str:
         f"bagged model ({len(report['bags'])} bags) on {final['eval_data']} "
         f"({final['examples']} examples): {metrics}"
     )
+    lines += _constant(final)
     lines.append(f"model: {report['model_dir']}")
     if report.get("feature_importance"):
         lines.append(importance.summary(report["feature_importance"]))

@@ -16,6 +16,8 @@ Layout::
                                 that grows the ensemble exports it again)
       report.json               everything above, summarised
       report.png                the search; feature_importance.png: trainer/evaluation/importance.py
+      eval_predictions.npz      a bag's: its model's logits on its hold-out, with the labels
+                                (the bagged job's out-of-bag metrics, without a second pass)
       bags/<b>/                 with --bags: bag b's own job dir (trainer/job/bagging.py);
                                 model/ is then the bagged model, report.json its bags
       data/                     BigQuery tables staged as CSV shards (ps clusters only:
@@ -152,6 +154,7 @@ class JobDir:
         self.model_stamp = join(self.root, "model.json")
         self.report_png = join(self.root, "report.png")
         self.importance_png = join(self.root, "feature_importance.png")
+        self.eval_predictions = join(self.root, "eval_predictions.npz")
         self.data = join(self.root, "data")
 
     @classmethod
