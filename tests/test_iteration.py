@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import gc
+import weakref
 
 import keras
 import numpy as np
@@ -346,3 +348,43 @@ def test_the_previous_members_outputs_computed_once_train_as_the_members_do(weig
     # The step reads the carried outputs, not the members: other outputs, other losses.
     zeros = {**features, key: tf.nest.map_structure(tf.zeros_like, features[key])}
     assert not np.allclose(trained(zeros)[0], computed[0])
+
+
+def test_a_finished_iteration_is_freed_before_the_next_one_is_built(
+    binary_data, tmp_path, monkeypatch
+):
+    """An iteration's models, datasets and traced functions hold reference cycles, which only
+    a full collection frees: the controller collects after each iteration (ames, 74 columns:
+    peak RSS 1,071 -> 880 MB), so when iteration t + 1 is built, iteration t's object is
+    gone. Automatic collection is off here, so nothing else frees it."""
+    config = _config(
+        [
+            f"--train_data={binary_data.train}",
+            "--label_column=target",
+            f"--job_dir={tmp_path / 'job'}",
+            "--max_iterations=3",
+            "--max_iteration_steps=20",
+            "--batch_size=64",
+            "--force_grow",
+            "--feature_importance_rows=0",
+            "--bags=1",
+        ]
+    )
+    built: list[weakref.ref] = []
+    alive_when_built: list[list[bool]] = []
+    build = Models.iteration
+
+    def recording(self, *args, **kwargs):
+        alive_when_built.append([ref() is not None for ref in built])
+        iteration = build(self, *args, **kwargs)
+        built.append(weakref.ref(iteration))
+        return iteration
+
+    monkeypatch.setattr(Models, "iteration", recording)
+    gc.collect()
+    gc.disable()
+    try:
+        job_lib.run(config)
+    finally:
+        gc.enable()
+    assert alive_when_built == [[], [False], [False, False]]

@@ -15,6 +15,7 @@ step.
 from __future__ import annotations
 
 import dataclasses
+import gc
 import signal
 import time
 from collections.abc import Iterator
@@ -124,6 +125,9 @@ class Controller:
                 break
             record, self.chosen = self.run_iteration(t, self.chosen)
             self.records.append(record)
+            # The iteration's models, datasets and traced functions hold reference cycles:
+            # freed now, not at the next full collection (ames, 74 columns: 50-60 MB each).
+            gc.collect()
             yield record
         t = len(self.records)
         if t < last and self.search.is_over(self.records):
