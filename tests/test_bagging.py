@@ -246,6 +246,7 @@ def test_a_bagged_regression_on_eval_data_is_scored_as_one_model_on_it(tmp_path)
     report = load_report(job)
     assert report["final"]["examples"] == 80 and report["final"]["eval_data"] == str(data.eval)
     assert [b["examples"] for b in report["bags"]] == [80, 80, 80]  # every bag on the eval data
+    assert not list(job.glob("bags/*/eval_predictions.npz"))  # kept for hold-outs alone
 
     bagged, each = _outputs_of_bags(job, data.eval, 3)
     predictions = bagged["predictions"].numpy()

@@ -161,9 +161,10 @@ def _train(
             "Exported the chosen ensemble of iteration %d to %s", len(records) - 1, job.model
         )
     serve = export_lib.load_serving_fn(job.model)  # the export itself, loaded back
-    # A bag keeps its predictions for the bagged job's out-of-bag metrics (trainer/job/bagging.py).
+    # A bag keeps its predictions on its hold-out fold for the bagged job's out-of-bag metrics
+    # (trainer/job/bagging.py; with --eval_data the bagged model is evaluated on it instead).
     keep = None
-    if config.bag is not None:
+    if config.bag is not None and data.holdout is not None:
         keep = functools.partial(exported.save_predictions, job.eval_predictions, source=source)
     final = exported.evaluate_export(serve, data, models.head, keep=keep)
     importance = exported.feature_importance(config, serve, data, models.head, budget)
