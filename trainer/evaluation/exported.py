@@ -29,10 +29,10 @@ def evaluate_export(
     """Metrics of the exported model itself (`serve`: its serving function, loaded back) on
     the eval data, streamed; `keep` is given every batch's labels, logits and weights too
     (a bag's, `save_predictions`)."""
-    if keep is None:
-        return pooled_metrics(_predict(serve, data), head, data.describe_eval(), data.schema.weight)
-    batches = list(_predict(serve, data))
-    keep(batches)
+    batches: Iterable[Batch] = _predict(serve, data)
+    if keep is not None:
+        batches = list(batches)
+        keep(batches)
     return pooled_metrics(batches, head, data.describe_eval(), data.schema.weight)
 
 
