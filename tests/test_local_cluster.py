@@ -228,6 +228,37 @@ def test_every_role_gets_its_tf_config_and_a_free_port(make_cluster):
         assert env["pid"] == cluster.process(task.role, task.index).pid
 
 
+def test_a_caller_places_every_task_at_its_own_address_and_prefix(make_cluster):
+    """As bench/simcluster.py does: each task at the address it was given (own port here; a
+    namespace of its own there), started behind the caller's words (there: its CPU group and
+    namespace; here `env`, which sets one variable the stand-in prints and execs it)."""
+    ports = local_cluster.free_ports(len(FULL.tasks()))
+    given = {t: f"127.0.0.1:{p}" for t, p in zip(FULL.tasks(), ports)}
+    cluster = make_cluster(
+        FULL,
+        "--listen",
+        "--sleep=-1",
+        addresses=given,
+        prefix=lambda task: ["env", f"no_proxy=placed {task.label}"],
+    )
+    cluster.start()
+    wait_for(lambda: all_ready(cluster), what="every task listening on its given port")
+
+    assert cluster.network == local_cluster.CALLER
+    assert cluster.addresses == given
+    for task in FULL.tasks():
+        env = env_line(cluster.output(task.role, task.index))
+        assert env["no_proxy"] == f"placed {task.label}"
+        assert env["pid"] == cluster.process(task.role, task.index).pid  # env execs
+        assert env["CLUSTER_SPEC"]["cluster"][f"workerpool{task.pool}"][task.index] == given[task]
+
+
+def test_addresses_must_name_every_task_and_no_other():
+    some = {Task("chief"): "h:1", Task("worker", 0): "h:2"}
+    with pytest.raises(ValueError, match="the cluster's tasks are"):
+        LocalCluster(ClusterShape(workers=2), addresses=some)
+
+
 def test_the_tasks_listen_where_only_the_cluster_reaches_them(make_cluster, private_network):
     """Like TensorFlow's servers, the stand-ins listen on every interface; in the cluster's
     private network namespace that is loopback alone, and on this machine nothing."""

@@ -24,6 +24,11 @@ the pid is the task's). Such a cluster reaches nothing outside, so a job that ne
 (a `gs://` or `bq://` path, Vertex AI Experiments: `network_needs`) runs on this machine's
 network (`network="host"`), as does every cluster where namespaces are not available (a
 container without the privilege, no util-linux); the launcher says so and why.
+
+A caller that builds the network itself (`bench/simcluster.py`: a namespace per replica, with a
+rate-limited link each, and a CPU quota per replica) gives every task's address and the words
+that put a task's process in its place (`addresses`, `prefix`): the cluster then runs on the
+caller's network (`network="caller"`).
 """
 
 from __future__ import annotations
@@ -41,7 +46,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TextIO
 
 from trainer.errors import InputError
@@ -55,7 +60,8 @@ LOOPBACK_NO_PROXY = ("127.0.0.1", "localhost")
 # Where the processes' servers can be reached from: `PRIVATE`, a network namespace with only
 # loopback (the cluster alone); `HOST`, this machine's network; `AUTO`, private when the job
 # needs no network and namespaces are available.
-AUTO, PRIVATE, HOST = "auto", "private", "host"
+# `CALLER`, the addresses the caller gives (set by passing them, not chosen).
+AUTO, PRIVATE, HOST, CALLER = "auto", "private", "host", "caller"
 NETWORKS = (AUTO, PRIVATE, HOST)
 # Variables the launcher sets per process; inherited values would mislead the processes.
 _CLUSTER_VARIABLES = ("TF_CONFIG", "CLUSTER_SPEC")
@@ -359,8 +365,10 @@ class LocalCluster:
     Every process runs `python -m MODULE ARGS` with its own TF_CONFIG; ports are chosen once,
     so a restarted task keeps its address (Vertex restarts a replica under the same hostname).
     With `network` `private` (or `auto` and a job that needs no network) they share a network
-    namespace with only loopback (see the module doc). Use as a context manager: leaving the
-    block stops every process.
+    namespace with only loopback (see the module doc). With `addresses` (every task's
+    `host:port`) they run where the caller put them: `prefix(task)` gives the words that start
+    each process there (e.g. entering its namespace and CPU group), before `python -m`. Use as
+    a context manager: leaving the block stops every process.
 
     Example:
         with LocalCluster(ClusterShape(workers=1, ps=1), module="trainer.task") as cluster:
@@ -379,6 +387,8 @@ class LocalCluster:
         grace: float = 5.0,
         host: str = DEFAULT_HOST,
         network: str = AUTO,
+        addresses: Mapping[Task, str] | None = None,
+        prefix: Callable[[Task], Sequence[str]] | None = None,
     ):
         # -- what runs
         self.shape = shape
@@ -391,8 +401,15 @@ class LocalCluster:
         self.host = host
         if network not in NETWORKS:
             raise ValueError(f"network {network!r} is not one of {', '.join(NETWORKS)}.")
-        self.requested_network = network  # AUTO, PRIVATE or HOST
-        self.network: str | None = None  # where it runs once started: PRIVATE or HOST
+        if addresses is not None and set(addresses) != set(shape.tasks()):
+            raise ValueError(
+                f"addresses name {sorted(t.label for t in addresses)}, the cluster's tasks are "
+                f"{[t.label for t in shape.tasks()]}."
+            )
+        self._given_addresses = dict(addresses) if addresses is not None else None
+        self._prefix = prefix
+        self.requested_network = CALLER if addresses is not None else network
+        self.network: str | None = None  # where it runs once started: PRIVATE, HOST or CALLER
         self._namespace: _Namespace | None = None
         self._stopped = False
         self._base_env = dict(os.environ if env is None else env)
@@ -435,7 +452,9 @@ class LocalCluster:
         if self._launches:
             raise RuntimeError("the cluster is already started; use restart() for one task.")
         tasks = self.shape.tasks()
-        if not self.shape.is_single_process:
+        if self._given_addresses is not None:
+            self._addresses = dict(self._given_addresses)
+        elif not self.shape.is_single_process:
             ports = free_ports(len(tasks), self.host)
             self._addresses = {t: f"{self.host}:{p}" for t, p in zip(tasks, ports)}
         try:
@@ -454,6 +473,10 @@ class LocalCluster:
             PrivateNetworkUnavailable: `network="private"` and no namespace could be made.
         """
         requested = self.requested_network
+        if requested == CALLER:
+            self.network = CALLER
+            self.log("network: the caller's (every task at the address it was given)")
+            return
         if requested == HOST or self.shape.is_single_process:  # (no server, nothing to hide)
             self.network = HOST
             return
@@ -490,6 +513,8 @@ class LocalCluster:
         # Each process leads its own session, so a Ctrl-C in the terminal reaches only the
         # launcher, which then stops them all in order (and their children with them).
         enter = self._namespace.enter if self._namespace else []
+        if self._prefix is not None:
+            enter = [*enter, *self._prefix(task)]
         process = subprocess.Popen(
             [*enter, sys.executable, "-m", self.module, *self.args],
             cwd=self.cwd,
