@@ -128,6 +128,22 @@ def test_a_batch_larger_than_the_table_is_refused_naming_both():
         adapt.resolve(_config(["--batch_size=512"]), rows=200, head=HeadType.BINARY)
 
 
+def test_synchronous_replicas_get_a_batch_they_split_evenly():
+    """Three replicas (a chief and two workers under MultiWorkerMirroredStrategy) cannot split
+    256 examples: left to the data, the batch becomes 255; set by the user, it is refused
+    before any work, naming sizes that split (TensorFlow's own error came after the scan)."""
+    config, changes = adapt.resolve(_config([]), rows=100_000, head=HeadType.BINARY, replicas=3)
+    assert config.train.batch_size == 255
+    assert "a multiple of the 3 synchronous replicas" in changes["batch_size"]["why"]
+    adapt.check_global_batch(_config([]), 3)  # left to the data: resolve rounds it
+    adapt.check_global_batch(_config(["--batch_size=255"]), 3)
+    adapt.check_global_batch(_config(["--batch_size=256"]), 1)
+    with pytest.raises(InputError, match=r"--batch_size=256 .* 3 synchronous .*=255 or 258"):
+        adapt.check_global_batch(_config(["--batch_size=256"]), 3)
+    small, _ = adapt.resolve(_config([]), rows=120, head=HeadType.BINARY, replicas=5)
+    assert small.train.batch_size == 15  # 16 rounded down to 5 replicas' multiple
+
+
 @pytest.mark.slow
 def test_a_table_smaller_than_the_default_batch_trains_with_the_adapted_defaults(tmp_path):
     """Before: 150 rows, batch 256, every in-memory epoch empty: the job never ended."""

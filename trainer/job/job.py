@@ -289,6 +289,8 @@ def _run(
     # cluster that never starts leaves nothing written.
     synchronous = cluster.is_distributed and not cluster.has_ps
     runtime = _runtime(config, cluster) if synchronous else None
+    replicas = runtime.strategy.num_replicas_in_sync if runtime else 1
+    adapt.check_global_batch(config, replicas)
     data = prepare_input(
         config,
         job,
@@ -306,7 +308,11 @@ def _run(
         )
     flags_config = config
     config, adapted = adapt.resolve(
-        config, data.train_rows, data.schema.label.head, one_machine=not cluster.is_distributed
+        config,
+        data.train_rows,
+        data.schema.label.head,
+        one_machine=not cluster.is_distributed,
+        replicas=replicas,
     )
     if "bags" in adapted and record_lib.finished(
         job

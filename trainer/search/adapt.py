@@ -69,6 +69,31 @@ def batch_size(rows: int, default: int) -> int:
     return max(1, min(default, rows, max(MIN_BATCH_SIZE, power)))
 
 
+def divisible_batch(batch: int, replicas: int) -> int:
+    """`batch` rounded down to a multiple of `replicas` (at least one example each): the
+    global batch that synchronous replicas split evenly."""
+    return max(replicas, batch - batch % replicas)
+
+
+def check_global_batch(config: RunConfig, replicas: int) -> None:
+    """A --batch_size the user set must split evenly over `replicas` synchronous replicas
+    (MultiWorkerMirroredStrategy: the chief and the workers); one left to the data is rounded
+    by `resolve`.
+
+    Raises:
+        InputError: it does not, naming the sizes that do.
+    """
+    batch = config.train.batch_size
+    if replicas <= 1 or "batch_size" in config.auto or batch % replicas == 0:
+        return
+    lower = divisible_batch(batch, replicas)
+    raise InputError(
+        f"--batch_size={batch} does not split over the {replicas} synchronous replicas (each "
+        f"trains batch / {replicas} examples a step): use --batch_size={lower} or "
+        f"{lower + replicas}, or leave it to the data."
+    )
+
+
 def iteration_steps(rows: int, batch: int, default: int) -> int:
     """At most EPOCHS_PER_ITERATION epochs of `rows` in batches of `batch`, at most `default`."""
     return max(1, min(default, math.ceil(EPOCHS_PER_ITERATION * rows / batch)))
@@ -107,11 +132,12 @@ def _flag_value(value):
 
 
 def resolve(
-    config: RunConfig, rows: int, head: HeadType, *, one_machine: bool = True
+    config: RunConfig, rows: int, head: HeadType, *, one_machine: bool = True, replicas: int = 1
 ) -> tuple[RunConfig, dict]:
     """`config` with its `auto` flags chosen for `rows` training rows of a `head` task on one
-    machine or a cluster, and what changed ({flag: {"value", "default", "why"}}, values as
-    the command line writes them; empty when nothing did)."""
+    machine or a cluster of `replicas` synchronous replicas (each batch split over them),
+    and what changed ({flag: {"value", "default", "why"}}, values as the command line writes
+    them; empty when nothing did)."""
     small = rows < SMALL_TABLE_ROWS
     changes: dict[str, dict] = {}
 
@@ -124,8 +150,9 @@ def resolve(
     batch = choose(
         "batch_size",
         config.train.batch_size,
-        batch_size(rows, config.train.batch_size),
-        f"{rows} training rows: about {ROWS_PER_BATCH} batches per epoch or more",
+        divisible_batch(batch_size(rows, config.train.batch_size), replicas),
+        f"{rows} training rows: about {ROWS_PER_BATCH} batches per epoch or more"
+        + (f", a multiple of the {replicas} synchronous replicas" if replicas > 1 else ""),
     )
     steps = choose(
         "max_iteration_steps",
