@@ -57,6 +57,24 @@ def test_one_worker_with_a_huge_chunk_approaches_one_process(placement):
     assert every_step.per_worker_efficiency < bound.per_worker_efficiency
 
 
+@pytest.mark.parametrize("workers", [0, 1, 4])
+def test_a_host_of_its_own_with_a_quarter_core_does_everything_four_times_slower(workers):
+    """A simulated host's CPU budget scales every time of the model alike (each is CPU work
+    there): examples/s fall by the budget, efficiency and the bottleneck stay."""
+    whole = predict(job(workers=workers, ps=int(workers > 0)))
+    quarter = predict(job(workers=workers, ps=int(workers > 0), replica_cores=0.25))
+    assert quarter.examples_per_s == pytest.approx(whole.examples_per_s / 4)
+    assert quarter.per_worker_efficiency == pytest.approx(whole.per_worker_efficiency)
+    assert quarter.bottleneck == whole.bottleneck
+
+
+def test_a_host_per_process_and_one_shared_machine_exclude_each_other():
+    with pytest.raises(ValueError, match="exclude each other"):
+        job(cores=2, replica_cores=0.5)
+    with pytest.raises(ValueError, match="replica_cores"):
+        job(replica_cores=0.0)
+
+
 def test_chunks_last_about_chunk_secs_at_the_rate_they_give():
     timed = predict(job(chunks=Chunks(100, chunk_secs=0.5), workers=4))
     worker_steps_per_s = timed.examples_per_s / 64 / 4

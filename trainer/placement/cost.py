@@ -20,6 +20,10 @@ variables for a chunk of steps):
   bytes/s than they serve, or (`cores`: every process on one machine) keep more processes busy
   than there are cores, every worker slows down by that ratio. A server serving at full
   bandwidth keeps one core busy.
+- `replica_cores`: every process on a host of its own with that much CPU (the simulated
+  cluster of `bench/simcluster.py`: a CPU quota per replica). Everything the model times is
+  CPU work there, so each time (per example, per step, per chunk) is divided by it and a
+  server's bandwidth multiplied by it: the parameters are then those of one core.
 - Every job (the ensembles, each subnetwork) trains the iteration's step budget; a unit steps
   until each of its jobs has it, and the iteration ends with the slowest job. Under
   replication every worker adds steps to one unit; under round-robin the units are
@@ -100,6 +104,18 @@ DEFAULT_PARAMS = CostParams(
 )
 
 
+# One core's parameters, fitted to the simulated cluster's rows (bench/results/
+# cluster_simulated.json: every replica a host of its own with a CPU quota; `bench/cluster.py
+# --simulate --fit_only`), rounded. With `ClusterJob.replica_cores` they scale to a host's
+# cores; `deploy.submit --dry_run` estimates with them.
+SIMULATED_PARAMS = CostParams(
+    compute_s_per_example=2.05e-5,
+    step_overhead_s=1.33e-3,
+    chunk_latency_s=2.2e-3,
+    ps_bandwidth_bytes_per_s=1.8e8,
+)
+
+
 @dataclasses.dataclass(frozen=True)
 class Chunks:
     """How many steps a worker trains between two exchanges with the parameter servers.
@@ -139,7 +155,8 @@ class ClusterJob:
 
     `workers=0` is one process with no cluster (the baseline). `cores=None`: every process on
     its own machine (Vertex AI); an int: every process shares that many cores (a local
-    cluster).
+    cluster). `replica_cores`: every process on a host of its own with that many cores (a
+    simulated cluster; None: the parameters' own machine).
     """
 
     placement: Placement
@@ -150,6 +167,7 @@ class ClusterJob:
     subnetwork_bytes: tuple[int, ...]  # variable bytes of each new subnetwork: k = len
     optimizer_slots: int = 2
     cores: int | None = None
+    replica_cores: float | None = None
 
     def __post_init__(self):
         if self.workers < 0:
@@ -168,6 +186,13 @@ class ClusterJob:
             )
         if self.cores is not None and self.cores < 1:
             raise ValueError(f"cores ({self.cores}) must be >= 1, or None (own machines).")
+        if self.replica_cores is not None and not self.replica_cores > 0:
+            raise ValueError(f"replica_cores ({self.replica_cores}) must be > 0, or None.")
+        if self.replica_cores is not None and self.cores is not None:
+            raise ValueError(
+                "replica_cores (a host per process) and cores (one shared machine) "
+                "exclude each other."
+            )
 
     @classmethod
     def from_row(cls, row: Mapping) -> ClusterJob:
@@ -189,6 +214,7 @@ class ClusterJob:
             subnetwork_bytes=tuple(row["subnetwork_bytes"]),
             optimizer_slots=row["optimizer_slots"],
             cores=row["cores"],
+            replica_cores=row.get("replica_cores"),
         )
 
     def share(self, unit: Unit) -> float:
@@ -309,6 +335,8 @@ def fit(
 
 def _predict(job: ClusterJob, params: CostParams, chunk: float) -> Prediction:
     """`predict` with chunks of `chunk` steps."""
+    if job.replica_cores is not None:
+        params = _on_cores(params, job.replica_cores)
     everything = Unit(ensemble=True, subnetworks=tuple(range(len(job.subnetwork_bytes))))
     baseline_step_s = _compute_s(job, everything, params)
     baseline = dict(
@@ -360,6 +388,17 @@ def _predict(job: ClusterJob, params: CostParams, chunk: float) -> Prediction:
         job_steps_per_s=pace,
         bottleneck=bottleneck,
         **baseline,
+    )
+
+
+def _on_cores(params: CostParams, cores: float) -> CostParams:
+    """One core's parameters on a host of `cores` cores: every time shorter, the servers'
+    bandwidth larger, by `cores`."""
+    return CostParams(
+        compute_s_per_example=params.compute_s_per_example / cores,
+        step_overhead_s=params.step_overhead_s / cores,
+        chunk_latency_s=params.chunk_latency_s / cores,
+        ps_bandwidth_bytes_per_s=params.ps_bandwidth_bytes_per_s * cores,
     )
 
 
