@@ -614,12 +614,24 @@ def submit(
         file=out,
     )
     if shape is not None:
-        trainer_args = submission.spec["workerPoolSpecs"][0]["pythonPackageSpec"]["args"]
-        print("\n".join(f"# {line}" for line in estimate(shape, trainer_args)), file=out)
+        pools = submission.spec["workerPoolSpecs"]
+        trainer_args = pools[0]["pythonPackageSpec"]["args"]
+        worker_pool = pools[1] if shape.workers and len(pools) > 1 and pools[1] else pools[0]
+        machine = worker_pool.get("machineSpec", {}).get("machineType")
+        lines = estimate(shape, trainer_args, machine_type=machine)
+        print("\n".join(f"# {line}" for line in lines), file=out)
     return None if dry_run else create_job(cloud, submission)
 
 
-def estimate(shape: ClusterShape, trainer_args: Sequence[str]) -> list[str]:
+def machine_vcpus(machine_type: str | None) -> int | None:
+    """The vCPUs a Compute Engine machine type's name gives (`n1-standard-8`: 8), or None."""
+    match = re.fullmatch(r"[a-z0-9]+-[a-z]+-(\d+)", machine_type or "")
+    return int(match.group(1)) if match else None
+
+
+def estimate(
+    shape: ClusterShape, trainer_args: Sequence[str], *, machine_type: str | None = None
+) -> list[str]:
     """The cost model's estimate of a job's training speed, in lines of text.
 
     Args:
@@ -627,6 +639,8 @@ def estimate(shape: ClusterShape, trainer_args: Sequence[str]) -> list[str]:
         trainer_args: the chief's args; --placement, --batch_size, --steps_per_loop,
             --chunk_secs, --max_iteration_steps and --optimizer are read, the trainer's
             defaults otherwise.
+        machine_type: the workers' machine type (its vCPUs scale the examples/s; efficiency
+            and speedup do not depend on them).
 
     Returns:
         What the model predicts (with its assumptions) and a one-line verdict.
@@ -643,10 +657,17 @@ def estimate(shape: ClusterShape, trainer_args: Sequence[str]) -> list[str]:
         args, _ = flags.parse_known_args(list(trainer_args))
     except argparse.ArgumentError as e:
         return [f"no estimate of the training speed: {e}."]
+    vcpus = machine_vcpus(machine_type)
+    cores = (
+        f"{machine_type}'s {vcpus} vCPUs per replica, each counted as one core of the fit (an "
+        "upper bound: a small model keeps few cores busy)"
+        if vcpus
+        else "one core per replica (no machine type with a vCPU count)"
+    )
     head = [
-        "estimate of the training speed (trainer/placement/cost.py, fitted on a local cluster):",
-        "it assumes one machine per replica (machine types are not modelled) and the default "
-        "search's model on census.",
+        "estimate of the training speed (trainer/placement/cost.py, fitted on a simulated "
+        "cluster, a host of its own per replica: bench/cluster.py --simulate):",
+        f"examples/s for {cores}; the default search's model on census.",
     ]
     if shape.workers and not shape.ps:
         return head + [
@@ -662,10 +683,11 @@ def estimate(shape: ClusterShape, trainer_args: Sequence[str]) -> list[str]:
             chunks=cost.Chunks(args.steps_per_loop, args.chunk_secs, args.max_iteration_steps),
             subnetwork_bytes=cost.CENSUS_SUBNETWORK_BYTES,
             optimizer_slots=cost.OPTIMIZER_SLOTS[args.optimizer],
+            replica_cores=vcpus or 1,
         )
     except ValueError as e:
         return [f"no estimate of the training speed: {e}"]
-    p = cost.predict(job)
+    p = cost.predict(job, cost.SIMULATED_PARAMS)
     one = f"one process: ~{p.baseline_examples_per_s:,.0f} examples/s"
     steps = args.max_iteration_steps
     one_iteration = f"~{steps / p.baseline_job_steps_per_s:,.1f} s"

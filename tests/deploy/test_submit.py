@@ -281,9 +281,11 @@ def test_submit_uploads_the_sdist_and_sends_the_dry_run_body(cloud_sdk, gcs, tmp
     after = text[text.index("\n]\n") + 3 :].splitlines()
     assert after[0].startswith("# equivalent gcloud command") and after[1].startswith("gcloud ")
     assert all(line.startswith("# ") for line in after[2:]), "the estimate is a comment"
+    pools = dry[1]["body"]["jobSpec"]["workerPoolSpecs"]
     assert [line[2:] for line in after[2:]] == submit.estimate(
         job_spec.read_job_config(submit.CONFIG).shape,
-        dry[1]["body"]["jobSpec"]["workerPoolSpecs"][0]["pythonPackageSpec"]["args"],
+        pools[0]["pythonPackageSpec"]["args"],
+        machine_type=pools[1]["machineSpec"]["machineType"],  # the workers'
     )
 
     job = submit.submit(cloud, out=io.StringIO(), **options)
@@ -390,7 +392,7 @@ def test_command_line_flags_become_job_options():
 
 def test_dry_run_estimate_of_config_yaml_says_what_the_cost_model_predicts():
     config = job_spec.read_job_config(submit.CONFIG)
-    lines = submit.estimate(config.shape, config.args)
+    lines = submit.estimate(config.shape, config.args, machine_type="n1-standard-8")
     p = cost.predict(
         cost.ClusterJob(
             placement=Placement.REPLICATION,
@@ -401,9 +403,12 @@ def test_dry_run_estimate_of_config_yaml_says_what_the_cost_model_predicts():
                 steps_per_loop=100, chunk_secs=submit.TRAINER_DEFAULTS["chunk_secs"], budget=750
             ),
             subnetwork_bytes=cost.CENSUS_SUBNETWORK_BYTES,
-        )
+            replica_cores=8,
+        ),
+        cost.SIMULATED_PARAMS,
     )
-    assert "one machine per replica (machine types are not modelled)" in lines[1]
+    assert "a host of its own per replica" in lines[0]
+    assert "n1-standard-8's 8 vCPUs per replica" in lines[1]
     assert lines[2].startswith(
         f"2 workers, 1 ps, replication, batch 256, chunks of ~{p.steps_per_chunk:,.0f} steps: "
         f"~{p.examples_per_s:,.0f} examples/s, per-worker efficiency "
@@ -411,6 +416,18 @@ def test_dry_run_estimate_of_config_yaml_says_what_the_cost_model_predicts():
     )
     assert lines[3].startswith("an iteration's 750 steps per job: ~")
     assert lines[4] == f"a cluster of 2 workers trains ~{p.speedup:.1f}x one process."
+    # Efficiency and the verdict do not depend on the machine; examples/s do.
+    unknown = submit.estimate(config.shape, config.args, machine_type="custom")
+    assert "one core per replica" in unknown[1] and unknown[4] == lines[4]
+
+
+@pytest.mark.parametrize(
+    "machine_type, vcpus",
+    [("n1-standard-8", 8), ("n2-highmem-16", 16), ("e2-standard-4", 4), ("a2-highgpu-1g", None),
+     (None, None)],
+)  # fmt: skip
+def test_a_machine_types_vcpus_come_from_its_name(machine_type, vcpus):
+    assert submit.machine_vcpus(machine_type) == vcpus
 
 
 @pytest.mark.parametrize(
