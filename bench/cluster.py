@@ -6,7 +6,7 @@ Run from the repo root::
     .venv/bin/python bench/cluster.py                          # 1, 2, 4 workers x 2 placements
     .venv/bin/python bench/cluster.py --workers=2 --placements=round_robin --append
     .venv/bin/python bench/cluster.py --fit_only                # refit --out, run nothing
-    sudo .venv/bin/python bench/cluster.py --simulate --workers=1,2,4 --synchronous=1,2,4
+    sudo .venv/bin/python bench/cluster.py --simulate --workers=1,2,4 --synchronous=2
     sudo .venv/bin/python bench/cluster.py --simulate --append --replica_cores=0.15 \
         --workers=8 --synchronous=                              # 8 workers on 10 x 0.15 cores
 
