@@ -445,9 +445,10 @@ def main() -> None:
     )
     simulated.add_argument(
         "--fit_workers",
-        default="0,1,2",
+        default="0,1,2,4",
         help="the worker counts whose rows fit the cost model; the other rows are predicted "
-        "by it (its held-out error)",
+        "by it (its held-out error). Rows of 0-2 workers have no unit that trains part of "
+        "the subnetworks, so they cannot tell the input's share (cost.CostParams.input_share)",
     )
     args = parser.parse_args()
     if args.simulate:

@@ -154,6 +154,7 @@ TRUE = CostParams(
     step_overhead_s=4e-4,
     chunk_latency_s=6e-3,
     ps_bandwidth_bytes_per_s=8e7,
+    input_share=0.4,
 )
 
 
@@ -196,8 +197,11 @@ def synthetic_rows(params: CostParams) -> list[dict]:
 
 def test_fit_recovers_the_parameters_of_its_own_predictions():
     fitted = fit(synthetic_rows(TRUE))
-    for field in dataclasses.fields(CostParams):
+    for field in dataclasses.fields(CostParams)[:-1]:
         assert getattr(fitted, field.name) == pytest.approx(getattr(TRUE, field.name), rel=0.02)
+    # Only round-robin's slowest unit tells the input's share apart: the prior (0.3) keeps
+    # part of its pull.
+    assert abs(fitted.input_share - TRUE.input_share) < abs(PRIOR.input_share - TRUE.input_share)
 
 
 def test_fit_holds_what_the_rows_cannot_tell_apart_at_the_prior():
@@ -213,6 +217,18 @@ def test_fit_holds_what_the_rows_cannot_tell_apart_at_the_prior():
 def test_bad_values_name_the_field():
     with pytest.raises(ValueError, match=r"chunk_latency_s \(0\) must be > 0"):
         dataclasses.replace(TRUE, chunk_latency_s=0)
+    with pytest.raises(ValueError, match=r"input_share \(1\) must be in \[0, 1\)"):
+        dataclasses.replace(TRUE, input_share=1)
+
+
+def test_a_unit_of_one_subnetwork_still_pays_for_the_whole_input():
+    """The input's share of an example's work is paid by every unit: with it a unit that
+    trains a small part of the model costs more than that part of a whole step."""
+    one = job(workers=5, placement=ROUND_ROBIN)
+    without = predict(one, dataclasses.replace(TRUE, input_share=0.0))
+    with_input = predict(one, TRUE)
+    assert with_input.baseline_examples_per_s == pytest.approx(without.baseline_examples_per_s)
+    assert with_input.job_steps_per_s < 0.9 * without.job_steps_per_s
     with pytest.raises(ValueError, match=r"ps \(0\) must be >= 1 with 2 workers"):
         job(workers=2, ps=0)
     with pytest.raises(ValueError, match=r"steps_per_loop \(0\) must be >= 1"):

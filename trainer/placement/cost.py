@@ -5,11 +5,13 @@ how fast it gets through an iteration, from the cluster's shape; fitted to the r
 What it assumes (`CoordinatedLoop` in `trainer/distribute/loops.py`, whose workers keep their unit's
 variables for a chunk of steps):
 
-- A worker's step of unit `u` costs `share(u) x compute_s_per_example x batch_size +
-  step_overhead_s`. `share` is 1 for every job at once (all subnetworks forward and backward,
-  and the ensembles); a subnetwork's part is its fraction of the variables (dense layers do
-  work in proportion to their weights), and a subnetwork the unit only reads (the ensemble
-  unit reads them all) costs `FORWARD_SHARE` of that: a forward pass, no backward.
+- A worker's step of unit `u` costs `(input_share + (1 - input_share) x share(u)) x
+  compute_s_per_example x batch_size + step_overhead_s`. `input_share` is the part of an
+  example's work every unit pays in full (reading, parsing and encoding the batch); `share`,
+  of the rest, is 1 for every job at once (all subnetworks forward and backward, and the
+  ensembles); a subnetwork's part is its fraction of the variables (dense layers do work in
+  proportion to their weights), and a subnetwork the unit only reads (the ensemble unit reads
+  them all) costs `FORWARD_SHARE` of that: a forward pass, no backward.
 - Once per chunk of steps, a worker pulls the variables its unit trains and their optimizer
   slots, and the ones it only reads, and pushes the trained ones back:
   `2 x (1 + slots) x trained + read` bytes through the parameter servers, at
@@ -75,12 +77,16 @@ class CostParams:
     step_overhead_s: float  # per step of any unit: dispatch, the input pipeline
     chunk_latency_s: float  # per chunk: the coordinator schedules it on a worker
     ps_bandwidth_bytes_per_s: float  # per parameter server, shared by every worker
+    # of an example's work, what every unit pays in full: the input (0: none of it)
+    input_share: float = 0.0
 
     def __post_init__(self):
-        for field in dataclasses.fields(self):
+        for field in dataclasses.fields(self)[:-1]:
             value = getattr(self, field.name)
             if not value > 0:
                 raise ValueError(f"{field.name} ({value}) must be > 0.")
+        if not 0 <= self.input_share < 1:
+            raise ValueError(f"input_share ({self.input_share}) must be in [0, 1).")
 
 
 # Where `fit` starts, and what it holds the parameters the rows cannot tell apart at: about 30%
@@ -92,10 +98,13 @@ PRIOR = CostParams(
     step_overhead_s=1.0e-3,
     chunk_latency_s=2e-3,
     ps_bandwidth_bytes_per_s=3e8,
+    input_share=0.3,
 )
 
 # The fit of bench/results/cluster.json (2 cores; its rows were measured when every step moved
-# the variables, so they are fitted as chunks of 1 step), rounded: `bench/cluster.py --fit_only`.
+# the variables, so they are fitted as chunks of 1 step), rounded, from before `input_share`
+# (0 here: the model as it was fitted). Those rows are the shared machine's limit: refitted
+# with `input_share` they move every parameter far off (bandwidth 7.5 MB/s), so they stay.
 DEFAULT_PARAMS = CostParams(
     compute_s_per_example=3.4e-6,
     step_overhead_s=1.2e-3,
@@ -104,15 +113,17 @@ DEFAULT_PARAMS = CostParams(
 )
 
 
-# One core's parameters, fitted to the simulated cluster's rows (bench/results/
+# One core's parameters, fitted to the simulated cluster's rows of 0-4 workers (bench/results/
 # cluster_simulated.json: every replica a host of its own with a CPU quota; `bench/cluster.py
-# --simulate --fit_only`), rounded. With `ClusterJob.replica_cores` they scale to a host's
-# cores; `deploy.submit --dry_run` estimates with them.
+# --simulate --fit_only`; the 8-worker rows held out), rounded. With
+# `ClusterJob.replica_cores` they scale to a host's cores; `deploy.submit --dry_run` estimates
+# with them.
 SIMULATED_PARAMS = CostParams(
-    compute_s_per_example=2.05e-5,
-    step_overhead_s=1.33e-3,
+    compute_s_per_example=1.78e-5,
+    step_overhead_s=2.0e-3,
     chunk_latency_s=2.2e-3,
-    ps_bandwidth_bytes_per_s=1.8e8,
+    ps_bandwidth_bytes_per_s=1.97e8,
+    input_share=0.34,
 )
 
 
@@ -280,10 +291,11 @@ def fit(
 ) -> CostParams:
     """The parameters that best predict the rows' examples/s (least squares of log ratios).
 
-    Levenberg-Marquardt over the parameters' logs. The prior holds what the rows cannot tell
-    apart (one batch size cannot separate the compute per example from the overhead per
-    step; one chunk size cannot separate latency from bandwidth): each parameter's log
-    distance from `prior`, times `prior_weight`, is one more residual.
+    Levenberg-Marquardt over the parameters' logs (`input_share`'s log-odds). The prior
+    holds what the rows cannot tell apart (one batch size cannot separate the compute per
+    example from the overhead per step; one chunk size cannot separate latency from
+    bandwidth; rows whose units all train every subnetwork say nothing of `input_share`):
+    each parameter's distance from `prior`, times `prior_weight`, is one more residual.
 
     Args:
         rows: `bench/cluster.py` rows (`ClusterJob.from_row`'s keys and `examples_per_s`);
@@ -302,10 +314,10 @@ def fit(
         raise ValueError("fit needs at least one row with examples_per_s.")
     jobs = [ClusterJob.from_row(r) for r in measured_rows]
     measured = np.log([r["examples_per_s"] for r in measured_rows])
-    start = np.log(dataclasses.astuple(prior))
+    start = _to_theta(prior)
 
     def residuals(theta):
-        params = CostParams(*np.exp(theta))
+        params = _from_theta(theta)
         predicted = np.log([predict(job, params).examples_per_s for job in jobs])
         return np.concatenate([predicted - measured, prior_weight * (theta - start)])
 
@@ -330,7 +342,30 @@ def fit(
             damping *= 4
             if damping > 1e8:
                 break
-    return CostParams(*(float(v) for v in np.exp(theta)))
+    return _from_theta(theta)
+
+
+def _to_theta(params: CostParams):
+    """The parameters as `fit` searches them: logs, and `input_share`'s log-odds (a prior of
+    0 is taken as 1e-3: the search needs a finite start)."""
+    import numpy as np
+
+    *scales, share = dataclasses.astuple(params)
+    share = min(max(share, 1e-3), 1 - 1e-6)
+    return np.array([*np.log(scales), np.log(share / (1 - share))])
+
+
+def _from_theta(theta) -> CostParams:
+    import numpy as np
+
+    compute, overhead, latency, bandwidth, logit = (float(v) for v in theta)
+    return CostParams(
+        compute_s_per_example=float(np.exp(compute)),
+        step_overhead_s=float(np.exp(overhead)),
+        chunk_latency_s=float(np.exp(latency)),
+        ps_bandwidth_bytes_per_s=float(np.exp(bandwidth)),
+        input_share=float(1 / (1 + np.exp(-logit))),
+    )
 
 
 def _predict(job: ClusterJob, params: CostParams, chunk: float) -> Prediction:
@@ -399,11 +434,13 @@ def _on_cores(params: CostParams, cores: float) -> CostParams:
         step_overhead_s=params.step_overhead_s / cores,
         chunk_latency_s=params.chunk_latency_s / cores,
         ps_bandwidth_bytes_per_s=params.ps_bandwidth_bytes_per_s * cores,
+        input_share=params.input_share,
     )
 
 
 def _compute_s(job: ClusterJob, unit: Unit, params: CostParams) -> float:
-    return job.share(unit) * params.compute_s_per_example * job.batch_size + params.step_overhead_s
+    share = params.input_share + (1 - params.input_share) * job.share(unit)
+    return share * params.compute_s_per_example * job.batch_size + params.step_overhead_s
 
 
 def _jobs(unit: Unit) -> tuple[int, ...]:
