@@ -194,6 +194,7 @@ def preflight(
         outputs: (flag, dir) pairs; the same dir is probed once.
         inputs: (flag, comma-separated files or globs) pairs; None where not given.
     """
+    outputs = list(outputs)
     seen = set()
     for flag, path in outputs:
         if path not in seen:
@@ -202,6 +203,62 @@ def preflight(
     for flag, patterns in inputs:
         if patterns:
             check_readable(patterns, flag=flag)
+    warning = lost_with_container(outputs)
+    if warning:
+        logging.warning("%s", warning)
+
+
+# -- outputs that die with their container --------------------------------------------------
+# Files that exist in Docker's and Podman's containers (and in no host's root).
+CONTAINER_MARKERS = ("/.dockerenv", "/run/.containerenv")
+
+
+def lost_with_container(
+    outputs: Iterable[tuple[str, str]],
+    *,
+    markers: Iterable[str] = CONTAINER_MARKERS,
+    mountinfo: str = "/proc/self/mountinfo",
+) -> str | None:
+    """A warning when this process runs in a container and local outputs are on the
+    container's own root filesystem, which goes with the container: `gcloud ai custom-jobs
+    local-run` runs `docker run --rm` in `/usr/app`, so a job given no `--job_dir` (and no
+    `AIP_MODEL_DIR`) writes `runs/adanet` there and loses it when it exits. A folder on a mount
+    of its own (a volume, `-v HOST:PATH`) or in Cloud Storage outlives it. None otherwise.
+    """
+    if not any(os.path.exists(m) for m in markers):
+        return None
+    try:
+        with open(mountinfo) as f:
+            mounts = [_mount_point(line) for line in f]
+    except OSError:
+        return None
+    lost: dict[str, list[str]] = {}
+    for flag, path in outputs:
+        if is_gcs(path) or is_fuse(path):
+            continue
+        absolute = os.path.realpath(path)
+        point = max((m for m in mounts if _under(absolute, m)), key=len, default="/")
+        if point == "/":
+            lost.setdefault(absolute, []).append(flag)
+    if not lost:
+        return None
+    where = "; ".join(f"{', '.join(flags)}: {path}" for path, flags in lost.items())
+    return (
+        f"This process runs in a container, and its outputs go to the container's own "
+        f"filesystem ({where}): they are lost when the container is removed (`gcloud ai "
+        "custom-jobs local-run` removes it when the job ends). Fix: pass "
+        "--job_dir=gs://BUCKET/PATH, or a folder mounted from the host (docker run -v)."
+    )
+
+
+def _mount_point(line: str) -> str:
+    """The mount point of a /proc/self/mountinfo line (field 5; spaces escaped as \\040)."""
+    fields = line.split()
+    return fields[4].replace("\\040", " ") if len(fields) > 4 else "/"
+
+
+def _under(path: str, mount_point: str) -> bool:
+    return mount_point == "/" or path == mount_point or path.startswith(mount_point + "/")
 
 
 def _storage_message(flag: str, path: str, action: str, error: tf.errors.OpError) -> str:
