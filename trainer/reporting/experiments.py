@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
-import importlib.util
 import queue
 import re
 import threading
@@ -39,7 +38,7 @@ from typing import Any, Protocol
 
 from absl import logging
 
-from trainer.errors import InputError
+from trainer.errors import InputError, require
 from trainer.search.record import IterationRecord
 
 DEFAULT_REGION = "us-central1"
@@ -175,10 +174,11 @@ def resolve(
         region=region or environ_region or DEFAULT_REGION,
         api_endpoint=api_endpoint,
     )
-    if importlib.util.find_spec("google.cloud.aiplatform") is None:
-        raise InputError(
-            "--experiment needs the Vertex AI SDK: pip install 'google-cloud-aiplatform>=1.60'."
-        )
+    require(
+        "google.cloud.aiplatform",
+        distribution="the Vertex AI SDK (google-cloud-aiplatform)",
+        needed_by=f"--experiment={experiment}",
+    )
     return target
 
 

@@ -39,7 +39,7 @@ import time
 
 from absl import logging
 
-from trainer.errors import InputError
+from trainer.errors import InputError, require
 from trainer.input import blocks
 from trainer.input.formats import shards
 from trainer.input.formats.base import Format, Reading, Source, with_typed_categorical
@@ -69,6 +69,11 @@ class Table:
 
     @classmethod
     def parse(cls, uri: str, *, flag: str, default_project: str | None) -> Table:
+        require(
+            "google.cloud.bigquery_storage_v1",
+            distribution="google-cloud-bigquery-storage",
+            needed_by=f"{flag}={uri} (a BigQuery table)",
+        )
         match = _NAME.match(uri.strip()[len(PREFIX) :])
         if not match:
             raise InputError(
