@@ -1,21 +1,38 @@
-"""Submit training: build the sdist, upload it to a bucket, and create a Vertex AI CustomJob
-from `config.yaml` (chief, worker, ps and evaluator pools, a base output directory) and the job
-options on the command line.
+"""Submit training: create a Vertex AI CustomJob from `config.yaml` (chief, worker, ps and
+evaluator pools, a base output directory) and the job options on the command line, building and
+uploading the trainer's sdist first when a pool runs it.
 
+    python -m deploy.submit --project=P --output_dir=gs://B/runs/census-1 \\
+        --extra_args=--train_data=gs://B/data/train.csv
+    python -m deploy.submit --project=P --output_dir=gs://B/runs/census-1 \\
+        --image_uri=us-central1-docker.pkg.dev/P/adanet/trainer-cpu:0.2.0
     python -m deploy.submit --project=P --staging_uri=gs://B/dist \\
-        --output_dir=gs://B/runs/census-1 --extra_args=--train_data=gs://B/data/train.csv
+        --output_dir=gs://B/runs/census-1 --config=my-package-job.yaml
 
-Every pool's `packageUris` becomes the uploaded sdist; `--output_dir` sets
-`baseOutputDirectory`; `--extra_args` are appended to every pool's args. Job options come from
-config.yaml (as `gcloud ai custom-jobs create --config` takes them) or flags, which win: a
-Vertex TensorBoard (`tensorboard`, with `serviceAccount`), `network`, `enableWebAccess`,
-`scheduling` (`strategy` such as SPOT or FLEX_START, `timeout`, `maxWaitDuration`,
-`restartJobOnWorkerRestart`, `disableRetries`), and per pool a machine type, GPUs (a pool with
-a GPU runs the prebuilt tf-gpu image of the same version) and environment variables. All of it
-is checked before anything is built or sent. The resolved spec is written next to the sdist,
-and the equivalent `gcloud ai custom-jobs create` command printed. `--dry_run` also prints,
-after the requests, the cost model's estimate of the job's training speed
-(`trainer/placement/cost.py`) as `#` comment lines.
+A pool runs either the trainer's own image (`containerSpec`, built from
+`deploy/container/Dockerfile`, whose entry point is `python -m trainer.task`: config.yaml's
+pools, `us-central1-docker.pkg.dev/PROJECT/adanet/trainer-cpu:0.1.0`) or the sdist on a prebuilt
+image (`pythonPackageSpec`: its `packageUris` become the sdist uploaded to `--staging_uri`).
+A literal `PROJECT` segment right after the registry host of a config's `imageUri` is the
+placeholder of the project the image was pushed to: it becomes `--project` when that is a
+project id, as Artifact Registry's paths name it (with a project number the command stops and
+asks for the image).
+`--image_uri=[POOL:]IMAGE` runs the pools (default: all) as containerSpec pools of IMAGE
+instead. When no pool runs the sdist none is built or uploaded, and `--staging_uri` may be left
+out. `--output_dir` sets `baseOutputDirectory`; `--extra_args` are appended to every pool's
+args. Job options come from config.yaml (as `gcloud ai custom-jobs create --config` takes them)
+or flags, which win: a Vertex TensorBoard (`tensorboard`, with `serviceAccount`), `network`,
+`enableWebAccess`, `scheduling` (`strategy` such as SPOT or FLEX_START, `timeout`,
+`maxWaitDuration`, `restartJobOnWorkerRestart`, `disableRetries`), and per pool a machine
+type, GPUs and environment variables. A pool with a GPU runs the GPU twin of its image: the
+prebuilt tf-gpu image of the same version for tf-cpu, the trainer's `trainer-gpu` build of the
+same tag for `trainer-cpu`; any other image stays as named. All of it is checked before
+anything is built or sent. The resolved spec is written to `--dist_dir`, and the equivalent
+`gcloud ai custom-jobs create` command printed. A pool whose prebuilt image is past its end of
+availability, or within six months of it (`deploy/images.py`), gets a warning on stderr naming
+the date and what to use instead. `--dry_run` also prints, after the requests, the cost
+model's estimate of the job's training speed (`trainer/placement/cost.py`) as `#` comment
+lines.
 """
 
 from __future__ import annotations
@@ -23,6 +40,7 @@ from __future__ import annotations
 import argparse
 import copy
 import dataclasses
+import datetime
 import glob
 import json
 import os
@@ -34,7 +52,7 @@ import tempfile
 from collections.abc import Callable, Sequence
 from typing import Any, Generic, Protocol, TypeVar
 
-from deploy import api, storage
+from deploy import api, images, storage
 from trainer.distribute.local import job_spec
 from trainer.distribute.local.cluster import POOL_ROLES, ClusterShape
 from trainer.errors import InputError
@@ -83,6 +101,22 @@ GPUS = N1_GPUS + (
 # Machine series that take no GPU at all.
 _GPU_FREE_SERIES = {"e2", "n2", "n2d", "n4", "c2", "c2d", "c3", "c3d", "c4", "t2d", "m1", "m2"}
 _CPU_IMAGE = re.compile(r"^(?P<repo>[a-z0-9-]+-docker\.pkg\.dev/vertex-ai/training/)tf-cpu\.")
+# What a pool runs: the sdist on a prebuilt image, or an image of its own.
+TASK_SPECS = ("pythonPackageSpec", "containerSpec")
+# An image reference as Docker reads it: a lowercase registry host and path, then a tag or a
+# digest (a placeholder such as PROJECT, in capitals, is not one).
+_IMAGE_URI = re.compile(
+    r"^[a-z0-9]+([.-][a-z0-9]+)*(:\d+)?(/[a-z0-9]+(([._]|__|-+)[a-z0-9]+)*)+"
+    r"(:\w[\w.-]{0,127})?(@sha256:[0-9a-f]{64})?$"
+)
+# The module the trainer image's entry point runs (deploy/container/Dockerfile).
+IMAGE_MODULE = "trainer.task"
+# config.yaml's image: the placeholder of the project it was pushed to, right after the host.
+PROJECT_PLACEHOLDER = "PROJECT"
+_PLACEHOLDER_IMAGE = re.compile(rf"^(?P<host>[^/]+)/{PROJECT_PLACEHOLDER}/")
+_PROJECT_ID = re.compile(r"^[a-z][a-z0-9-]{4,28}[a-z0-9]$")
+# The trainer's CPU build (docs/deploy.md#custom-containers) and its GPU twin, of one tag.
+_TRAINER_CPU = re.compile(r"^(?P<path>.+/trainer)-cpu(?P<tag>:[\w.-]+)?$")
 _DURATION = re.compile(r"^\d+(\.\d{1,9})?s$")
 _FLAG_DURATION = re.compile(r"^(\d+)([smhd]?)$")
 _SERVICE_ACCOUNT = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}@([a-z0-9-]+\.)*gserviceaccount\.com$")
@@ -110,7 +144,8 @@ class JobOptions:
 
     Per-pool values are `[POOL:]VALUE` strings, POOL one of chief, worker, ps, evaluator:
     `machine_types` and `accelerators` (`TYPE[:COUNT]`) default to the pools that train
-    (chief and worker), `env` (`NAME=VALUE`) to every pool.
+    (chief and worker), `env` (`NAME=VALUE`) and `image_uris` (an image built from
+    `deploy/container/Dockerfile`) to every pool.
     """
 
     # The job
@@ -128,6 +163,7 @@ class JobOptions:
     machine_types: tuple[str, ...] = ()
     accelerators: tuple[str, ...] = ()
     env: tuple[str, ...] = ()
+    image_uris: tuple[str, ...] = ()  # [POOL:]IMAGE: run the pool as a containerSpec
 
 
 class Job(Protocol):
@@ -191,28 +227,32 @@ def load_config(path: str = CONFIG) -> dict:
 def resolve(
     spec: dict,
     *,
-    package_uri: str,
+    package_uri: str | None,
     output_dir: str | None = None,
     extra_args: Sequence[str] = (),
     options: JobOptions = JobOptions(),
     cloud: api.Cloud | None = None,
 ) -> dict:
-    """The spec with the sdist in every pool, the output directory, the extra args and the
-    job options, checked.
+    """The spec with the project in its images' `PROJECT` placeholder, the images of
+    `--image_uri`, the sdist in every pythonPackageSpec pool, the output directory, the extra
+    args and the job options, checked.
 
     Args:
         spec: a CustomJobSpec (config.yaml's).
-        package_uri: the uploaded sdist.
+        package_uri: the uploaded sdist (None if no pool runs it: all are containerSpec).
         output_dir: the base output directory (overrides the spec's).
         extra_args: trainer flags appended to every pool's args.
         options: job options from the command line (override the spec's).
-        cloud: the job's project and region (a bare TensorBoard id needs them).
+        cloud: the job's project and region (a bare TensorBoard id and the images'
+            `PROJECT` placeholder need them).
 
     Raises:
         DeployError: naming the key and value: a key deploy.submit does not take, a pool
-            without the trainer package, a bad URI, service account, TensorBoard or network
-            name, an unknown scheduling strategy or GPU, a GPU count without a type, a GPU the
-            machine type cannot take, a malformed or reserved environment variable.
+            without exactly one of pythonPackageSpec and containerSpec, a pythonPackageSpec
+            pool without `package_uri`, a bad URI, image (a placeholder left in it),
+            service account, TensorBoard or network name, an unknown scheduling strategy or
+            GPU, a GPU count without a type, a GPU the machine type cannot take, a malformed
+            or reserved environment variable.
     """
     unknown = sorted(set(spec) - _SPEC_KEYS) + sorted(
         f"scheduling.{k}" for k in set(spec.get("scheduling", {})) - _SCHEDULING_KEYS
@@ -224,17 +264,24 @@ def resolve(
             f"{', '.join(sorted(_SCHEDULING_KEYS))}); use the printed gcloud command for it."
         )
     spec = copy.deepcopy(spec)
-    for index, pool in enumerate(spec["workerPoolSpecs"]):
+    pools = spec["workerPoolSpecs"]
+    for index, pool in enumerate(pools):
+        if pool:  # not a skipped pool
+            _fill_project(task_spec(pool, f"workerPoolSpecs[{index}]"), cloud)
+    _use_images(pools, options.image_uris)
+    for index, pool in enumerate(pools):
         if not pool:
-            continue  # a skipped pool
-        package = pool.get("pythonPackageSpec")
-        if package is None:
-            raise api.DeployError(
-                f"workerPoolSpecs[{index}] has no pythonPackageSpec; "
-                "deploy.submit runs the trainer package in every pool."
-            )
-        package["packageUris"] = [package_uri]
-        package["args"] = list(package.get("args", [])) + list(extra_args)
+            continue
+        task = task_spec(pool, f"workerPoolSpecs[{index}]")
+        if "pythonPackageSpec" in pool:
+            if package_uri is None:
+                raise api.DeployError(
+                    f"workerPoolSpecs[{index}] runs the sdist (pythonPackageSpec): pass "
+                    "--staging_uri=gs://YOUR_BUCKET/dist, where it is uploaded, or run the "
+                    "pool on the trainer's image (--image_uri)."
+                )
+            task["packageUris"] = [package_uri]
+        task["args"] = list(task.get("args", [])) + list(extra_args)
     if output_dir:
         spec["baseOutputDirectory"] = {"outputUriPrefix": api.gcs_uri("--output_dir", output_dir)}
     prefix = spec.get("baseOutputDirectory", {}).get("outputUriPrefix", "")
@@ -248,6 +295,60 @@ def resolve(
         if pool:
             _check_pool(pool, f"workerPoolSpecs[{index}]")
     return spec
+
+
+def task_spec(pool: dict, where: str = "the pool") -> dict:
+    """What a pool runs: its pythonPackageSpec (the sdist on a prebuilt image) or its
+    containerSpec (an image whose entry point runs the trainer), whichever it has.
+
+    Raises:
+        DeployError: the pool has neither or both, or it is not a mapping.
+    """
+    found = [key for key in TASK_SPECS if key in pool]
+    if len(found) != 1 or not isinstance(pool[found[0]], dict):
+        raise api.DeployError(
+            f"{where} needs exactly one of pythonPackageSpec (the sdist on a prebuilt image) or "
+            f"containerSpec (the trainer's image, --image_uri), as a mapping; it has "
+            f"{' and '.join(found) or 'neither'}."
+        )
+    return pool[found[0]]
+
+
+def needs_package(spec: dict) -> bool:
+    """Whether a pool of the spec runs the sdist (a pythonPackageSpec), so it must be built."""
+    return any(pool and "pythonPackageSpec" in pool for pool in spec["workerPoolSpecs"])
+
+
+def _fill_project(task: dict, cloud: api.Cloud | None) -> None:
+    """A containerSpec's `HOST/PROJECT/...` image with the job's project in the placeholder,
+    when `--project` is a project id (Artifact Registry's paths name the id, not the number);
+    left as it is otherwise, for `_check_container` to refuse."""
+    image = task.get("imageUri")
+    if cloud is not None and isinstance(image, str) and _PROJECT_ID.match(cloud.project):
+        task["imageUri"] = _PLACEHOLDER_IMAGE.sub(rf"\g<host>/{cloud.project}/", image, count=1)
+
+
+def _use_images(pools: list, values: Sequence[str]) -> None:
+    """`--image_uri=[POOL:]IMAGE`: the pools become containerSpec pools of IMAGE with their
+    args and environment (the image's entry point is `python -m trainer.task`; another
+    pythonModule becomes the container's command)."""
+    for value in values:
+        chosen, image = _pools_of("--image_uri", value, pools, training=False)
+        if _PLACEHOLDER_IMAGE.match(image):
+            raise api.DeployError(
+                f"--image_uri={value}: {PROJECT_PLACEHOLDER} is config.yaml's placeholder; name "
+                "the image you pushed, as in --image_uri=us-central1-docker.pkg.dev/"
+                "YOUR_PROJECT/adanet/trainer-cpu:0.1.0."
+            )
+        for pool in chosen:
+            package = pool.pop("pythonPackageSpec", None)
+            container = pool.setdefault("containerSpec", {})
+            if package is not None:
+                container.update({k: package[k] for k in ("args", "env") if k in package})
+                module = package.get("pythonModule", IMAGE_MODULE)
+                if module != IMAGE_MODULE:
+                    container["command"] = ["python", "-m", module]
+            container["imageUri"] = image
 
 
 def _apply_options(spec: dict, options: JobOptions, cloud: api.Cloud | None) -> None:
@@ -294,7 +395,7 @@ def _apply_options(spec: dict, options: JobOptions, cloud: api.Cloud | None) -> 
             raise api.DeployError(f"--env={value} must be NAME=VALUE or POOL:NAME=VALUE.")
         chosen, named = _pools_of("--env", name, pools, training=False)
         for pool in chosen:
-            env = pool["pythonPackageSpec"].setdefault("env", [])
+            env = task_spec(pool).setdefault("env", [])
             env[:] = [e for e in env if e.get("name") != named] + [
                 {"name": named, "value": env_value}
             ]
@@ -392,7 +493,8 @@ def _check_job(spec: dict, cloud: api.Cloud | None) -> None:
 
 
 def _check_pool(pool: dict, where: str) -> None:
-    """A pool's GPUs (type, count, machine type; the image follows) and environment."""
+    """A pool's GPUs (type, count, machine type; its image's GPU twin follows), image, args
+    and environment."""
     machine = pool.get("machineSpec", {})
     kind, count = machine.get("acceleratorType"), machine.get("acceleratorCount")
     if count is not None and (isinstance(count, bool) or not isinstance(count, int) or count < 0):
@@ -425,17 +527,16 @@ def _check_pool(pool: dict, where: str) -> None:
                 f"{needs}, e.g. {'n1-standard-8' if kind in N1_GPUS else 'a2-, a3-, g2-'}); "
                 "set machineSpec.machineType or --machine_type."
             )
-        package = pool["pythonPackageSpec"]
-        image = _CPU_IMAGE.match(package.get("executorImageUri", ""))
-        if image:  # the prebuilt CPU image of a version has a GPU twin
-            package["executorImageUri"] = package["executorImageUri"].replace(
-                "/tf-cpu.", "/tf-gpu.", 1
-            )
-    for entry in pool["pythonPackageSpec"].get("env", []):
+        _use_gpu_twin(pool)
+    kind = next(key for key in TASK_SPECS if key in pool)
+    task = pool[kind]
+    if kind == "containerSpec":
+        _check_container(task, f"{where}.containerSpec")
+    for entry in task.get("env", []):
         name = entry.get("name") if isinstance(entry, dict) else None
         if not isinstance(name, str) or not _ENV_NAME.match(name) or set(entry) - {"name", "value"}:
             raise api.DeployError(
-                f"{where}.pythonPackageSpec.env entry {entry!r} must be {{name: NAME, value: "
+                f"{where}.{kind}.env entry {entry!r} must be {{name: NAME, value: "
                 "VALUE}} with a NAME of letters, digits and underscores (--env=NAME=VALUE)."
             )
         if _RESERVED_ENV.match(name):
@@ -444,6 +545,60 @@ def _check_pool(pool: dict, where: str) -> None:
                 "choose another name."
             )
         entry["value"] = str(entry.get("value", ""))
+
+
+def _use_gpu_twin(pool: dict) -> None:
+    """A GPU pool's image as its GPU build: the prebuilt tf-gpu image of a tf-cpu one, the
+    trainer's `trainer-gpu` of a `trainer-cpu` image of the same tag (not of a digest, which
+    names one build). Any other image has no known twin and stays as named."""
+    package = pool.get("pythonPackageSpec", {})
+    executor = package.get("executorImageUri")
+    if isinstance(executor, str) and _CPU_IMAGE.match(executor):
+        package["executorImageUri"] = executor.replace("/tf-cpu.", "/tf-gpu.", 1)
+    container = pool.get("containerSpec", {})
+    image = container.get("imageUri")
+    trainer = _TRAINER_CPU.match(image) if isinstance(image, str) else None
+    if trainer:
+        container["imageUri"] = f"{trainer.group('path')}-gpu{trainer.group('tag') or ''}"
+
+
+def _check_container(container: dict, where: str) -> None:
+    """A containerSpec's image (a real reference, not a placeholder), command and args."""
+    image = container.get("imageUri")
+    if isinstance(image, str) and _PLACEHOLDER_IMAGE.match(image):
+        raise api.DeployError(
+            f"{where}.imageUri ({image!r}) still holds the placeholder {PROJECT_PLACEHOLDER}, "
+            "which deploy.submit fills in with --project only when that is a project id (not "
+            "a number): pass --project=YOUR_PROJECT_ID, or --image_uri=IMAGE, or write your "
+            'image into config.yaml (build and push it first: docs/deploy.md, "Custom '
+            'containers").'
+        )
+    if not isinstance(image, str) or not _IMAGE_URI.match(image):
+        raise api.DeployError(
+            f"{where}.imageUri ({image!r}) is not an image reference (a lowercase "
+            "REGISTRY/PATH[:TAG|@sha256:DIGEST], such as us-central1-docker.pkg.dev/"
+            "my-project/adanet/trainer-cpu:0.1.0): build and push the trainer's image "
+            "(deploy/container/Dockerfile) and give its URI (--image_uri)."
+        )
+    for key in ("command", "args"):
+        value = container.get(key, [])
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise api.DeployError(f"{where}.{key} ({value!r}) must be a list of strings.")
+
+
+def image_warnings(spec: dict, *, today: datetime.date) -> list[str]:
+    """A warning for each prebuilt image of the spec's pools (an executor image, or a
+    container's image) that is past its end of availability on `today`, or within six months
+    of it, naming the pools that use it (`deploy.images.warning`); none for images with time
+    left or custom ones."""
+    pools_of: dict[str, list[str]] = {}
+    for index, pool in enumerate(spec.get("workerPoolSpecs", [])):
+        task: dict = next(((pool or {})[key] for key in TASK_SPECS if key in (pool or {})), {})
+        uri = task.get("executorImageUri") or task.get("imageUri")
+        if isinstance(uri, str) and uri:
+            pools_of.setdefault(uri, []).append(f"workerPoolSpecs[{index}]")
+    found = ((pools, images.warning(uri, today=today)) for uri, pools in pools_of.items())
+    return [f"{', '.join(pools)}: {text}" for pools, text in found if text]
 
 
 def build_sdist(dist_dir: str) -> str:
@@ -480,10 +635,11 @@ J = TypeVar("J", bound=Job)
 
 @dataclasses.dataclass(frozen=True)
 class Staged(Generic[J]):
-    """The sdist built (not yet uploaded), where it goes, and the job that runs it."""
+    """The sdist built (not yet uploaded), where it goes, and the job that runs it; no sdist
+    (None) when every pool runs an image of its own (containerSpec)."""
 
-    sdist: str
-    package_uri: str
+    sdist: str | None
+    package_uri: str | None
     job: J
 
 
@@ -491,59 +647,72 @@ def stage(
     cloud: api.Cloud,
     make: Callable[[dict], J],
     *,
-    staging_uri: str,
+    staging_uri: str | None = None,
     config: str = CONFIG,
     output_dir: str | None = None,
     extra_args: Sequence[str] = (),
     options: JobOptions = JobOptions(),
     dist_dir: str | None = None,
+    today: datetime.date | None = None,
 ) -> Staged[J]:
     """Checks everything, then builds the sdist: the job of config.yaml (and the options) is
     made and its body checked with a placeholder package before the build, so bad input fails
-    before any work; then again with the real package URI.
+    before any work; then again with the real package URI. No sdist is built when no pool
+    runs it (all are containerSpec). A prebuilt image past or near its end of availability
+    gets a warning on stderr (`image_warnings`), once.
 
     Args:
         cloud: the project, region and API endpoint.
         make: the job of a resolved CustomJobSpec (a Submission; deploy.tune's tuning job).
-        staging_uri: gs:// folder the sdist goes to.
+        staging_uri: gs:// folder the sdist goes to (needed only if a pool runs it).
         config, output_dir, extra_args, options: as `resolve` takes them.
         dist_dir: where the sdist is built (default: a temporary folder).
+        today: the date the images' end of availability is judged by (default: the clock's).
 
     Returns:
-        What was built and where it goes, and the job.
+        What was built and where it goes (None, None without an sdist), and the job.
 
     Raises:
         DeployError: bad input, before the build.
     """
-    api.gcs_uri("--staging_uri", staging_uri)
+    staging = None if staging_uri is None else api.gcs_uri("--staging_uri", staging_uri).rstrip("/")
     spec = load_config(config)
 
-    def job_of(package_uri: str) -> J:
-        job = make(
-            resolve(
-                spec,
-                package_uri=package_uri,
-                output_dir=output_dir,
-                extra_args=extra_args,
-                options=options,
-                cloud=cloud,
-            )
+    def resolved(package_uri: str | None) -> dict:
+        return resolve(
+            spec,
+            package_uri=package_uri,
+            output_dir=output_dir,
+            extra_args=extra_args,
+            options=options,
+            cloud=cloud,
         )
+
+    def job_of(resolved_spec: dict) -> J:
+        job = make(resolved_spec)
         job.body()  # the client library's own check of every field
         return job
 
-    job_of(f"{staging_uri.rstrip('/')}/{_PLACEHOLDER_PACKAGE}")
+    checked = resolved(f"{staging}/{_PLACEHOLDER_PACKAGE}" if staging else None)
+    job = job_of(checked)
+    for line in image_warnings(checked, today=today or datetime.date.today()):
+        print(f"warning: {line}", file=sys.stderr)
+    if not needs_package(checked):
+        return Staged(None, None, job)
     sdist = build_sdist(dist_dir or tempfile.mkdtemp(prefix="trainer-sdist-"))
-    package_uri = f"{staging_uri.rstrip('/')}/{os.path.basename(sdist)}"
-    return Staged(sdist, package_uri, job_of(package_uri))
+    package_uri = f"{staging}/{os.path.basename(sdist)}"
+    return Staged(sdist, package_uri, job_of(resolved(package_uri)))
 
 
 def send_or_show(staged: Staged, cloud: api.Cloud, *, dry_run: bool, out) -> None:
-    """Prints the upload and the job's request (dry run), or uploads the sdist."""
+    """Prints the upload (if there is an sdist) and the job's request (dry run), or uploads
+    the sdist."""
+    sdist, package_uri = staged.sdist, staged.package_uri
     if dry_run:
-        api.show([upload_request(staged.sdist, staged.package_uri), staged.job.request(cloud)], out)
-    else:
-        storage.upload_file(staged.sdist, staged.package_uri)
+        uploads = [upload_request(sdist, package_uri)] if sdist and package_uri else []
+        api.show([*uploads, staged.job.request(cloud)], out)
+    elif sdist and package_uri:
+        storage.upload_file(sdist, package_uri)
 
 
 def create_job(cloud: api.Cloud, submission: Submission):
@@ -559,7 +728,7 @@ def create_job(cloud: api.Cloud, submission: Submission):
 def submit(
     cloud: api.Cloud,
     *,
-    staging_uri: str,
+    staging_uri: str | None = None,
     display_name: str,
     output_dir: str | None = None,
     extra_args: Sequence[str] = (),
@@ -569,18 +738,20 @@ def submit(
     dry_run: bool = False,
     out=None,
 ):
-    """Builds and uploads the trainer sdist, then creates the CustomJob of `config`.
+    """Builds and uploads the trainer sdist (unless every pool runs an image of its own), then
+    creates the CustomJob of `config`.
 
     Args:
         cloud: the project, region and API endpoint.
-        staging_uri: gs:// folder the sdist is uploaded to.
+        staging_uri: gs:// folder the sdist is uploaded to (needed only if a pool runs it).
         display_name: the job's name.
         output_dir: the job's base output directory (overrides config.yaml's).
         extra_args: trainer flags appended to every pool's args.
-        options: TensorBoard, service account, scheduling, GPUs, environment (override
-            config.yaml's).
+        options: TensorBoard, service account, scheduling, GPUs, environment, images
+            (override config.yaml's).
         config: the CustomJobSpec in YAML.
-        dist_dir: where the sdist is built (default: a temporary folder).
+        dist_dir: where the sdist and the resolved spec are written (default: a temporary
+            folder).
         dry_run: print the requests and the gcloud equivalent; send nothing.
         out: where the dry run prints (default: stdout).
 
@@ -615,7 +786,7 @@ def submit(
     )
     if shape is not None:
         pools = submission.spec["workerPoolSpecs"]
-        trainer_args = pools[0]["pythonPackageSpec"]["args"]
+        trainer_args = task_spec(pools[0]).get("args", [])
         worker_pool = pools[1] if shape.workers and len(pools) > 1 and pools[1] else pools[0]
         machine = worker_pool.get("machineSpec", {}).get("machineType")
         lines = estimate(shape, trainer_args, machine_type=machine)
@@ -722,8 +893,13 @@ def write_yaml(path: str, spec: dict) -> None:
 
 
 def add_job_flags(p: argparse.ArgumentParser, *, display_name: str) -> None:
-    """The flags of the job's package, config and options (deploy.submit's, deploy.tune's)."""
-    p.add_argument("--staging_uri", required=True, help="gs:// folder for the sdist.")
+    """The flags of the job's config, package, images and options (deploy.submit's,
+    deploy.tune's, deploy.pipeline's)."""
+    p.add_argument(
+        "--staging_uri",
+        help="gs:// folder the sdist is uploaded to; needed only if a pool runs it "
+        "(pythonPackageSpec), not for config.yaml's containerSpec pools.",
+    )
     p.add_argument("--display_name", default=display_name, help="The job's display name.")
     p.add_argument("--output_dir", help="gs:// base output directory (baseOutputDirectory).")
     p.add_argument(
@@ -774,6 +950,16 @@ def add_job_flags(p: argparse.ArgumentParser, *, display_name: str) -> None:
             help=f"[POOL:]{example}, POOL one of {', '.join(POOL_ROLES)} (default: the "
             f"{default} pools); repeat the flag.",
         )
+    job.add_argument(
+        "--image_uri",
+        action="append",
+        default=[],
+        help="[POOL:]IMAGE: run the pools (default: every pool) as containerSpec pools of "
+        "the trainer's image built from deploy/container/Dockerfile, with their args and env, "
+        "instead of config.yaml's image (its PROJECT placeholder is filled with --project); "
+        "no sdist is built when no pool needs it. Repeat the flag: "
+        "--image_uri=.../trainer-gpu:0.1.0 --image_uri=ps:.../trainer-cpu:0.1.0.",
+    )
 
 
 def job_options(args: argparse.Namespace) -> JobOptions:
@@ -790,6 +976,7 @@ def job_options(args: argparse.Namespace) -> JobOptions:
         machine_types=tuple(args.machine_type),
         accelerators=tuple(args.accelerator),
         env=tuple(args.env),
+        image_uris=tuple(args.image_uri),
     )
 
 

@@ -1,8 +1,8 @@
 """Hyperparameter tuning: a Vertex AI HyperparameterTuningJob over the study in `tune.yaml`,
 whose trials run the trainer as `deploy.submit` would (config.yaml and the same job options).
 
-    python -m deploy.tune --project=P --staging_uri=gs://B/dist \\
-        --output_dir=gs://B/tune/census-1 --extra_args=--train_data=gs://B/data/train.csv
+    python -m deploy.tune --project=P --output_dir=gs://B/tune/census-1 \\
+        --extra_args=--train_data=gs://B/data/train.csv
 
 `tune.yaml` holds the job's study as `gcloud ai hp-tuning-jobs create --config` spells it
 (camelCase; the trial job comes from config.yaml): `studySpec` (one metric, the parameters, the
@@ -10,8 +10,11 @@ algorithm), `maxTrialCount`, `parallelTrialCount`, `maxFailedTrialCount`. The me
 trainer reports through cloudml-hypertune at the end of a trial (accuracy, auc, loss for a
 classifier; mse, mae, loss for a regressor), and every trial gets `--hypertune_metric=METRIC`.
 Each parameter is a trainer flag: Vertex appends `--FLAG=VALUE` to the trial's args, which drop
-their own value of a tuned flag. A trial writes under `<output_dir>/<trial id>/`. The study is
-checked before the sdist is built; `--dry_run` prints the requests.
+their own value of a tuned flag. A trial writes under `<output_dir>/<trial id>/`. The trials
+run what config.yaml's pools run, as deploy.submit resolves them: the trainer's image
+(`containerSpec`, its `PROJECT` filled with `--project`; `--image_uri` names another) or the
+sdist on a prebuilt image (`pythonPackageSpec`, uploaded to `--staging_uri`). The study is
+checked before any sdist is built; `--dry_run` prints the requests.
 """
 
 from __future__ import annotations
@@ -382,27 +385,30 @@ def _parse(text: str, kind: str) -> object:
 
 
 def trial_spec(spec: dict, study: dict) -> dict:
-    """The trials' CustomJobSpec: `spec` with every pool's args reporting the study's metric
-    (`--hypertune_metric`) and without their own values of the tuned flags.
+    """The trials' CustomJobSpec: `spec` with every pool's args (its containerSpec's or its
+    pythonPackageSpec's) reporting the study's metric (`--hypertune_metric`) and without their
+    own values of the tuned flags.
 
     Raises:
-        DeployError: the args name another --hypertune_metric.
+        DeployError: the args name another --hypertune_metric; a pool without exactly one of
+            containerSpec and pythonPackageSpec.
     """
     metric = study["studySpec"]["metrics"][0]["metricId"]
     tuned = {p["parameterId"] for p in study["studySpec"]["parameters"]}
     spec = {**spec, "workerPoolSpecs": [dict(p) for p in spec["workerPoolSpecs"]]}
-    for pool in spec["workerPoolSpecs"]:
+    for index, pool in enumerate(spec["workerPoolSpecs"]):
         if not pool:
             continue
-        package = pool["pythonPackageSpec"] = dict(pool["pythonPackageSpec"])
-        args = _without(package.get("args", []), tuned)
+        task = dict(submit.task_spec(pool, f"workerPoolSpecs[{index}]"))
+        pool[next(key for key in submit.TASK_SPECS if key in pool)] = task
+        args = _without(task.get("args", []), tuned)
         named = [a.split("=", 1)[1] for a in args if a.startswith("--hypertune_metric=")]
         if any(m != metric for m in named):
             raise api.DeployError(
                 f"the trial args say --hypertune_metric={named[0]} but the study optimises "
                 f"{metric}: drop the flag (deploy.tune sets it) or change metricId."
             )
-        package["args"] = [a for a in args if not a.startswith("--hypertune_metric=")] + [
+        task["args"] = [a for a in args if not a.startswith("--hypertune_metric=")] + [
             f"--hypertune_metric={metric}"
         ]
     return spec
@@ -443,7 +449,7 @@ def create_job(cloud: api.Cloud, job: TuningJob):
 def tune(
     cloud: api.Cloud,
     *,
-    staging_uri: str,
+    staging_uri: str | None = None,
     display_name: str,
     output_dir: str | None = None,
     extra_args: Sequence[str] = (),
@@ -456,11 +462,12 @@ def tune(
     dry_run: bool = False,
     out=None,
 ):
-    """Builds and uploads the trainer sdist, then creates the tuning job of `study`.
+    """Builds and uploads the trainer sdist (if a pool runs it), then creates the tuning job of
+    `study`.
 
     Args:
         cloud: the project, region and API endpoint.
-        staging_uri: gs:// folder the sdist is uploaded to.
+        staging_uri: gs:// folder the sdist is uploaded to (needed only if a pool runs it).
         display_name: the job's name.
         output_dir, extra_args, options, config: the trials' job, as deploy.submit takes them.
         study: the study in YAML (tune.yaml).

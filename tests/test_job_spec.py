@@ -16,12 +16,22 @@ from trainer.errors import InputError
 def test_reads_the_repos_config_yaml():
     job = job_spec.read_job_config(str(REPO / "config.yaml"))
     assert job.shape == ClusterShape(workers=2, ps=1, evaluator=True)
-    assert job.args == (
+    assert job.args == (  # the trainer image's containerSpec args
         "--placement=replication",
         "--max_iterations=3",
         "--max_iteration_steps=750",
     )
-    assert job.module == "trainer.task"
+    assert job.module is None  # the image's entry point: the launcher's default module
+
+
+def test_a_python_package_pool_names_its_module(tmp_path):
+    path = write(
+        tmp_path,
+        "workerPoolSpecs:\n"
+        "  - {replicaCount: 1, pythonPackageSpec: {pythonModule: my.task, args: [--a=1]}}\n",
+    )
+    job = job_spec.read_job_config(path)
+    assert job.module == "my.task" and job.args == ("--a=1",)
 
 
 CHIEF_POOL = "  - {replicaCount: 1, containerSpec: {imageUri: x, args: [--a=1]}}\n"

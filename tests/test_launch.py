@@ -97,7 +97,13 @@ def test_flags_override_the_configs_sizes_and_args():
     config = f"--config={REPO / 'config.yaml'}"
     options = launch.parse_command_line([config, "--workers=1", "--no-evaluator"])
     assert options.shape == ClusterShape(workers=1, ps=1, evaluator=False)
-    assert options.args[0] == "--placement=replication"
+    # config.yaml's containerSpec: its args, and the module the image's entry point runs
+    assert options.args == (
+        "--placement=replication",
+        "--max_iterations=3",
+        "--max_iteration_steps=750",
+    )
+    assert options.module == "trainer.task"
     options = launch.parse_command_line([config, "--ps=0", "--", "--max_iterations=1"])
     assert options.shape == ClusterShape(workers=2, ps=0, evaluator=True)
     assert options.args == ("--max_iterations=1",)

@@ -3,6 +3,7 @@ client library sends (checked by the fake service against the published schema).
 
 from __future__ import annotations
 
+import datetime
 import io
 import json
 import subprocess
@@ -13,6 +14,16 @@ import pytest
 from deploy import api, submit
 from deploy.submit import JobOptions
 from tests.deploy import discovery
+from tests.deploy.job_configs import (
+    CLOUD,
+    GPU_IMAGE,
+    IMAGE,
+    PLACEHOLDER,
+    PREBUILT,
+    PREBUILT_GPU,
+    as_package,
+    package_config,
+)
 from tests.support import REPO
 from trainer.distribute.local import job_spec
 from trainer.distribute.local.cluster import ClusterShape
@@ -22,21 +33,154 @@ SPEC = "GoogleCloudAiplatformV1CustomJobSpec"
 PACKAGE = "gs://test-bucket/dist/trainer-0.1.0.tar.gz"
 
 
-def test_resolved_spec_has_the_package_in_every_pool_and_stays_valid():
+def test_config_yaml_runs_the_trainers_image_in_the_project_of_the_job():
+    config = submit.load_config()
+    pools = config["workerPoolSpecs"]
+    assert [p["containerSpec"]["imageUri"] for p in pools] == [PLACEHOLDER] * 4
+    assert not submit.needs_package(config)
     spec = submit.resolve(
-        submit.load_config(),
+        config,
+        package_uri=None,  # no pool runs the sdist
+        output_dir="gs://test-bucket/runs/a",
+        extra_args=["--train_data=x"],
+        cloud=CLOUD,
+    )
+    pools = spec["workerPoolSpecs"]
+    assert [p["replicaCount"] for p in pools] == [1, 2, 1, 1]  # chief, workers, ps, evaluator
+    assert all(set(p["containerSpec"]) == {"imageUri", "args"} for p in pools)
+    assert [p["containerSpec"]["imageUri"] for p in pools] == [IMAGE] * 4
+    assert all(
+        p["containerSpec"]["args"]
+        == [
+            "--placement=replication",
+            "--max_iterations=3",
+            "--max_iteration_steps=750",
+            "--train_data=x",
+        ]
+        for p in pools
+    )
+    assert spec["baseOutputDirectory"] == {"outputUriPrefix": "gs://test-bucket/runs/a"}
+    assert discovery.validate(spec, SPEC) == []
+    body = submit.Submission("job", spec).body()
+    assert discovery.validate(body, "GoogleCloudAiplatformV1CustomJob") == []
+
+
+def test_resolved_package_spec_has_the_package_in_every_pool_and_stays_valid():
+    spec = submit.resolve(
+        as_package(submit.load_config()),
         package_uri=PACKAGE,
         output_dir="gs://test-bucket/runs/a",
         extra_args=["--train_data=x"],
     )
     pools = spec["workerPoolSpecs"]
-    assert [p["replicaCount"] for p in pools] == [1, 2, 1, 1]  # chief, workers, ps, evaluator
     assert all(p["pythonPackageSpec"]["packageUris"] == [PACKAGE] for p in pools)
     assert all(p["pythonPackageSpec"]["args"][-1] == "--train_data=x" for p in pools)
-    assert spec["baseOutputDirectory"] == {"outputUriPrefix": "gs://test-bucket/runs/a"}
+    assert all(p["pythonPackageSpec"]["executorImageUri"] == PREBUILT for p in pools)
+    assert submit.needs_package(spec)
     assert discovery.validate(spec, SPEC) == []
     body = submit.Submission("job", spec).body()
     assert discovery.validate(body, "GoogleCloudAiplatformV1CustomJob") == []
+    with pytest.raises(api.DeployError, match=r"workerPoolSpecs\[0\] runs the sdist .* --staging"):
+        submit.resolve(
+            as_package(submit.load_config()), package_uri=None, output_dir="gs://b/runs/a"
+        )
+
+
+@pytest.mark.parametrize(
+    "image, project, expected",
+    [
+        (PLACEHOLDER, "my-project", IMAGE),
+        ("europe-docker.pkg.dev/PROJECT/x/trainer-cpu@sha256:" + "a" * 64, "other-1",
+         "europe-docker.pkg.dev/other-1/x/trainer-cpu@sha256:" + "a" * 64),
+        ("gcr.io/PROJECT/trainer", "my-project", "gcr.io/my-project/trainer"),
+        # only the segment right after the host is the placeholder
+        ("eu.gcr.io/team/project/trainer:1", "my-project", "eu.gcr.io/team/project/trainer:1"),
+        (IMAGE, "other-1", IMAGE),
+    ],
+)  # fmt: skip
+def test_the_project_placeholder_of_an_image_is_the_jobs_project(image, project, expected):
+    spec = submit.load_config()
+    spec["workerPoolSpecs"][0]["containerSpec"]["imageUri"] = image
+    resolved = submit.resolve(
+        spec, package_uri=None, output_dir="gs://b/runs/a", cloud=api.Cloud(project=project)
+    )
+    assert resolved["workerPoolSpecs"][0]["containerSpec"]["imageUri"] == expected
+    assert resolved["workerPoolSpecs"][1]["containerSpec"]["imageUri"] == PLACEHOLDER.replace(
+        "PROJECT", project
+    )
+
+
+@pytest.mark.parametrize(
+    "cloud",
+    [None, api.Cloud(project="123456789012")],  # no project; a number, not an id
+    ids=["no project", "project number"],
+)
+def test_a_placeholder_left_in_an_image_names_the_fix(cloud):
+    with pytest.raises(api.DeployError) as raised:
+        submit.resolve(
+            submit.load_config(), package_uri=None, output_dir="gs://b/runs/a", cloud=cloud
+        )
+    assert str(raised.value) == (
+        f"workerPoolSpecs[0].containerSpec.imageUri ({PLACEHOLDER!r}) still holds the "
+        "placeholder PROJECT, which deploy.submit fills in with --project only when that is a "
+        "project id (not a number): pass --project=YOUR_PROJECT_ID, or --image_uri=IMAGE, or "
+        'write your image into config.yaml (build and push it first: docs/deploy.md, "Custom '
+        'containers").'
+    )
+    # --image_uri replaces the placeholder's image
+    spec = submit.resolve(
+        submit.load_config(),
+        package_uri=None,
+        output_dir="gs://b/runs/a",
+        options=JobOptions(image_uris=("eu.gcr.io/p/trainer:1",)),
+        cloud=cloud,
+    )
+    assert {p["containerSpec"]["imageUri"] for p in spec["workerPoolSpecs"]} == {
+        "eu.gcr.io/p/trainer:1"
+    }
+
+
+@pytest.mark.parametrize(
+    "image, machine, gpu_image",
+    [
+        # the trainer's CPU build of a tag: its GPU build of the same tag
+        (IMAGE, "n1-standard-8", GPU_IMAGE),
+        ("eu.gcr.io/p/trainer-cpu", "g2-standard-8", "eu.gcr.io/p/trainer-gpu"),
+        ("localhost:5000/trainer-cpu:dev", "n1-standard-8", "localhost:5000/trainer-gpu:dev"),
+        # a digest names one build, and any other image has no known twin: as named
+        (f"eu.gcr.io/p/trainer-cpu@sha256:{'0' * 64}", "n1-standard-8", None),
+        (GPU_IMAGE, "n1-standard-8", None),
+        ("eu.gcr.io/p/mine:1", "n1-standard-8", None),
+        ("eu.gcr.io/p/trainer-cpu-old:1", "n1-standard-8", None),
+    ],
+)
+def test_a_gpu_pool_runs_the_gpu_twin_of_the_trainers_image(image, machine, gpu_image):
+    spec = submit.load_config()
+    spec["workerPoolSpecs"][0]["containerSpec"]["imageUri"] = image
+    accelerator = "NVIDIA_TESLA_T4" if machine.startswith("n1-") else "NVIDIA_L4"
+    resolved = submit.resolve(
+        spec,
+        package_uri=None,
+        output_dir="gs://b/runs/a",
+        options=JobOptions(
+            machine_types=(f"chief:{machine}",), accelerators=(f"chief:{accelerator}",)
+        ),
+        cloud=CLOUD,
+    )
+    chief, workers, _, _ = resolved["workerPoolSpecs"]
+    assert chief["containerSpec"]["imageUri"] == (gpu_image or image)
+    assert workers["containerSpec"]["imageUri"] == IMAGE  # no GPU: the CPU build
+
+
+def test_a_gpu_pool_runs_the_gpu_twin_of_a_prebuilt_image():
+    spec = submit.resolve(
+        as_package(submit.load_config()),
+        package_uri=PACKAGE,
+        output_dir="gs://b/runs/a",
+        options=JobOptions(machine_types=("n1-standard-8",), accelerators=("NVIDIA_TESLA_T4",)),
+    )
+    images = [p["pythonPackageSpec"]["executorImageUri"] for p in spec["workerPoolSpecs"]]
+    assert images == [PREBUILT_GPU, PREBUILT_GPU, PREBUILT, PREBUILT]
 
 
 def _set(path: str, value):
@@ -63,9 +207,41 @@ def _keep(spec):
         (_set("persistentResourceId", "x"), JobOptions(), "config key 'persistentResourceId'"),
         (_set("scheduling.priority", 1), JobOptions(), "config key 'scheduling.priority'"),
         (
-            lambda s: s["workerPoolSpecs"][1].pop("pythonPackageSpec"),
+            lambda s: s["workerPoolSpecs"][1].pop("containerSpec"),
             JobOptions(),
-            "workerPoolSpecs[1] has no pythonPackageSpec",
+            "workerPoolSpecs[1] needs exactly one of pythonPackageSpec (the sdist on a prebuilt "
+            "image) or containerSpec (the trainer's image, --image_uri), as a mapping; it has "
+            "neither.",
+        ),
+        (
+            _set("workerPoolSpecs[2].pythonPackageSpec", {"executorImageUri": PREBUILT}),
+            JobOptions(),
+            "workerPoolSpecs[2] needs exactly one of pythonPackageSpec",
+        ),
+        # images
+        (
+            _set("workerPoolSpecs[3].containerSpec.imageUri", "trainer latest"),
+            JobOptions(),
+            "workerPoolSpecs[3].containerSpec.imageUri ('trainer latest') is not an image "
+            "reference",
+        ),
+        (
+            _keep,
+            JobOptions(image_uris=(f"worker:{PLACEHOLDER}",)),
+            f"--image_uri=worker:{PLACEHOLDER}: PROJECT is config.yaml's placeholder; name the "
+            "image you pushed",
+        ),
+        (_keep, JobOptions(image_uris=("worker:trainer latest",)), "('trainer latest')"),
+        (_keep, JobOptions(image_uris=("gpu:eu.gcr.io/p/mine:1",)), "'gpu' is not a pool"),
+        (
+            _set("workerPoolSpecs[1].containerSpec.command", "python -m trainer.task"),
+            JobOptions(),
+            "workerPoolSpecs[1].containerSpec.command ('python -m trainer.task') must be a list",
+        ),
+        (
+            _set("workerPoolSpecs[0].containerSpec.env", [{"name": "AIP_MODEL_DIR"}]),
+            JobOptions(),
+            "AIP_MODEL_DIR is set by Vertex AI",
         ),
         # scheduling
         (_set("scheduling.strategy", "CHEAP"), JobOptions(), "scheduling.strategy ('CHEAP')"),
@@ -134,9 +310,92 @@ def test_bad_specs_and_options_fail_naming_the_value(change, options, message):
             package_uri=PACKAGE,
             output_dir="gs://test-bucket/runs/a" if "baseOutputDirectory" in spec else None,
             options=options,
-            cloud=api.Cloud(project="my-project", region="us-central1"),
+            cloud=CLOUD,
         )
     assert message in str(raised.value)
+
+
+def test_image_uri_runs_the_package_pools_as_containers_of_the_trainers_image():
+    config = as_package(submit.load_config())
+    spec = submit.resolve(
+        config,
+        package_uri=None,  # no pool runs the sdist
+        output_dir="gs://test-bucket/runs/a",
+        extra_args=["--train_data=x"],
+        options=JobOptions(
+            image_uris=(GPU_IMAGE, f"ps:{IMAGE}", f"evaluator:{IMAGE}"),
+            machine_types=("n1-standard-8",),
+            accelerators=("NVIDIA_TESLA_T4",),
+            env=("DATA_VERSION=7",),
+        ),
+    )
+    pools = spec["workerPoolSpecs"]
+    assert not [p for p in pools if "pythonPackageSpec" in p]
+    assert not submit.needs_package(spec)
+    containers = [p["containerSpec"] for p in pools]
+    assert [c["imageUri"] for c in containers] == [GPU_IMAGE, GPU_IMAGE, IMAGE, IMAGE]
+    args = config["workerPoolSpecs"][0]["pythonPackageSpec"]["args"] + ["--train_data=x"]
+    assert all(c["args"] == args for c in containers)
+    assert all(c["env"] == [{"name": "DATA_VERSION", "value": "7"}] for c in containers)
+    assert not [c for c in containers if "command" in c]  # the entry point runs trainer.task
+    assert pools[0]["machineSpec"]["acceleratorType"] == "NVIDIA_TESLA_T4"
+    assert discovery.validate(spec, SPEC) == []
+    body = submit.Submission("job", spec).body()
+    assert discovery.validate(body, "GoogleCloudAiplatformV1CustomJob") == []
+
+
+def test_container_pools_keep_their_command_and_may_mix_with_a_package_pool():
+    spec = submit.load_config()
+    chief, workers, ps, evaluator = spec["workerPoolSpecs"]
+    evaluator["containerSpec"]["command"] = ["python", "-m", "my_eval"]
+    ps["pythonPackageSpec"] = {  # pools may mix: the ps runs the sdist
+        "executorImageUri": PREBUILT,
+        "pythonModule": "trainer.task",
+        "args": ps.pop("containerSpec")["args"],
+    }
+    resolved = submit.resolve(
+        spec,
+        package_uri=PACKAGE,
+        output_dir="gs://test-bucket/runs/a",
+        extra_args=["--a=1"],
+        cloud=CLOUD,
+    )
+    chief, workers, ps, evaluator = resolved["workerPoolSpecs"]
+    assert chief["containerSpec"]["imageUri"] == IMAGE
+    assert chief["containerSpec"]["args"][-1] == "--a=1"
+    assert evaluator["containerSpec"]["command"] == ["python", "-m", "my_eval"]
+    assert ps["pythonPackageSpec"]["packageUris"] == [PACKAGE]
+    assert ps["pythonPackageSpec"]["args"][-1] == "--a=1"
+    assert "packageUris" not in chief["containerSpec"]
+    assert submit.needs_package(resolved)
+    assert discovery.validate(resolved, SPEC) == []
+    with pytest.raises(api.DeployError, match=r"workerPoolSpecs\[2\] runs the sdist"):
+        submit.resolve(spec, package_uri=None, output_dir="gs://test-bucket/runs/a", cloud=CLOUD)
+
+
+def test_image_uri_keeps_another_python_module_as_the_containers_command():
+    spec = as_package(submit.load_config())
+    spec["workerPoolSpecs"][3]["pythonPackageSpec"]["pythonModule"] = "trainer.evaluate"
+    resolved = submit.resolve(
+        spec,
+        package_uri=None,
+        output_dir="gs://test-bucket/runs/a",
+        options=JobOptions(image_uris=(IMAGE,)),
+    )
+    commands = [p["containerSpec"].get("command") for p in resolved["workerPoolSpecs"]]
+    assert commands == [None, None, None, ["python", "-m", "trainer.evaluate"]]
+
+
+def test_a_prebuilt_image_in_a_container_pool_is_warned_about_too():
+    spec = submit.resolve(
+        submit.load_config(),
+        package_uri=None,
+        output_dir="gs://test-bucket/runs/a",
+        options=JobOptions(image_uris=(f"evaluator:{PREBUILT}",)),
+        cloud=CLOUD,
+    )
+    (warning,) = submit.image_warnings(spec, today=datetime.date(2026, 11, 27))
+    assert warning.startswith(f"workerPoolSpecs[3]: {PREBUILT} (TensorFlow 2.17 training, CPU)")
 
 
 def test_output_dir_must_be_a_bucket():
@@ -146,7 +405,7 @@ def test_output_dir_must_be_a_bucket():
 
 def test_a_field_the_client_library_does_not_know_fails_before_sending():
     spec = submit.resolve(
-        submit.load_config(), package_uri=PACKAGE, output_dir="gs://test-bucket/runs/a"
+        submit.load_config(), package_uri=None, output_dir="gs://test-bucket/runs/a", cloud=CLOUD
     )
     spec["workerPoolSpecs"][0]["machineSpec"]["acceleratorTyp"] = "NVIDIA_TESLA_T4"
     with pytest.raises(api.DeployError, match='no field named "acceleratorTyp"'):
@@ -172,10 +431,10 @@ OPTIONS = JobOptions(
 def test_options_land_in_the_spec_where_vertex_reads_them():
     spec = submit.resolve(
         submit.load_config(),
-        package_uri=PACKAGE,
+        package_uri=None,
         output_dir="gs://test-bucket/runs/a",
         options=OPTIONS,
-        cloud=api.Cloud(project="my-project", region="us-central1"),
+        cloud=CLOUD,
     )
     assert spec["tensorboard"] == "projects/my-project/locations/us-central1/tensorboards/123"
     assert spec["serviceAccount"] == "trainer@my-project.iam.gserviceaccount.com"
@@ -196,11 +455,9 @@ def test_options_land_in_the_spec_where_vertex_reads_them():
     assert workers["machineSpec"]["acceleratorCount"] == 2
     assert "acceleratorType" not in ps["machineSpec"] | evaluator["machineSpec"]
     assert ps["machineSpec"]["machineType"] == "n2-standard-4"  # not a training pool
-    images = [p["pythonPackageSpec"]["executorImageUri"] for p in spec["workerPoolSpecs"]]
-    gpu = "us-docker.pkg.dev/vertex-ai/training/tf-gpu.2-17.py310:latest"
-    cpu = "us-docker.pkg.dev/vertex-ai/training/tf-cpu.2-17.py310:latest"
-    assert images == [gpu, gpu, cpu, cpu]  # the GPU pools run the GPU twin of the image
-    envs = [p["pythonPackageSpec"].get("env") for p in spec["workerPoolSpecs"]]
+    images = [p["containerSpec"]["imageUri"] for p in spec["workerPoolSpecs"]]
+    assert images == [GPU_IMAGE, GPU_IMAGE, IMAGE, IMAGE]  # the GPU pools run the GPU build
+    envs = [p["containerSpec"].get("env") for p in spec["workerPoolSpecs"]]
     assert envs == [
         [{"name": "DATA_VERSION", "value": "8"}],  # the chief's own value replaces the default
         [{"name": "DATA_VERSION", "value": "7"}],
@@ -218,11 +475,13 @@ def test_options_from_config_yaml_are_kept_and_checked(tmp_path):
         "machineType": "g2-standard-8",
         "acceleratorType": "NVIDIA_L4",  # the count defaults to 1
     }
-    spec["workerPoolSpecs"][3]["pythonPackageSpec"]["executorImageUri"] = "eu.gcr.io/p/mine:1"
-    resolved = submit.resolve(spec, package_uri=PACKAGE, output_dir="gs://test-bucket/runs/a")
+    spec["workerPoolSpecs"][3]["containerSpec"]["imageUri"] = "eu.gcr.io/p/mine:1"
+    resolved = submit.resolve(
+        spec, package_uri=None, output_dir="gs://test-bucket/runs/a", cloud=CLOUD
+    )
     evaluator = resolved["workerPoolSpecs"][3]
     assert evaluator["machineSpec"]["acceleratorCount"] == 1
-    assert evaluator["pythonPackageSpec"]["executorImageUri"] == "eu.gcr.io/p/mine:1"  # custom
+    assert evaluator["containerSpec"]["imageUri"] == "eu.gcr.io/p/mine:1"  # no known twin
     assert resolved["scheduling"]["strategy"] == "FLEX_START"
     assert discovery.validate(resolved, SPEC) == []
 
@@ -262,10 +521,13 @@ def test_the_fake_reads_the_client_librarys_enum_numbers_as_names():
 
 
 @pytest.mark.parametrize("job_options", [JobOptions(), OPTIONS], ids=["config", "options"])
-def test_submit_uploads_the_sdist_and_sends_the_dry_run_body(cloud_sdk, gcs, tmp_path, job_options):
+def test_submit_of_a_package_config_uploads_the_sdist_and_sends_the_dry_run_body(
+    cloud_sdk, gcs, tmp_path, job_options
+):
     fake, cloud = cloud_sdk
     options: dict = dict(
         staging_uri="gs://test-bucket/dist",
+        config=package_config(tmp_path),
         display_name="census",
         output_dir="gs://test-bucket/runs/1",
         extra_args=["--max_iterations=1"],
@@ -311,6 +573,148 @@ def test_submit_uploads_the_sdist_and_sends_the_dry_run_body(cloud_sdk, gcs, tmp
     assert dry[1]["url"] == cloud.url("projects/my-project/locations/us-central1/customJobs")
     written = submit.load_config(str(tmp_path / "custom-job-census.yaml"))
     assert discovery.validate(written, SPEC) == []
+
+
+def test_image_warnings_name_the_pools_and_the_date():
+    spec = submit.resolve(
+        as_package(submit.load_config()),
+        package_uri=PACKAGE,
+        output_dir="gs://test-bucket/runs/a",
+        options=JobOptions(machine_types=("n1-standard-8",), accelerators=("NVIDIA_TESLA_T4",)),
+    )
+    spec["workerPoolSpecs"][3]["pythonPackageSpec"]["executorImageUri"] = "eu.gcr.io/p/mine:1"
+    day = datetime.date(2026, 11, 27)
+    warnings = submit.image_warnings(spec, today=day)
+    assert [w.split(" (")[0] for w in warnings] == [
+        f"workerPoolSpecs[0], workerPoolSpecs[1]: {PREBUILT_GPU}",  # the GPU pools' twin image
+        f"workerPoolSpecs[2]: {PREBUILT}",  # the ps; the evaluator's custom image: no warning
+    ]
+    assert all("reached its end of availability on 2026-07-11" in w for w in warnings)
+    assert submit.image_warnings(spec, today=datetime.date(2025, 12, 1)) == []
+
+
+def test_submit_warns_on_stderr_of_an_image_past_its_end_of_availability(
+    cloud_sdk, gcs, tmp_path, capsys
+):
+    fake, cloud = cloud_sdk
+    old = "us-docker.pkg.dev/vertex-ai/training/tf-cpu.2-15.py310:latest"  # ended 2025-11-14
+    config = package_config(tmp_path, old)
+    expected = (
+        "warning: workerPoolSpecs[0], workerPoolSpecs[1], workerPoolSpecs[2], "
+        f"workerPoolSpecs[3]: {old} (TensorFlow 2.15 training, CPU) reached its end of "
+        "availability on 2025-11-14: no job can use it."
+    )
+    dry_run = [
+        "--project=my-project",
+        f"--api_endpoint={cloud.api_endpoint}",
+        "--staging_uri=gs://test-bucket/dist",
+        "--output_dir=gs://test-bucket/runs/1",
+        f"--config={config}",
+        f"--dist_dir={tmp_path / 'dry'}",
+        "--dry_run",
+    ]
+    assert submit.main(dry_run) == 0
+    printed = capsys.readouterr()
+    assert printed.err.startswith(expected) and printed.err.count("warning:") == 1
+    assert printed.out.startswith("[")  # the requests on stdout, as before
+
+    job = submit.submit(
+        cloud,
+        staging_uri="gs://test-bucket/dist",
+        display_name="old",
+        output_dir="gs://test-bucket/runs/1",
+        config=config,
+        dist_dir=str(tmp_path / "real"),
+        out=io.StringIO(),
+    )
+    assert capsys.readouterr().err.startswith(expected)
+    assert job.name.startswith("projects/my-project/locations/us-central1/customJobs/")
+    (sent,) = fake.bodies("customJobs.create")
+    chief = sent["jobSpec"]["workerPoolSpecs"][0]["pythonPackageSpec"]
+    assert chief["executorImageUri"] == old  # warned, not changed: the page's dates may move
+
+
+def test_submit_of_config_yaml_runs_the_image_in_the_project_and_builds_no_sdist(
+    cloud_sdk, gcs, tmp_path, capsys
+):
+    fake, cloud = cloud_sdk
+    dist = tmp_path / "dist"
+    other = "eu.gcr.io/p/evaluator:2"
+    dry_run = [  # config.yaml as shipped, and no --staging_uri: nothing to upload
+        "--project=my-project",
+        f"--api_endpoint={cloud.api_endpoint}",
+        "--output_dir=gs://test-bucket/runs/1",
+        f"--dist_dir={dist}",
+        f"--image_uri=evaluator:{other}",
+        "--accelerator=worker:NVIDIA_TESLA_T4",
+        "--machine_type=worker:n1-standard-8",
+        "--dry_run",
+    ]
+    assert submit.main(dry_run) == 0
+    printed = capsys.readouterr()
+    assert printed.err == ""  # the trainer's images: nothing to warn about
+    (request,) = json.loads(printed.out[: printed.out.index("\n]\n") + 2])  # no upload
+    pools = request["body"]["jobSpec"]["workerPoolSpecs"]
+    assert [p["containerSpec"]["imageUri"] for p in pools] == [IMAGE, GPU_IMAGE, IMAGE, other]
+    assert "# a cluster of 2 workers" in printed.out or "# one machine is faster" in printed.out
+    assert sorted(p.name for p in dist.iterdir()) == ["custom-job-adanet-census.yaml"]
+    # The resolved spec gcloud is pointed at runs as is: the project filled in, no BUCKET.
+    written = submit.load_config(str(dist / "custom-job-adanet-census.yaml"))
+    assert written == request["body"]["jobSpec"]
+    assert "PROJECT" not in json.dumps(written) and "BUCKET" not in json.dumps(written)
+
+    job = submit.submit(
+        cloud,
+        display_name="containers",
+        output_dir="gs://test-bucket/runs/1",
+        options=JobOptions(image_uris=(f"evaluator:{other}",)),
+        dist_dir=str(tmp_path / "real"),
+        out=io.StringIO(),
+    )
+    assert job.name.startswith("projects/my-project/locations/us-central1/customJobs/")
+    (sent,) = fake.bodies("customJobs.create")
+    images = [p["containerSpec"]["imageUri"] for p in sent["jobSpec"]["workerPoolSpecs"]]
+    assert images == [IMAGE, IMAGE, IMAGE, other]
+    assert list(gcs.bucket("test-bucket").list_blobs(prefix="dist/")) == [], "an sdist went up"
+    assert not list((tmp_path / "real").glob("*.tar.gz")), "an sdist was built"
+
+
+def test_a_package_config_without_staging_uri_stops_before_the_build(tmp_path, capsys):
+    dist = tmp_path / "dist"
+    argv = [
+        "--project=my-project",
+        "--output_dir=gs://test-bucket/runs/1",
+        f"--config={package_config(tmp_path)}",
+        f"--dist_dir={dist}",
+        "--dry_run",
+    ]
+    assert submit.main(argv) == 2
+    assert capsys.readouterr().err == (
+        "error: workerPoolSpecs[0] runs the sdist (pythonPackageSpec): pass "
+        "--staging_uri=gs://YOUR_BUCKET/dist, where it is uploaded, or run the pool on the "
+        "trainer's image (--image_uri).\n"
+    )
+    assert not dist.exists(), "an sdist was built"
+    # Every pool on an image: no sdist, so no --staging_uri needed.
+    assert submit.main([*argv, f"--image_uri={IMAGE}"]) == 0
+    assert sorted(p.name for p in dist.iterdir()) == ["custom-job-adanet-census.yaml"]
+
+
+def test_image_uri_and_an_optional_staging_uri_are_job_flags():
+    p = api.parser("x")
+    submit.add_job_flags(p, display_name="d")
+    args = p.parse_args([f"--image_uri={IMAGE}", f"--image_uri=ps:{GPU_IMAGE}"])
+    assert submit.job_options(args).image_uris == (IMAGE, f"ps:{GPU_IMAGE}")
+    assert args.staging_uri is None
+
+
+@pytest.mark.parametrize("module", ["deploy.submit", "deploy.tune", "deploy.pipeline"])
+def test_every_job_command_takes_image_uri(module):
+    help_text = subprocess.run(
+        [sys.executable, "-m", module, "--help"], cwd=REPO, capture_output=True, text=True
+    )
+    assert help_text.returncode == 0, help_text.stderr
+    assert "--image_uri" in help_text.stdout and "--staging_uri" in help_text.stdout
 
 
 def test_command_line_help_and_bad_input():

@@ -16,6 +16,14 @@ import yaml
 from deploy import api, submit, tune
 from deploy.submit import JobOptions
 from tests.deploy import discovery
+from tests.deploy.job_configs import (
+    CLOUD,
+    GPU_IMAGE,
+    IMAGE,
+    PREBUILT_GPU,
+    as_package,
+    package_config,
+)
 from tests.support import REPO
 
 JOB = "GoogleCloudAiplatformV1HyperparameterTuningJob"
@@ -27,14 +35,22 @@ def _study() -> dict:
         return yaml.safe_load(f)
 
 
-def _trial_spec(study: dict, extra_args=()) -> dict:
+def _trial_spec(study: dict, extra_args=(), package: bool = False) -> dict:
+    """The trials' spec of config.yaml (containerSpec pools), or of config.yaml's pools turned
+    into pythonPackageSpec pools."""
+    config = as_package(submit.load_config()) if package else submit.load_config()
     spec = submit.resolve(
-        submit.load_config(),
-        package_uri=PACKAGE,
+        config,
+        package_uri=PACKAGE if package else None,
         output_dir="gs://test-bucket/tune/1",
         extra_args=extra_args,
+        cloud=CLOUD,
     )
     return tune.trial_spec(spec, study)
+
+
+def _args(pool: dict) -> list[str]:
+    return submit.task_spec(pool)["args"]
 
 
 def test_tune_yaml_is_a_valid_study_of_the_trainers_metric():
@@ -175,13 +191,18 @@ def test_other_parameter_types_the_trainer_takes():
     assert discovery.validate(job.body(), JOB) == []
 
 
-def test_trials_report_the_study_metric_and_drop_their_own_values_of_tuned_flags():
+@pytest.mark.parametrize("package", [False, True], ids=["containerSpec", "pythonPackageSpec"])
+def test_trials_report_the_study_metric_and_drop_their_own_values_of_tuned_flags(package):
     study = tune.load_study()
     spec = _trial_spec(
-        study, extra_args=["--learning_rate", "0.1", "--dropout=0.5", "--seed=3", "--nouse_bias"]
+        study,
+        extra_args=["--learning_rate", "0.1", "--dropout=0.5", "--seed=3", "--nouse_bias"],
+        package=package,
     )
+    kind = "pythonPackageSpec" if package else "containerSpec"
+    assert all(set(pool) & set(submit.TASK_SPECS) == {kind} for pool in spec["workerPoolSpecs"])
     for pool in spec["workerPoolSpecs"]:
-        assert pool["pythonPackageSpec"]["args"] == [
+        assert pool[kind]["args"] == [
             "--placement=replication",
             "--max_iterations=3",  # config.yaml's --max_iteration_steps=750 is tuned: dropped
             "--seed=3",
@@ -191,11 +212,23 @@ def test_trials_report_the_study_metric_and_drop_their_own_values_of_tuned_flags
     study["studySpec"]["parameters"].append(
         {"parameterId": "use_bias", "categoricalValueSpec": {"values": ["true", "false"]}}
     )
-    spec = _trial_spec(tune.check_study(study), extra_args=["--nouse_bias", "--use_bias"])
-    assert spec["workerPoolSpecs"][0]["pythonPackageSpec"]["args"][-1] == (
-        "--hypertune_metric=accuracy"
+    spec = _trial_spec(
+        tune.check_study(study), extra_args=["--nouse_bias", "--use_bias"], package=package
     )
-    assert "--nouse_bias" not in spec["workerPoolSpecs"][0]["pythonPackageSpec"]["args"]
+    assert _args(spec["workerPoolSpecs"][0])[-1] == "--hypertune_metric=accuracy"
+    assert "--nouse_bias" not in _args(spec["workerPoolSpecs"][0])
+
+
+def test_trial_spec_leaves_the_spec_it_was_given_as_it_was():
+    spec = submit.resolve(
+        submit.load_config(), package_uri=None, output_dir="gs://b/tune/1", cloud=CLOUD
+    )
+    before = copy.deepcopy(spec)
+    tune.trial_spec(spec, tune.load_study())
+    assert spec == before
+    spec["workerPoolSpecs"][1] = {"replicaCount": 1}
+    with pytest.raises(api.DeployError, match=r"workerPoolSpecs\[1\] needs exactly one of"):
+        tune.trial_spec(spec, tune.load_study())
 
 
 def test_another_hypertune_metric_in_the_args_is_refused():
@@ -212,7 +245,7 @@ def test_a_trials_args_with_the_values_vertex_appends_are_trainer_flags():
     from trainer import task
 
     study = tune.load_study()
-    args = _trial_spec(study)["workerPoolSpecs"][0]["pythonPackageSpec"]["args"]
+    args = _args(_trial_spec(study)["workerPoolSpecs"][0])
     for bound in ("minValue", "maxValue"):
         appended = []
         for p in study["studySpec"]["parameters"]:
@@ -256,10 +289,10 @@ def test_a_range_comes_from_the_trainers_flag():
         tune.check_study(study)
 
 
-def test_tune_sends_the_dry_run_body_with_submits_job_options(cloud_sdk, gcs, tmp_path):
+@pytest.mark.parametrize("package", [False, True], ids=["config.yaml", "package config"])
+def test_tune_sends_the_dry_run_body_with_submits_job_options(cloud_sdk, gcs, tmp_path, package):
     fake, cloud = cloud_sdk
     options: dict = dict(
-        staging_uri="gs://test-bucket/dist",
         display_name="census-tuning",
         output_dir="gs://test-bucket/tune/1",
         options=JobOptions(
@@ -272,12 +305,18 @@ def test_tune_sends_the_dry_run_body_with_submits_job_options(cloud_sdk, gcs, tm
         max_trial_count=6,
         dist_dir=str(tmp_path),
     )
+    if package:  # the sdist on a prebuilt image: built and uploaded
+        options.update(staging_uri="gs://test-bucket/dist", config=package_config(tmp_path))
     printed = io.StringIO()
     assert tune.tune(cloud, dry_run=True, out=printed, **options) is None
     assert fake.requests == [], "a dry run sent a request"
     text = printed.getvalue()
-    upload, create = json.loads(text[: text.index("\n]\n") + 2])
-    assert upload["body"] == {"file": str(tmp_path / "trainer-0.1.0.tar.gz")}
+    requests = json.loads(text[: text.index("\n]\n") + 2])
+    if package:
+        upload, create = requests
+        assert upload["body"] == {"file": str(tmp_path / "trainer-0.1.0.tar.gz")}
+    else:
+        (create,) = requests  # the trainer's image: nothing to upload
     assert create["url"] == cloud.url(
         "projects/my-project/locations/us-central1/hyperparameterTuningJobs"
     )
@@ -294,9 +333,16 @@ def test_tune_sends_the_dry_run_body_with_submits_job_options(cloud_sdk, gcs, tm
     trial = body["trialJobSpec"]
     assert trial["scheduling"]["strategy"] == "SPOT"
     assert trial["tensorboard"] == "projects/my-project/locations/us-central1/tensorboards/42"
-    assert trial["workerPoolSpecs"][0]["machineSpec"]["acceleratorType"] == "NVIDIA_TESLA_T4"
-    assert "tf-gpu.2-17" in trial["workerPoolSpecs"][0]["pythonPackageSpec"]["executorImageUri"]
-    assert all(p["pythonPackageSpec"]["packageUris"] == [PACKAGE] for p in trial["workerPoolSpecs"])
+    pools = trial["workerPoolSpecs"]
+    assert pools[0]["machineSpec"]["acceleratorType"] == "NVIDIA_TESLA_T4"
+    if package:
+        assert pools[0]["pythonPackageSpec"]["executorImageUri"] == PREBUILT_GPU
+        assert all(p["pythonPackageSpec"]["packageUris"] == [PACKAGE] for p in pools)
+    else:
+        images = [p["containerSpec"]["imageUri"] for p in pools]
+        assert images == [GPU_IMAGE, IMAGE, IMAGE, IMAGE]  # the chief's GPU: the GPU build
+        assert list(gcs.bucket("test-bucket").list_blobs(prefix="dist/")) == []
+    assert all(submit.task_spec(p)["args"][-1] == "--hypertune_metric=accuracy" for p in pools)
     got = cloud.job_client().get_hyperparameter_tuning_job(name=job.name)
     assert got.state.name == "JOB_STATE_PENDING" and got.max_trial_count == 6
     written = yaml.safe_load((tmp_path / "hp-tuning-job-census-tuning.yaml").read_text())
