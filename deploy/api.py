@@ -90,11 +90,25 @@ class Cloud:
 
         return aiplatform_v1.JobServiceClient(
             transport="rest",
-            client_options={
-                "api_endpoint": self.api_endpoint or f"{self.region}-aiplatform.googleapis.com"
-            },
+            client_options={"api_endpoint": self._service_endpoint},
             credentials=self.credentials,  # type: ignore[arg-type]
         )
+
+    def model_client(self):
+        """The client library's ModelServiceClient over REST, at this target: the Model
+        Registry calls the SDK has no method for (importing an evaluation) or rebuilds from
+        its own arguments (listing models, versions and evaluations; merging aliases)."""
+        from google.cloud import aiplatform_v1
+
+        return aiplatform_v1.ModelServiceClient(
+            transport="rest",
+            client_options={"api_endpoint": self._service_endpoint},
+            credentials=self.credentials,  # type: ignore[arg-type]
+        )
+
+    @property
+    def _service_endpoint(self) -> str:
+        return self.api_endpoint or f"{self.region}-aiplatform.googleapis.com"
 
 
 def canonical(message_type: str, body: dict, what: str) -> dict:

@@ -11,16 +11,30 @@ Shapley attributions over the serving signature's named inputs, read from the mo
 `saved_model.pb`), so the endpoint answers `:explain` as well as `:predict`.
 
 The model goes to `tf2-cpu.2-15`, the newest standard TensorFlow prediction image (a model
-exported by TensorFlow 2.17 loads there: tests/deploy/test_tf_versions.py checks it).
+exported by TensorFlow 2.17 loads there: tests/deploy/test_tf_versions.py checks it). Vertex AI
+makes it unavailable on 2027-01-14 and lists no newer one (`deploy/images.py`): a serving image
+past its end of availability, or within six months of it, gets a warning on stderr.
+
+Model Registry versions (`deploy.registry`): with `--parent_model` (a model's resource name, or
+its display name) the upload becomes the next version of that model, with `--version_aliases`;
+with `--report` the job's eval metrics (its `report.json`) are imported as that version's
+ModelEvaluation; with `--champion_alias` that alias moves to the new version only when its
+metric beats the one imported for the version holding it:
+
+    python -m deploy.publish deploy --project=P --model_dir=gs://B/runs/job-2/model \\
+        --display_name=adanet-census --endpoint_name=adanet-census \\
+        --parent_model=adanet-census --report=gs://B/runs/job-2/report.json \\
+        --champion_alias=champion --champion_metric=auc
 """
 
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import json
 import sys
 
-from deploy import api
+from deploy import api, images, registry
 from deploy import signature as signature_lib
 
 SERVING_IMAGE = "us-docker.pkg.dev/vertex-ai/prediction/tf2-cpu.2-15:latest"
@@ -102,6 +116,7 @@ class Deployment:
     traffic_percentage: int = 100
     serving_image: str = SERVING_IMAGE
     explanation: Explanation | None = None
+    registration: registry.Registration = dataclasses.field(default_factory=registry.Registration)
 
     def __post_init__(self):
         api.gcs_uri("--model_dir", self.model_dir)
@@ -119,16 +134,18 @@ class Deployment:
                 f"--traffic_percentage ({self.traffic_percentage}) must be between 0 and 100."
             )
 
-    def upload_body(self) -> dict:
-        model = {
+    def upload_body(self, parent_model: str | None = None) -> dict:
+        """The models.upload body: a new model, or a new version of `parent_model`."""
+        model: dict = {
             "displayName": self.display_name,
             "artifactUri": self.model_dir,
             "containerSpec": {"imageUri": self.serving_image},
-            "versionAliases": ["default"],
         }
+        if self.registration.upload_aliases():
+            model["versionAliases"] = self.registration.upload_aliases()
         if self.explanation:
             model["explanationSpec"] = self.explanation.spec()
-        return {"model": model}
+        return {"model": model, **({"parentModel": parent_model} if parent_model else {})}
 
     def deploy_body(self, model: str, current_split: dict[str, int]) -> dict:
         """The deployModel body: the new model ("0") gets `traffic_percentage`, the models
@@ -170,13 +187,25 @@ class Published:
     model: str
     endpoint: str
     deployed_model_id: str
+    version_id: str = "1"
+    evaluation: str | None = None  # the imported ModelEvaluation's name
+    notes: tuple[str, ...] = ()  # what was decided on the way, and why
 
 
 def deploy_requests(cloud: api.Cloud, d: Deployment) -> list[api.ApiRequest]:
-    """What `publish` sends when the endpoint does not exist yet (for --dry_run)."""
+    """What `publish` sends when the endpoint does not exist yet (for --dry_run), with the
+    Model Registry's requests around the upload (`deploy.registry`: the champion's
+    mergeVersionAliases is sent only when the new version's metric is better)."""
+    lookup, parent = registry.parent_requests(cloud, d.registration)
+    models_upload = api.ApiRequest(
+        "POST", cloud.url(f"{cloud.parent}/models:upload"), d.upload_body(parent)
+    )
+    recorded = registry.register_requests(cloud, d.registration, parent or PENDING_MODEL)
     endpoints = cloud.url(f"{cloud.parent}/endpoints")
     return [
-        api.ApiRequest("POST", cloud.url(f"{cloud.parent}/models:upload"), d.upload_body()),
+        *lookup,
+        models_upload,
+        *recorded,
         api.ApiRequest("GET", f'{endpoints}?filter=display_name="{d.endpoint_name}"'),
         api.ApiRequest("POST", endpoints, {"displayName": d.endpoint_name}),
         api.ApiRequest(
@@ -194,11 +223,53 @@ def publish(cloud: api.Cloud, d: Deployment) -> Published:
             it was made: bad input raises DeployError there, before anything is sent).
 
     Returns:
-        The model's and the endpoint's resource names and the deployed model's id.
+        The model's and the endpoint's resource names, the deployed model's id, the new
+        version's id, the imported evaluation, and what was decided on the way.
     """
+    cloud.init_sdk()
+    notes: list[str] = []
+    model, evaluation = upload(cloud, d, notes)
+    name, version = model.resource_name, model.version_id
+    endpoint = find_or_create_endpoint(d.endpoint_name)
+    split = d.deploy_body(model.resource_name, dict(endpoint.traffic_split))["trafficSplit"]
+    model.deploy(
+        endpoint=endpoint,
+        deployed_model_display_name=d.display_name,
+        traffic_split=split,
+        machine_type=d.machine_type,
+        min_replica_count=d.min_replica_count,
+        max_replica_count=d.max_replica_count,
+        sync=True,
+    )
+    deployed = [
+        m.id
+        for m in endpoint.list_models()
+        if m.model.split("@")[0] == name  # name@version, or name and model_version_id
+        and (m.model.partition("@")[2] or m.model_version_id or version) == version
+    ]
+    return Published(
+        model=name,
+        endpoint=endpoint.resource_name,
+        deployed_model_id=deployed[-1],
+        version_id=version,
+        evaluation=evaluation,
+        notes=tuple(notes),
+    )
+
+
+def upload(cloud: api.Cloud, d: Deployment, notes: list[str]):
+    """Uploads the model: a new model, or a version of the parent model (found by display
+    name if need be), then records the version in the Model Registry (`registry.register`: the
+    job's evaluation imported for it, the champion alias moved to it if it is better), noting
+    what was decided and why in `notes`. Returns the SDK's Model (of the new version) and the
+    imported evaluation's name (None without one). Needs `cloud.init_sdk()` first."""
     from google.cloud import aiplatform
 
-    cloud.init_sdk()
+    r = d.registration
+    parent = r.parent_name(cloud)  # its region checked before the client looks for credentials
+    client = cloud.model_client()
+    if r.parent_model and parent is None:
+        parent = registry.find_parent(cloud, client, r.parent_model, notes)
     explanation = {}
     if d.explanation:
         spec = d.explanation.spec()
@@ -214,24 +285,14 @@ def publish(cloud: api.Cloud, d: Deployment) -> Published:
         display_name=d.display_name,
         artifact_uri=d.model_dir,
         serving_container_image_uri=d.serving_image,
+        parent_model=parent,
+        is_default_version=r.is_default_version,
+        version_aliases=list(r.version_aliases) or None,  # the SDK appends "default" to it
         sync=True,
         **explanation,
     )
-    endpoint = find_or_create_endpoint(d.endpoint_name)
-    split = d.deploy_body(model.resource_name, dict(endpoint.traffic_split))["trafficSplit"]
-    model.deploy(
-        endpoint=endpoint,
-        deployed_model_display_name=d.display_name,
-        traffic_split=split,
-        machine_type=d.machine_type,
-        min_replica_count=d.min_replica_count,
-        max_replica_count=d.max_replica_count,
-        sync=True,
-    )
-    deployed = [
-        m.id for m in endpoint.list_models() if m.model.split("@")[0] == model.resource_name
-    ]  # name@version
-    return Published(model.resource_name, endpoint.resource_name, deployed[-1])
+    evaluation = registry.register(client, model.resource_name, model.version_id, r, notes)
+    return model, evaluation
 
 
 def find_or_create_endpoint(display_name: str):
@@ -301,6 +362,7 @@ def _run(argv: list[str] | None) -> int:
         type=int,
         help=f"Feature permutations per explained instance, 1-50 (default {DEFAULT_PATH_COUNT}).",
     )
+    registry.add_flags(up)
     down = commands.add_parser("cleanup", help="Undeploy all, delete the endpoint (and model).")
     api.add_cloud_flags(down)
     down.add_argument("--endpoint", required=True, help="Endpoint id or resource name.")
@@ -313,7 +375,9 @@ def _run(argv: list[str] | None) -> int:
         else:
             cleanup(cloud, args.endpoint, args.model)
         return 0
+    registration = registry.registration_from(args)
     d = Deployment(
+        registration=registration,
         explanation=_explanation(args),
         model_dir=args.model_dir,
         display_name=args.display_name,
@@ -324,10 +388,16 @@ def _run(argv: list[str] | None) -> int:
         traffic_percentage=args.traffic_percentage,
         serving_image=args.serving_image,
     )
+    notice = images.warning(d.serving_image, today=datetime.date.today())
+    if notice:
+        print(f"warning: --serving_image: {notice}", file=sys.stderr)
     if args.dry_run:
         api.show(deploy_requests(cloud, d))
         return 0
-    print(dataclasses.asdict(publish(cloud, d)))
+    published = publish(cloud, d)
+    for note in published.notes:
+        print(note)
+    print({k: v for k, v in dataclasses.asdict(published).items() if k != "notes"})
     return 0
 
 

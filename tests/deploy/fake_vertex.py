@@ -6,9 +6,10 @@ recorded in `problems` (tests assert it stays empty). Resources live in memory. 
 return long-running operations answer `done: false` and report `done: true` on the first poll,
 with the response the SDK expects.
 
-Answers only what the deploy commands use: custom jobs, models, endpoints (create, list, get,
-deploy, undeploy, predict, delete), batch prediction jobs, hyperparameter tuning jobs (create,
-get), and operations; ML Metadata for Vertex AI Experiments (`fake_metadata.py`).
+Answers only what the deploy commands use: custom jobs, models (with versions, aliases and
+evaluations), endpoints (create, list, get, deploy, undeploy, predict, delete), batch prediction
+jobs, hyperparameter tuning jobs (create, get), and operations; ML Metadata for Vertex AI
+Experiments (`fake_metadata.py`).
 """
 
 from __future__ import annotations
@@ -76,7 +77,9 @@ class FakeVertex(MetadataHandlers):
         model = {"displayName": display_name}
         if artifact_uri:
             model["artifactUri"] = artifact_uri
-        return self._new(f"{parent}/models", model)["name"]
+        model = self._new(f"{parent}/models", model)
+        self._first_version(model)
+        return model["name"]
 
     def bodies(self, method_id_suffix: str) -> list[dict]:
         """Bodies of the recorded requests whose method id ends with the suffix."""
@@ -164,6 +167,56 @@ class FakeVertex(MetadataHandlers):
     def _hyperparameterTuningJobs_get(self, name, query, body):
         return self._get_resource(name)
 
+    # Pipeline jobs (deploy.pipeline): create and get. Beyond the schema, Vertex AI's field
+    # documentation: runtimeConfig.gcsOutputDirectory is required; the id is the SDK's form.
+    # The spec is checked as far as it links up (each task's component and each component's
+    # executor exist, the run's parameters are the root's inputs); nothing runs.
+
+    def _pipelineJobs_create(self, parent, query, body):
+        problems = self._pipeline_job_problems(query.get("pipelineJobId"), body)
+        if problems:
+            self._fail(400, "INVALID_ARGUMENT", "; ".join(problems))
+        # `parent` is the collection (.../pipelineJobs); the id is the caller's, as in Vertex.
+        name = f"{parent}/{query.get('pipelineJobId') or next(self._ids)}"
+        if name in self.resources:
+            self._fail(409, "ALREADY_EXISTS", f"{name} already exists")
+        job = {**body, "name": name, "createTime": NOW, "updateTime": NOW}
+        self.resources[name] = {**job, "state": "PIPELINE_STATE_PENDING"}
+        return self.resources[name]
+
+    def _pipelineJobs_get(self, name, query, body):
+        return self._get_resource(name)
+
+    @staticmethod
+    def _pipeline_job_problems(job_id: str | None, body: dict) -> list[str]:
+        problems = []
+        if job_id is not None and not re.fullmatch(r"[a-z0-9][a-z0-9-]{0,127}", job_id):
+            problems.append(f"pipelineJobId {job_id!r}: lowercase letters, digits, hyphens")
+        config = body.get("runtimeConfig") or {}
+        if not str(config.get("gcsOutputDirectory", "")).startswith("gs://"):
+            problems.append("body.runtimeConfig.gcsOutputDirectory: required, a gs:// path")
+        spec = body.get("pipelineSpec")
+        if not spec:
+            return problems + ["body.pipelineSpec: required (templateUri is not answered)"]
+        for key in ("pipelineInfo", "root", "components", "deploymentSpec", "schemaVersion"):
+            if key not in spec:
+                problems.append(f"body.pipelineSpec.{key}: required")
+        components = spec.get("components", {})
+        executors = spec.get("deploymentSpec", {}).get("executors", {})
+        for task, value in spec.get("root", {}).get("dag", {}).get("tasks", {}).items():
+            component = value.get("componentRef", {}).get("name")
+            if component not in components:
+                problems.append(f"task {task}: no component {component!r}")
+            elif components[component].get("executorLabel") not in executors:
+                problems.append(f"component {component}: no executor")
+        inputs = spec.get("root", {}).get("inputDefinitions", {}).get("parameters", {})
+        problems += [
+            f"body.runtimeConfig.parameterValues.{key}: not a parameter of the pipeline"
+            for key in config.get("parameterValues", {})
+            if key not in inputs
+        ]
+        return problems
+
     def _batchPredictionJobs_create(self, parent, query, body):
         self._get_resource(body["model"].split("@")[0])
         return self._new(parent, {**body, "state": "JOB_STATE_PENDING"})
@@ -173,8 +226,11 @@ class FakeVertex(MetadataHandlers):
 
     def _models_upload(self, parent, query, body):
         problems = explanation_problems(body["model"])
+        problems += alias_problems(body["model"].get("versionAliases", []))
         if problems:
             self._fail(400, "INVALID_ARGUMENT", "; ".join(problems))
+        if body.get("parentModel"):
+            return self._upload_version(parent, body)
         # A model with a serving container is deployable on dedicated machines, as in Vertex.
         model = self._new(
             parent,
@@ -184,12 +240,13 @@ class FakeVertex(MetadataHandlers):
                 "supportedDeploymentResourcesTypes": ["DEDICATED_RESOURCES"],
             },
         )
+        self._first_version(model)
         return self._operation(
             model["name"], "UploadModelResponse", {"model": model["name"], "modelVersionId": "1"}
         )
 
     def _models_get(self, name, query, body):
-        return self._get_resource(name.split("@")[0])
+        return self._model_version(name)
 
     def _models_delete(self, name, query, body):
         self._get_resource(name)
@@ -201,7 +258,151 @@ class FakeVertex(MetadataHandlers):
         if in_use:
             self._fail(400, "FAILED_PRECONDITION", f"{name} is deployed to {in_use}")
         del self.resources[name]
+        for key in [k for k in self.resources if k.startswith(f"{name}@")]:
+            del self.resources[key]  # its versions and their evaluations
         return self._empty_operation(name)
+
+    # Model versions and evaluations --------------------------------------------------------
+    # Vertex's rules (Model.versionAliases, mergeVersionAliases, the model-alias page): each
+    # version of a model has its own id (1, 2, ...); an alias names one version at a time (given
+    # to another version, it leaves the first); exactly one version holds "default", the first
+    # one to begin with, and a request naming no version gets it. `resources` holds every version
+    # under NAME@ID, the default one under NAME too, and evaluations under NAME@ID/evaluations/.
+
+    def _versions(self, model: str) -> list[dict]:
+        found = [
+            r for n, r in self.resources.items() if re.fullmatch(re.escape(model) + r"@\d+", n)
+        ]
+        return sorted(found, key=lambda v: int(v["versionId"]))
+
+    def _model_version(self, name: str) -> dict:
+        """The version `name` means: NAME (the default), NAME@ID or NAME@ALIAS."""
+        model, _, ref = name.partition("@")
+        default = self._get_resource(model)
+        if not ref:
+            return default
+        for version in self._versions(model):
+            if ref == version["versionId"] or ref in version.get("versionAliases", []):
+                return version
+        self._fail(404, "NOT_FOUND", f"{name} not found: {model} has no version or alias {ref!r}")
+
+    def _first_version(self, model: dict) -> None:
+        """Makes a model uploaded (or added) now its version 1, which holds "default"."""
+        aliases = model.get("versionAliases", [])
+        model.update(
+            versionId="1",
+            versionAliases=aliases if "default" in aliases else [*aliases, "default"],
+            versionCreateTime=NOW,
+            versionUpdateTime=NOW,
+        )
+        self.resources[f"{model['name']}@1"] = model
+
+    def _give_aliases(self, version: dict, aliases: list[str]) -> None:
+        """`aliases` to `version`, taken from whichever other version held them."""
+        for other in self._versions(version["name"]):
+            if other is not version:
+                other["versionAliases"] = [
+                    a for a in other.get("versionAliases", []) if a not in aliases
+                ]
+        held = [a for a in version.get("versionAliases", []) if a not in aliases]
+        version["versionAliases"] = held + aliases
+        if "default" in aliases:
+            self.resources[version["name"]] = version
+
+    def _upload_version(self, parent: str, body: dict) -> dict:
+        model = body["parentModel"]
+        if not re.fullmatch(re.escape(parent) + r"/[^/@]+", model):  # parent: .../models
+            self._fail(
+                400,
+                "INVALID_ARGUMENT",
+                f"parentModel {model!r} is not a model of {parent} (a resource name, no @)",
+            )
+        first = self._get_resource(model)
+        number = str(max(int(v["versionId"]) for v in self._versions(model)) + 1)
+        version = {
+            **body["model"],
+            "name": model,
+            "versionId": number,
+            "versionAliases": [],
+            "createTime": first["createTime"],
+            "updateTime": NOW,
+            "versionCreateTime": NOW,
+            "versionUpdateTime": NOW,
+            "supportedDeploymentResourcesTypes": ["DEDICATED_RESOURCES"],
+        }
+        self.resources[f"{model}@{number}"] = version
+        self._give_aliases(version, body["model"].get("versionAliases", []))
+        return self._operation(
+            model, "UploadModelResponse", {"model": model, "modelVersionId": number}
+        )
+
+    def _models_list(self, parent, query, body):
+        filter_ = query.get("filter", "")
+        wanted = re.fullmatch(r'display_name="([^"]*)"', filter_)
+        if filter_ and not wanted:
+            self._fail(501, "UNIMPLEMENTED", f'the fake filters only display_name="...": {filter_}')
+        found = [
+            m
+            for n, m in self.resources.items()
+            if re.fullmatch(re.escape(parent) + r"/[^/@]+", n)  # parent: .../models
+            and (not wanted or m.get("displayName") == wanted.group(1))
+        ]
+        return {"models": found}
+
+    def _models_listVersions(self, name, query, body):
+        self._get_resource(name)
+        return {"models": self._versions(name)}
+
+    def _models_mergeVersionAliases(self, name, query, body):
+        if not re.search(r"@\d+$", name):
+            self._fail(400, "INVALID_ARGUMENT", f"{name}: name the version by its id (MODEL@ID)")
+        version = self._model_version(name)
+        changes = body.get("versionAliases") or []
+        problems = alias_problems([c.removeprefix("-") for c in changes], "versionAliases")
+        if not changes or problems:
+            self._fail(400, "INVALID_ARGUMENT", "; ".join(problems) or "versionAliases: required")
+        added = [c for c in changes if not c.startswith("-")]
+        removed = {c[1:] for c in changes if c.startswith("-")}
+        cancelled = removed & set(added)  # adding and removing one alias cancel out
+        removed -= cancelled
+        added = [a for a in added if a not in cancelled]
+        if "default" in removed:
+            self._fail(
+                400, "FAILED_PRECONDITION", 'one version must hold "default": give it to another'
+            )
+        version["versionAliases"] = [a for a in version["versionAliases"] if a not in removed]
+        self._give_aliases(version, added)
+        version["versionUpdateTime"] = NOW
+        return version
+
+    def _models_evaluations_import(self, parent, query, body):
+        version = self._model_version(parent.removesuffix("/evaluations"))
+        evaluation = body.get("modelEvaluation")
+        problems = evaluation_problems(evaluation)
+        if problems:
+            self._fail(400, "INVALID_ARGUMENT", "; ".join(problems))
+        model = version["name"]
+        name = f"{model}/evaluations/{next(self._ids)}"
+        evaluation = {**evaluation, "name": name, "createTime": NOW}
+        self.resources[f"{model}@{version['versionId']}/evaluations/{name.rsplit('/', 1)[1]}"] = (
+            evaluation
+        )
+        return evaluation
+
+    def _models_evaluations_list(self, parent, query, body):
+        version = self._model_version(parent.removesuffix("/evaluations"))
+        prefix = f"{version['name']}@{version['versionId']}/evaluations/"
+        return {"modelEvaluations": [e for n, e in self.resources.items() if n.startswith(prefix)]}
+
+    def _models_evaluations_get(self, name, query, body):
+        model, _, evaluation_id = name.partition("/evaluations/")
+        wanted = f"{model.split('@')[0]}/evaluations/{evaluation_id}"  # names carry no version
+        found = [
+            e for n, e in self.resources.items() if "/evaluations/" in n and e["name"] == wanted
+        ]
+        if not found:
+            self._fail(404, "NOT_FOUND", f"{name} not found")
+        return found[0]
 
     def _endpoints(self) -> list[dict]:
         return [r for n, r in self.resources.items() if "/endpoints/" in n]
@@ -330,6 +531,46 @@ def explanation_problems(model: dict) -> list[str]:
             if not v.get("outputTensorName")
         ]
     return problems
+
+
+# Model version aliases (Model.versionAliases; mergeVersionAliases takes "-ALIAS" to remove one).
+_ALIAS = re.compile(r"^[a-z][a-zA-Z0-9-]{0,126}[a-z0-9]$")
+# The metrics schemas the fake knows, and the discovery document's copy of each.
+METRICS_SCHEMAS = {
+    "gs://google-cloud-aiplatform/schema/modelevaluation/classification_metrics_1.0.0.yaml": (
+        "GoogleCloudAiplatformV1SchemaModelevaluationMetricsClassificationEvaluationMetrics"
+    ),
+    "gs://google-cloud-aiplatform/schema/modelevaluation/regression_metrics_1.0.0.yaml": (
+        "GoogleCloudAiplatformV1SchemaModelevaluationMetricsRegressionEvaluationMetrics"
+    ),
+}
+
+
+def alias_problems(aliases: list[str], where: str = "model.versionAliases") -> list[str]:
+    """The aliases Vertex refuses (its rule, no alias twice), as 'where: what' strings."""
+    problems = [
+        f"{where}: {a!r} does not match {_ALIAS.pattern} (a version id cannot be an alias)"
+        for a in aliases
+        if not _ALIAS.match(a)
+    ]
+    if len(set(aliases)) != len(aliases):
+        problems.append(f"{where}: an alias twice in {aliases}")
+    return problems
+
+
+def evaluation_problems(evaluation) -> list[str]:
+    """What the fake refuses in an imported ModelEvaluation beyond the request schema: metrics
+    that do not follow the schema `metricsSchemaUri` names (the discovery document's copy of
+    it: unknown fields, wrong types), or a schema the fake does not know."""
+    where = "modelEvaluation"
+    if not isinstance(evaluation, dict):
+        return [f"{where}: required"]
+    uri = evaluation.get("metricsSchemaUri")
+    if uri not in METRICS_SCHEMAS:
+        return [f"{where}.metricsSchemaUri: {uri!r} is not one of {list(METRICS_SCHEMAS)}"]
+    if not evaluation.get("metrics"):
+        return [f"{where}.metrics: required"]
+    return discovery.validate(evaluation["metrics"], METRICS_SCHEMAS[uri], f"{where}.metrics")
 
 
 def _handler_for(fake: FakeVertex):

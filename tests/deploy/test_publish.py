@@ -1,18 +1,22 @@
 """deploy.publish: upload, endpoint, deploy, traffic split and clean-up through the SDK;
---explain's explanation spec, validated by the fake as Vertex would."""
+--explain's explanation spec, validated by the fake as Vertex would; the command line's Model
+Registry flags, checked before any request and shown by --dry_run (what they do:
+tests/deploy/test_registry.py)."""
 
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 
 import pytest
 
-from deploy import api, publish, signature
+from deploy import api, publish, registry, signature
 from tests.deploy import discovery
 from tests.deploy import test_signature as signature_test
 from tests.deploy.fake_vertex import ApiFailure, FakeVertex, explanation_problems
+from tests.deploy.test_registry import PARENT, trainer_report
 from tests.support import REPO
 
 
@@ -275,3 +279,111 @@ def test_command_line_dry_run_shows_the_spec_of_the_models_inputs(gcs, tmp_path)
     missing = _dry_run("--model_dir=gs://test-bucket/runs/2/model", "--explain")
     assert missing.returncode == 2
     assert "--model_dir gs://test-bucket/runs/2/model: cannot read" in missing.stderr
+
+
+# -- the Model Registry flags (what they do: test_registry.py) -------------------------------
+
+
+def _write_report(tmp_path, name: str, report: dict) -> str:
+    path = tmp_path / name
+    path.write_text(json.dumps(report))
+    return str(path)
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--version_aliases=Champion"], r"--version_aliases \('Champion'\) is not a Vertex"),
+        (["--version_aliases=2"], "never reads as a version id"),
+        (["--version_aliases=a"], "2-128 lowercase letters"),
+        (["--version_aliases=canary-"], "a letter or digit last"),
+        (["--version_aliases=canary,canary"], "names an alias twice"),
+        (["--version_aliases=default"], "'default' is not set there"),
+        (["--champion_alias=champion"], "needs --report=JOB_DIR/report.json"),
+        (["--champion_metric=auc"], "--champion_metric needs --champion_alias"),
+        (["--champion_alias=Best", "--report={ok}"], r"--champion_alias \('Best'\)"),
+        (["--champion_alias=best", "--champion_metric=f1", "--report={ok}"], "choose from"),
+        (
+            ["--champion_alias=best", "--version_aliases=best", "--report={ok}"],
+            "in --version_aliases too",
+        ),
+        (
+            ["--champion_alias=best", "--champion_metric=auc", "--report={multiclass}"],
+            "has no finite auc; it has loss, accuracy",
+        ),
+        (
+            ["--champion_alias=best", "--champion_metric=loss", "--report={regression}"],
+            "compare mse or mae",
+        ),
+        (["--report={other}"], "not of --model_dir gs://test-bucket/runs/1/model"),
+        (["--report={unfinished}"], "has not exported and evaluated its model"),
+        (["--report={missing}"], "cannot read it"),
+        (
+            ["--parent_model=projects/my-project/locations/europe-west4/models/7"],
+            "pass --region=europe-west4",
+        ),
+        (
+            ["--parent_model=projects/my-project/locations/us-central1/models/7@2"],
+            "without @VERSION",
+        ),
+    ],
+)
+def test_bad_registry_flags_are_refused_before_any_request(tmp_path, capsys, flags, message):
+    reports = {
+        "ok": _write_report(tmp_path, "ok.json", trainer_report(1)),
+        "multiclass": _write_report(
+            tmp_path, "m.json", trainer_report(1, "multiclass", loss=0.5, accuracy=0.7)
+        ),
+        "regression": _write_report(
+            tmp_path, "r.json", trainer_report(1, "regression", loss=0.2, mse=4.0)
+        ),
+        "other": _write_report(tmp_path, "other.json", trainer_report(2)),
+        "unfinished": _write_report(
+            tmp_path, "u.json", {**trainer_report(1), "status": "training", "final": None}
+        ),
+        "missing": str(tmp_path / "missing.json"),
+    }
+    with FakeVertex() as fake:
+        code = publish.main(
+            [
+                "deploy",
+                "--project=my-project",
+                f"--api_endpoint={fake.url}",
+                "--model_dir=gs://test-bucket/runs/1/model",
+                "--display_name=census",
+                "--endpoint_name=census",
+                *[f.format(**reports) for f in flags],
+            ]
+        )
+        assert fake.requests == []
+    assert code == 2
+    assert re.search(message, capsys.readouterr().err)
+
+
+def test_command_line_dry_run_shows_the_registry_requests(tmp_path):
+    report = _write_report(tmp_path, "report.json", trainer_report(1))
+    result = _dry_run(
+        "--model_dir=gs://test-bucket/runs/1/model",
+        "--parent_model=census",
+        "--version_aliases=retrained",
+        f"--report={report}",
+        "--champion_alias=champion",
+        "--champion_metric=auc",
+    )
+    assert result.returncode == 0, result.stderr
+    requests = json.loads(result.stdout)
+    calls = [(r["method"], r["url"].split("/v1/")[1]) for r in requests]
+    pending_model = f"{registry.PENDING_PARENT}@{registry.PENDING_VERSION}"
+    assert calls[:6] == [
+        ("GET", f'{PARENT}/models?filter=display_name="census"'),
+        ("POST", f"{PARENT}/models:upload"),
+        ("POST", f"{pending_model}/evaluations:import"),
+        ("GET", f"{registry.PENDING_PARENT}:listVersions"),
+        ("GET", f"{registry.PENDING_PARENT}@{registry.PENDING_HOLDER}/evaluations"),
+        ("POST", f"{pending_model}:mergeVersionAliases"),
+    ]
+    upload = requests[1]["body"]
+    assert upload["parentModel"] == registry.PENDING_PARENT
+    assert upload["model"]["versionAliases"] == ["retrained", "default"]
+    assert requests[2]["body"]["modelEvaluation"]["metrics"] == {"logLoss": 0.36, "auRoc": 0.89}
+    assert requests[5]["body"] == {"versionAliases": ["champion"]}

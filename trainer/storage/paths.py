@@ -17,6 +17,13 @@ def is_fuse(path: str) -> bool:
     return path.startswith(FUSE_ROOT)
 
 
+def as_gcs(path: str) -> str:
+    """`/gcs/BUCKET/NAME` (a Cloud Storage FUSE path, as a job on Vertex AI may name it) as
+    `gs://BUCKET/NAME`, without a trailing slash; other paths as given, less that slash."""
+    path = path.rstrip("/")
+    return GCS_PREFIX + path[len(FUSE_ROOT) :] if is_fuse(path) else path
+
+
 def has_atomic_rename(path: str) -> bool:
     """Whether renaming a directory at `path` is one atomic step (a local POSIX filesystem)."""
     return not (is_gcs(path) or is_fuse(path) or "://" in path)
