@@ -1,9 +1,14 @@
 """Making the trained model useful on Vertex AI, and locally.
 
-- `deploy.submit`: build the sdist, upload it, create a CustomJob from `config.yaml` and the
-  job options (TensorBoard, service account, Spot, GPUs, environment).
+- `deploy.submit`: create a CustomJob from `config.yaml` (the trainer's container image,
+  `deploy/container/`; or a python package, its sdist built and uploaded) and the job options
+  (TensorBoard, service account, Spot, GPUs, environment); `deploy.images` warns of prebuilt
+  images past or near their end of availability.
 - `deploy.tune`: the same trial job under a HyperparameterTuningJob of the study in `tune.yaml`.
-- `deploy.publish`: Model Registry upload, endpoint, deploy; undeploy and delete.
+- `deploy.publish`: Model Registry upload, endpoint, deploy; undeploy and delete;
+  `deploy.registry`: versions of a model, the job's evaluation, a champion alias.
+- `deploy.pipeline`: train, evaluate, register and batch predict as one Vertex AI Pipelines run.
+- `deploy.local_run`: `gcloud ai custom-jobs local-run`'s install and run, without Docker.
 - `deploy.predict`: online prediction from an endpoint or from the local server.
 - `deploy.serve`: a local server with Vertex's custom-container contract (aiohttp), which
   predicts requests that arrive together in one model call (`deploy.batching`).
