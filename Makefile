@@ -1,5 +1,6 @@
 # The two set-up commands of the README. Both create .venv in the repo root on a fresh machine.
-# TensorFlow is pinned to what Vertex AI's newest prebuilt training image carries (2.17, Keras 3).
+# TensorFlow is pinned to 2.17 (Keras 3), which the trainer's images (deploy/container, on
+# tensorflow/tensorflow:2.17.0) and Vertex AI's last prebuilt training image carry.
 PYTHON ?= python3
 VENV := .venv
 TF_PIN := tensorflow-cpu==2.17.1

@@ -1,9 +1,12 @@
 """Packaging for the AdaNet trainer.
 
-Vertex AI pip-installs this sdist on every replica of a prebuilt TensorFlow image, so TensorFlow
-stays out of `install_requires` (the image has it; a second distribution name would install a
-second copy). It lives in the `cpu` and `gpu` extras instead. `gcloud ai custom-jobs local-run`
-copies only this file before `pip install .`, so it reads no other file.
+It is installed beside a TensorFlow that is already there: in the trainer's images
+(deploy/container/Dockerfile, TensorFlow's official image), by `gcloud ai custom-jobs local-run`
+into its executor image, and by Vertex AI into a python package's executor image. So TensorFlow
+stays out of `install_requires` (a second distribution name would install a second copy); it
+lives in the `cpu` and `gpu` extras instead, and nothing here may pull a protobuf the image's
+TensorFlow forbids (`pip check`: deploy/local_run.py). local-run copies only this file before
+`pip install .`, so it reads no other file.
 """
 
 import setuptools
