@@ -76,9 +76,8 @@ def check_alias(flag: str, alias: str) -> str:
 
 
 def parse_aliases(text: str) -> tuple[str, ...]:
-    """`--version_aliases=a,b` as ("a", "b"), each alias checked."""
-    aliases = tuple(a.strip() for a in text.split(",")) if text.strip() else ()
-    return tuple(check_alias("--version_aliases", a) for a in aliases)
+    """`--version_aliases=a,b` as ("a", "b") (`Registration` checks them)."""
+    return tuple(a.strip() for a in text.split(",")) if text.strip() else ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -384,15 +383,18 @@ class Registration:
                 f"with --champion_alias={DEFAULT_ALIAS}."
             )
         if self.champion:
+            self.check_champion_alias(self.champion.alias)
             self._check_champion(self.champion)
 
-    def _check_champion(self, champion: Champion) -> None:
-        alias, metric = champion.alias, champion.metric
+    def check_champion_alias(self, alias: str) -> None:
         if alias in self.version_aliases:
             raise api.DeployError(
                 f"--champion_alias ({alias!r}) is in --version_aliases too, which would give "
                 "it to the new version whatever its metric. Name it in one of the two."
             )
+
+    def _check_champion(self, champion: Champion) -> None:
+        alias, metric = champion.alias, champion.metric
         if self.evaluation is None:
             raise api.DeployError(
                 f"--champion_alias ({alias!r}) needs --report=JOB_DIR/report.json: the new "
@@ -588,24 +590,22 @@ def registration_from(args: argparse.Namespace) -> Registration:
     """The registry flags of `add_flags` (and `--model_dir`, the model the report must be of),
     checked before --report is read."""
     aliases = parse_aliases(args.version_aliases)
+    # The flags alone first, so that their mistakes are named before --report is read.
+    flags_only = Registration(parent_model=args.parent_model, version_aliases=aliases)
     if args.champion_alias is None:
         if args.champion_metric is not None:
             raise api.DeployError("--champion_metric needs --champion_alias.")
     else:
         Champion(args.champion_alias, args.champion_metric or "accuracy")
-        if not args.report:
-            raise api.DeployError(
-                f"--champion_alias ({args.champion_alias!r}) needs --report=JOB_DIR/report.json: "
-                "the new version's metric comes from the job's report."
-            )
+        flags_only.check_champion_alias(args.champion_alias)
     evaluation = None
     if args.report:
         api.gcs_uri("--model_dir", args.model_dir)
         evaluation = JobEvaluation.read(args.report, args.model_dir)
     champion = None
-    if args.champion_alias is not None:
-        assert evaluation is not None
-        default = "mse" if evaluation.head == "regression" else "accuracy"
+    if args.champion_alias is not None:  # without --report, Registration says it needs one
+        regression = evaluation is not None and evaluation.head == "regression"
+        default = "mse" if regression else "accuracy"
         champion = Champion(args.champion_alias, args.champion_metric or default)
     return Registration(
         parent_model=args.parent_model,

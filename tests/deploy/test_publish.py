@@ -318,6 +318,10 @@ def _write_report(tmp_path, name: str, report: dict) -> str:
         (["--report={other}"], "not of --model_dir gs://test-bucket/runs/1/model"),
         (["--report={unfinished}"], "has not exported and evaluated its model"),
         (["--report={missing}"], "cannot read it"),
+        # the flags' own mistakes come before the report is read
+        (["--version_aliases=canary,canary", "--report={missing}"], "names an alias twice"),
+        (["--champion_alias=best", "--version_aliases=best", "--report={missing}"], "too"),
+        (["--report={no_metrics}"], "'final' has no metrics object"),
         (
             ["--parent_model=projects/my-project/locations/europe-west4/models/7"],
             "pass --region=europe-west4",
@@ -342,6 +346,9 @@ def test_bad_registry_flags_are_refused_before_any_request(tmp_path, capsys, fla
             tmp_path, "u.json", {**trainer_report(1), "status": "training", "final": None}
         ),
         "missing": str(tmp_path / "missing.json"),
+        "no_metrics": _write_report(
+            tmp_path, "n.json", {**trainer_report(1), "final": {"metrics": None}}
+        ),
     }
     with FakeVertex() as fake:
         code = publish.main(
