@@ -18,12 +18,14 @@ what this does in its place:
 3. `COPY trainer/ /usr/app/trainer/`: the module's top folder alone. Here: the same copy.
 4. `docker run --rm` with `HOME=/home`, `PYTHONDONTWRITEBYTECODE=1`, no `TF_CONFIG`,
    `CLUSTER_SPEC` or `AIP_*`, and `python3 -m trainer.task ARGS` in `/usr/app`. Here: the same
-   command in the app folder with those variables, the others of this environment removed.
+   command in the app folder with those variables set and removed; this shell's other
+   variables stay (a container has its image's own instead).
 
 The app folder is removed at the end, as the container is: a model written there (no
 `--job_dir`, no `AIP_MODEL_DIR`: `runs/adanet` in the app folder) is gone, so give a
 `--job_dir` outside it (a relative one is taken from where this command runs, not from the
-app folder). Exit code: the trainer's, or 1 if the install or `pip check` failed.
+app folder); without one it says so at start. Exit code: the trainer's, or 1 if the install
+or `pip check` failed (or the image's venv could not be made).
 """
 
 from __future__ import annotations
@@ -40,6 +42,9 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 APP = "usr/app"  # local-run's work dir, under the run's temporary root
+MARKER = ".deploy-local-run"  # in an image's venv: made by this module, so it may replace it
+# The trainer's flags that name where it writes.
+OUTPUT_FLAGS = ("--job_dir", "--model_dir", "--checkpoint_dir", "--tensorboard_log_dir")
 # Variables a container would not inherit from this shell (Vertex's and a cluster's).
 _DROPPED_PREFIXES = ("AIP_", "CLOUD_ML_")
 _DROPPED = {"TF_CONFIG", "CLUSTER_SPEC", "PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME"}
@@ -89,12 +94,21 @@ class Image:
         return self.root / "bin" / "python"
 
     def ensure(self, *, base_python: str | None = None) -> Image:
-        """Builds the venv unless it imports the asked TensorFlow already."""
+        """Builds the venv unless it imports the asked TensorFlow already (it is only read:
+        each run installs into a copy). Only a folder this made (its `MARKER` inside) is ever
+        replaced: any other that is not empty is refused."""
+        marker = self.root / MARKER
         if self.python.exists() and self._has_tensorflow():
             return self
+        if self.root.exists() and not marker.exists() and any(self.root.iterdir()):
+            raise LocalRunError(
+                f"--env {self.root} is a folder deploy.local_run did not make (no {MARKER} in "
+                "it): name a new or empty folder, which it fills with the image's venv."
+            )
         shutil.rmtree(self.root, ignore_errors=True)
         interpreter = base_python or find_python(self.executor.python)
         _run([interpreter, "-m", "venv", str(self.root)], what="creating the image's venv")
+        marker.write_text(f"{self.executor}\n")
         _pip(self.python, "install", "--quiet", "--upgrade", "pip")
         _pip(self.python, "install", "--quiet", *self.executor.requirements)
         return self
@@ -143,15 +157,30 @@ def container_environment(environ: Mapping[str, str], home: Path) -> dict[str, s
 
 
 def absolute_job_dirs(args: Sequence[str], cwd: Path) -> list[str]:
-    """Relative `--job_dir`/`--model_dir`/... made absolute from `cwd`: the trainer runs in
-    the app folder, which goes when the run ends."""
-    flags = ("--job_dir", "--model_dir", "--checkpoint_dir", "--tensorboard_log_dir")
-    out = []
-    for arg in args:
-        name, sep, value = arg.partition("=")
-        local = value and "://" not in value and not os.path.isabs(value)
-        out.append(f"{name}={cwd / value}" if sep and name in flags and local else arg)
+    """Relative `--job_dir`/`--model_dir`/... (`--flag=DIR` or `--flag DIR`, one dash or two,
+    as absl reads them) made absolute from `cwd`: the trainer runs in the app folder, which
+    goes when the run ends. Each becomes `--flag=DIR`."""
+    out: list[str] = []
+    args = list(args)
+    i = 0
+    while i < len(args):
+        name, sep, value = args[i].partition("=")
+        flag = "--" + name.lstrip("-") if name.startswith("-") else name
+        if flag in OUTPUT_FLAGS and not sep and i + 1 < len(args):
+            value, i = args[i + 1], i + 1
+            sep = "="
+        if flag in OUTPUT_FLAGS and sep:
+            local = value and "://" not in value and not os.path.isabs(value)
+            out.append(f"{flag}={cwd / value if local else value}")
+        else:
+            out.append(args[i])
+        i += 1
     return out
+
+
+def names_an_output(args: Sequence[str]) -> bool:
+    """Whether `args` (as `absolute_job_dirs` writes them) say where the model goes."""
+    return any(a.partition("=")[0] in ("--job_dir", "--model_dir") for a in args)
 
 
 def run(
@@ -201,6 +230,13 @@ def run(
         home.mkdir()
         variables = container_environment(os.environ if environ is None else environ, home)
         args = absolute_job_dirs(trainer_args, Path.cwd())
+        if not names_an_output(args):
+            print(
+                "[local-run] warning: no --job_dir: the trainer writes runs/adanet in the app "
+                "folder, which goes when the run ends (as local-run's container does). Pass "
+                "--job_dir=DIR to keep the model.",
+                flush=True,
+            )
         command = [str(env.python), "-m", "trainer.task", *args]
         print(f"[local-run] python3 -m trainer.task {' '.join(args)}", flush=True)
         code = subprocess.run(command, cwd=app, env=variables, check=False).returncode
@@ -225,7 +261,10 @@ def _pip(python: Path, *args: str, cwd: Path | None = None) -> None:
 
 
 def _run(command: Sequence[str], *, what: str, cwd: Path | None = None) -> None:
-    result = subprocess.run(command, cwd=cwd, capture_output=True, text=True, check=False)
+    try:
+        result = subprocess.run(command, cwd=cwd, capture_output=True, text=True, check=False)
+    except OSError as e:  # e.g. --python names no interpreter
+        raise LocalRunError(f"{what} failed: {e}") from None
     if result.returncode != 0:
         raise LocalRunError(f"{what} failed:\n{result.stdout[-2000:]}{result.stderr[-3000:]}")
 

@@ -23,7 +23,7 @@ metric beats the one imported for the version holding it:
 
     python -m deploy.publish deploy --project=P --model_dir=gs://B/runs/job-2/model \\
         --display_name=adanet-census --endpoint_name=adanet-census \\
-        --parent_model=adanet-census --report=gs://B/runs/job-2/report.json \\
+        --parent_model=adanet-census --report=gs://B/runs/job-2/checkpoints/report.json \\
         --champion_alias=champion --champion_metric=auc
 """
 

@@ -119,7 +119,8 @@ class JobEvaluation:
             raise api.DeployError(
                 f"--report {report_uri}: cannot read it ({type(e).__name__}: "
                 f"{str(e).splitlines()[0] if str(e) else 'no detail'}). Point --report at the "
-                "job's report.json (JOB_DIR/report.json, beside JOB_DIR/model)."
+                "job's report.json: JOB_DIR/report.json, or OUTPUT_DIR/checkpoints/report.json "
+                "for a job on Vertex AI given no --job_dir."
             ) from None
         try:
             report = json.loads(data)
@@ -141,7 +142,8 @@ class JobEvaluation:
                 f"--report {report_uri} is the report of the model at "
                 f"{report.get('model_dir')!r}, not of --model_dir {model_dir}. Pass the report "
                 "of the job that exported this model (a job dir copied whole keeps them "
-                "together: JOB_DIR/report.json beside JOB_DIR/model)."
+                "together: JOB_DIR/report.json beside JOB_DIR/model; a job on Vertex AI given no "
+                "--job_dir: OUTPUT_DIR/checkpoints/report.json for OUTPUT_DIR/model)."
             )
         metrics, constant, examples = (
             final.get("metrics"),

@@ -409,7 +409,7 @@ def _pools_of(flag: str, value: str, pools: list, *, training: bool) -> tuple[li
         if not pool:
             raise api.DeployError(f"{flag}={value}: config.yaml has no {head} pool.")
         return [pool], rest
-    if colon and head.isalpha() and head.islower():
+    if colon and head.isalpha() and head.islower() and not re.match(r"\d+/", rest):  # host:port/
         raise api.DeployError(
             f"{flag}={value}: {head!r} is not a pool; use one of {', '.join(POOL_ROLES)}."
         )

@@ -73,3 +73,14 @@ def test_a_prefix_of_a_mount_point_is_not_under_it(container):
     """/outside shares its first letters with the volume /out, not its folder."""
     warning = files.lost_with_container([("--job_dir", "/outside/job")], **container)
     assert warning is not None and "/outside/job" in warning
+
+
+def test_a_root_on_a_disk_of_its_own_outlives_the_process(container, tmp_path):
+    """A VM (or a host) that carries a container marker but whose root is a disk, not layers
+    over an image: nothing there goes with a container."""
+    mountinfo = tmp_path / "vm-mountinfo"
+    mountinfo.write_text(
+        "2 1 254:0 / / rw,relatime - ext4 /dev/vda rw\n22 2 0:21 / /proc rw - proc proc rw\n"
+    )
+    container["mountinfo"] = str(mountinfo)
+    assert files.lost_with_container([("--job_dir", "/usr/app/runs")], **container) is None

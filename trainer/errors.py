@@ -17,21 +17,33 @@ class TrainingError(RuntimeError):
     """Training cannot continue; what was finished is kept (see the module doc)."""
 
 
-# The optional parts of the package: what each needs beyond the training install.
-CLOUD_EXTRA = "pip install 'trainer[cloud]' (the project's container images have it)"
+# The names TensorFlow 2 is installed under.
+_TENSORFLOWS = ("tensorflow", "tensorflow-cpu", "tensorflow-gpu", "tensorflow-intel")
 
 
 def require(module: str, *, distribution: str, needed_by: str) -> None:
     """InputError unless `module` can be imported: the training install leaves out the
     libraries only some features use (their newest releases need a newer protobuf than the
-    image's TensorFlow may allow), so a job that needs one is refused before any work."""
+    image's TensorFlow may allow), so a job that needs one is refused before any work, with
+    the install that keeps this environment's TensorFlow (named beside the extra, pip holds
+    its protobuf)."""
+    import importlib.metadata
     import importlib.util
 
     try:
         found = importlib.util.find_spec(module) is not None
     except ModuleNotFoundError:  # a parent package is missing
         found = False
-    if not found:
-        raise InputError(
-            f"{needed_by} needs {distribution}, which is not installed here. Fix: {CLOUD_EXTRA}."
-        )
+    if found:
+        return
+    pin = ""
+    for name in _TENSORFLOWS:
+        try:
+            pin = f'"{name}=={importlib.metadata.version(name)}" '
+            break
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    raise InputError(
+        f"{needed_by} needs {distribution}, which is not installed here. Fix: pip install "
+        f'{pin}"trainer[cloud]" (the project\'s container images have it).'
+    )

@@ -1,5 +1,5 @@
 """`gcloud ai custom-jobs local-run`, reproduced without Docker (`deploy.local_run`): setup.py
-installed alone beside the executor image's TensorFlow 2.17 and Python 3.10, `pip check`
+installed alone beside the executor image's TensorFlow 2.17 and Python 3.11, `pip check`
 clean, trainer/ copied alone, no cluster or Vertex variables, and the model where the user
 asked."""
 
@@ -42,14 +42,39 @@ def test_relative_output_dirs_are_taken_from_where_the_command_runs(tmp_path):
         "--tensorboard_log_dir=/abs/logs",
         "--train_data=data/train.csv",  # an input: the user's own business
         "--max_iterations=1",
+        "-checkpoint_dir",  # absl's other spellings: one dash, the value apart
+        "ckpt",
     ]
-    assert local_run.absolute_job_dirs(args, tmp_path) == [
+    absolute = local_run.absolute_job_dirs(args, tmp_path)
+    assert absolute == [
         f"--job_dir={tmp_path}/runs/x",
         "--model_dir=gs://b/m",
         "--tensorboard_log_dir=/abs/logs",
         "--train_data=data/train.csv",
         "--max_iterations=1",
+        f"--checkpoint_dir={tmp_path}/ckpt",
     ]
+    assert local_run.names_an_output(absolute)
+    spaced = local_run.absolute_job_dirs(["--job_dir", "out"], tmp_path)
+    assert spaced == [f"--job_dir={tmp_path}/out"]
+    checkpoints_only = local_run.absolute_job_dirs(["-checkpoint_dir=c"], tmp_path)
+    assert not local_run.names_an_output(checkpoints_only)
+
+
+def test_a_folder_it_did_not_make_is_never_replaced(tmp_path):
+    precious = tmp_path / "env"
+    (precious / "data").mkdir(parents=True)
+    (precious / "data" / "keep.txt").write_text("mine")
+    executor = local_run.EXECUTOR_IMAGES[local_run.DEFAULT_EXECUTOR_IMAGE]
+    with pytest.raises(local_run.LocalRunError, match=r"did not make .*name a new or empty"):
+        local_run.Image(precious, executor).ensure()
+    assert (precious / "data" / "keep.txt").read_text() == "mine"
+
+
+def test_a_python_that_does_not_run_is_an_error_not_a_traceback(tmp_path):
+    executor = local_run.EXECUTOR_IMAGES[local_run.DEFAULT_EXECUTOR_IMAGE]
+    with pytest.raises(local_run.LocalRunError, match=r"creating the image's venv failed"):
+        local_run.Image(tmp_path / "new", executor).ensure(base_python=str(tmp_path / "nope"))
 
 
 def test_a_missing_python_is_named_with_the_fix():

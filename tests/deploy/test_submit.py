@@ -138,6 +138,17 @@ def test_a_placeholder_left_in_an_image_names_the_fix(cloud):
     assert {p["containerSpec"]["imageUri"] for p in spec["workerPoolSpecs"]} == {
         "eu.gcr.io/p/trainer:1"
     }
+    # a registry's host:port is not a pool
+    spec = submit.resolve(
+        submit.load_config(),
+        package_uri=None,
+        output_dir="gs://b/runs/a",
+        options=JobOptions(image_uris=("localhost:5000/trainer:1",)),
+        cloud=cloud,
+    )
+    assert {p["containerSpec"]["imageUri"] for p in spec["workerPoolSpecs"]} == {
+        "localhost:5000/trainer:1"
+    }
 
 
 @pytest.mark.parametrize(

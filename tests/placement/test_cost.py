@@ -219,16 +219,6 @@ def test_bad_values_name_the_field():
         dataclasses.replace(TRUE, chunk_latency_s=0)
     with pytest.raises(ValueError, match=r"input_share \(1\) must be in \[0, 1\)"):
         dataclasses.replace(TRUE, input_share=1)
-
-
-def test_a_unit_of_one_subnetwork_still_pays_for_the_whole_input():
-    """The input's share of an example's work is paid by every unit: with it a unit that
-    trains a small part of the model costs more than that part of a whole step."""
-    one = job(workers=5, placement=ROUND_ROBIN)
-    without = predict(one, dataclasses.replace(TRUE, input_share=0.0))
-    with_input = predict(one, TRUE)
-    assert with_input.baseline_examples_per_s == pytest.approx(without.baseline_examples_per_s)
-    assert with_input.job_steps_per_s < 0.9 * without.job_steps_per_s
     with pytest.raises(ValueError, match=r"ps \(0\) must be >= 1 with 2 workers"):
         job(workers=2, ps=0)
     with pytest.raises(ValueError, match=r"steps_per_loop \(0\) must be >= 1"):
@@ -239,3 +229,13 @@ def test_a_unit_of_one_subnetwork_still_pays_for_the_whole_input():
         ClusterJob.from_row({"workers": 1, "ps": 1, "placement": "replication", "batch_size": 8})
     with pytest.raises(ValueError, match="at least one row with examples_per_s"):
         fit([{"examples_per_s": None}])
+
+
+def test_a_unit_of_one_subnetwork_still_pays_for_the_whole_input():
+    """The input's share of an example's work is paid by every unit: with it a unit that
+    trains a small part of the model costs more than that part of a whole step."""
+    one = job(workers=5, placement=ROUND_ROBIN)
+    without = predict(one, dataclasses.replace(TRUE, input_share=0.0))
+    with_input = predict(one, TRUE)
+    assert with_input.baseline_examples_per_s == pytest.approx(without.baseline_examples_per_s)
+    assert with_input.job_steps_per_s < 0.9 * without.job_steps_per_s

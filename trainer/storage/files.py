@@ -211,6 +211,9 @@ def preflight(
 # -- outputs that die with their container --------------------------------------------------
 # Files that exist in Docker's and Podman's containers (and in no host's root).
 CONTAINER_MARKERS = ("/.dockerenv", "/run/.containerenv")
+# The file systems of a container's own root: layers over its image, gone with the container
+# (Docker's and Podman's overlay2, rootless Podman's fuse-overlayfs, old Docker's aufs).
+_CONTAINER_ROOTS = ("overlay", "fuse.fuse-overlayfs", "aufs")
 
 
 def lost_with_container(
@@ -220,17 +223,21 @@ def lost_with_container(
     mountinfo: str = "/proc/self/mountinfo",
 ) -> str | None:
     """A warning when this process runs in a container and local outputs are on the
-    container's own root filesystem, which goes with the container: `gcloud ai custom-jobs
-    local-run` runs `docker run --rm` in `/usr/app`, so a job given no `--job_dir` (and no
-    `AIP_MODEL_DIR`) writes `runs/adanet` there and loses it when it exits. A folder on a mount
-    of its own (a volume, `-v HOST:PATH`) or in Cloud Storage outlives it. None otherwise.
+    container's own root file system (layers over its image), which goes with the container:
+    `gcloud ai custom-jobs local-run` runs `docker run --rm` in `/usr/app`, so a job given no
+    `--job_dir` (and no `AIP_MODEL_DIR`) writes `runs/adanet` there and loses it when it
+    exits. A folder on a mount of its own (a volume, `-v HOST:PATH`) or in Cloud Storage
+    outlives it, and so does a root that is a disk of its own (a VM that carries a container
+    marker). None otherwise.
     """
     if not any(os.path.exists(m) for m in markers):
         return None
     try:
         with open(mountinfo) as f:
-            mounts = [_mount_point(line) for line in f]
+            mounts = dict(_mount(line) for line in f)
     except OSError:
+        return None
+    if mounts.get("/") not in _CONTAINER_ROOTS:
         return None
     lost: dict[str, list[str]] = {}
     for flag, path in outputs:
@@ -245,16 +252,18 @@ def lost_with_container(
     where = "; ".join(f"{', '.join(flags)}: {path}" for path, flags in lost.items())
     return (
         f"This process runs in a container, and its outputs go to the container's own "
-        f"filesystem ({where}): they are lost when the container is removed (`gcloud ai "
-        "custom-jobs local-run` removes it when the job ends). Fix: pass "
+        f"file system ({where}): they are lost when the container is removed (as `gcloud ai "
+        "custom-jobs local-run` removes its container when the job ends). Fix: pass "
         "--job_dir=gs://BUCKET/PATH, or a folder mounted from the host (docker run -v)."
     )
 
 
-def _mount_point(line: str) -> str:
-    """The mount point of a /proc/self/mountinfo line (field 5; spaces escaped as \\040)."""
-    fields = line.split()
-    return fields[4].replace("\\040", " ") if len(fields) > 4 else "/"
+def _mount(line: str) -> tuple[str, str]:
+    """(mount point, file system type) of a /proc/self/mountinfo line: field 5 (spaces escaped
+    as \\040), and the first field after the " - " separator."""
+    fields, _, after = line.partition(" - ")
+    point = fields.split()[4].replace("\\040", " ") if len(fields.split()) > 4 else "/"
+    return point, (after.split() or [""])[0]
 
 
 def _under(path: str, mount_point: str) -> bool:
