@@ -86,29 +86,30 @@ class Cloud:
         """The client library's JobService client over REST, at this target. (Jobs are created
         through it rather than the SDK's job classes: it sends the body `--dry_run` prints,
         field for field, where the SDK rebuilds a job from its own arguments.)"""
-        from google.cloud import aiplatform_v1
-
-        return aiplatform_v1.JobServiceClient(
-            transport="rest",
-            client_options={"api_endpoint": self._service_endpoint},
-            credentials=self.credentials,  # type: ignore[arg-type]
-        )
+        return self._client("JobServiceClient")
 
     def model_client(self):
         """The client library's ModelServiceClient over REST, at this target: the Model
         Registry calls the SDK has no method for (importing an evaluation) or rebuilds from
         its own arguments (listing models, versions and evaluations; merging aliases)."""
+        return self._client("ModelServiceClient")
+
+    def pipeline_client(self):
+        """The client library's PipelineServiceClient over REST, at this target (the body
+        `deploy.pipeline --dry_run` prints, where the SDK's PipelineJob.submit also looks up
+        and creates the pipeline root's bucket)."""
+        return self._client("PipelineServiceClient")
+
+    def _client(self, service: str):
         from google.cloud import aiplatform_v1
 
-        return aiplatform_v1.ModelServiceClient(
+        return getattr(aiplatform_v1, service)(
             transport="rest",
-            client_options={"api_endpoint": self._service_endpoint},
-            credentials=self.credentials,  # type: ignore[arg-type]
+            client_options={
+                "api_endpoint": self.api_endpoint or f"{self.region}-aiplatform.googleapis.com"
+            },
+            credentials=self.credentials,
         )
-
-    @property
-    def _service_endpoint(self) -> str:
-        return self.api_endpoint or f"{self.region}-aiplatform.googleapis.com"
 
 
 def canonical(message_type: str, body: dict, what: str) -> dict:

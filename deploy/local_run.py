@@ -128,8 +128,10 @@ class Image:
 
 
 def find_python(version: str) -> str:
-    """An interpreter of `version` (on PATH, or pyenv's); LocalRunError naming the fix."""
+    """An interpreter of `version` (this one's base, on PATH, or pyenv's); LocalRunError
+    naming the fix."""
     candidates = [
+        Path(sys.base_prefix) / "bin" / f"python{version}",
         shutil.which(f"python{version}"),
         *sorted(Path.home().glob(f".pyenv/versions/{version}.*/bin/python{version}")),
         *sorted(Path("/root").glob(f".pyenv/versions/{version}.*/bin/python{version}")),

@@ -356,15 +356,13 @@ class TrainingPipeline:
         """The UploadModelRequest of the register step, its artifactUri the model dir the
         trainer will choose (the step uses the one report.json names)."""
         name = self.options.model_display_name or self.submission.display_name
-        body = publish.Deployment(
+        parent = self.options.parent_model
+        return publish.Deployment(
             model_dir=job_dirs(self.submission.spec)[1],
             display_name=name,
             endpoint_name=name,
             serving_image=self.options.serving_image,
-        ).upload_body()
-        if self.options.parent_model:
-            body["parentModel"] = self.cloud.resource("models", self.options.parent_model)
-        return body
+        ).upload_body(self.cloud.resource("models", parent) if parent else None)
 
     def pipeline_func(self):
         """The kfp pipeline: every value a constant of the spec (a run takes no parameters)."""
@@ -460,8 +458,7 @@ def job_dirs(spec: dict) -> tuple[str, str]:
     Raises:
         DeployError: the job dir is not in Cloud Storage, so no step could read the report.
     """
-    chief = spec["workerPoolSpecs"][0]
-    task = chief.get("pythonPackageSpec") or chief.get("containerSpec") or {}
+    task = submit.task_spec(spec["workerPoolSpecs"][0], "workerPoolSpecs[0]")
     flags = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
     for flag in ("job_dir", "checkpoint_dir", "model_dir"):
         flags.add_argument(f"--{flag}")
@@ -545,14 +542,7 @@ def create_job(cloud: api.Cloud, job: TrainingPipeline):
     """
     from google.cloud import aiplatform_v1
 
-    client = aiplatform_v1.PipelineServiceClient(
-        transport="rest",
-        client_options={
-            "api_endpoint": cloud.api_endpoint or f"{cloud.region}-aiplatform.googleapis.com"
-        },
-        credentials=cloud.credentials,  # type: ignore[arg-type]
-    )
-    return client.create_pipeline_job(
+    return cloud.pipeline_client().create_pipeline_job(
         parent=cloud.parent,
         pipeline_job=aiplatform_v1.PipelineJob.from_json(json.dumps(job.body())),
         pipeline_job_id=job.job_id,

@@ -304,6 +304,11 @@ def task_spec(pool: dict, where: str = "the pool") -> dict:
     Raises:
         DeployError: the pool has neither or both, or it is not a mapping.
     """
+    return pool[task_key(pool, where)]
+
+
+def task_key(pool: dict, where: str = "the pool") -> str:
+    """Which of TASK_SPECS the pool has (`task_spec`'s key); DeployError as it says."""
     found = [key for key in TASK_SPECS if key in pool]
     if len(found) != 1 or not isinstance(pool[found[0]], dict):
         raise api.DeployError(
@@ -311,7 +316,7 @@ def task_spec(pool: dict, where: str = "the pool") -> dict:
             f"containerSpec (the trainer's image, --image_uri), as a mapping; it has "
             f"{' and '.join(found) or 'neither'}."
         )
-    return pool[found[0]]
+    return found[0]
 
 
 def needs_package(spec: dict) -> bool:
@@ -593,7 +598,7 @@ def image_warnings(spec: dict, *, today: datetime.date) -> list[str]:
     left or custom ones."""
     pools_of: dict[str, list[str]] = {}
     for index, pool in enumerate(spec.get("workerPoolSpecs", [])):
-        task: dict = next(((pool or {})[key] for key in TASK_SPECS if key in (pool or {})), {})
+        task = task_spec(pool, f"workerPoolSpecs[{index}]") if pool else {}
         uri = task.get("executorImageUri") or task.get("imageUri")
         if isinstance(uri, str) and uri:
             pools_of.setdefault(uri, []).append(f"workerPoolSpecs[{index}]")

@@ -399,8 +399,8 @@ def trial_spec(spec: dict, study: dict) -> dict:
     for index, pool in enumerate(spec["workerPoolSpecs"]):
         if not pool:
             continue
-        task = dict(submit.task_spec(pool, f"workerPoolSpecs[{index}]"))
-        pool[next(key for key in submit.TASK_SPECS if key in pool)] = task
+        key = submit.task_key(pool, f"workerPoolSpecs[{index}]")
+        task = pool[key] = dict(pool[key])
         args = _without(task.get("args", []), tuned)
         named = [a.split("=", 1)[1] for a in args if a.startswith("--hypertune_metric=")]
         if any(m != metric for m in named):

@@ -7,14 +7,13 @@ They live under `.cache/venvs/` in the repository (gitignored) and are built onc
 from __future__ import annotations
 
 import fcntl
-import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from deploy import local_run
 from tests.gcs import outside_environment
 from tests.support import REPO
 
@@ -22,16 +21,11 @@ CACHE = REPO / ".cache" / "venvs"
 
 
 def python311() -> str:
-    """A Python 3.11 interpreter (this one's base if it is 3.11), or the test is skipped."""
-    candidates = [
-        Path(sys.base_prefix) / "bin" / "python3.11",
-        shutil.which("python3.11"),
-        "/root/.pyenv/shims/python3.11",
-    ]
-    for candidate in candidates:
-        if candidate and os.path.exists(candidate):
-            return str(candidate)
-    pytest.skip("needs python3.11 on PATH: TensorFlow 2.15 supports Python 3.9-3.11")
+    """A Python 3.11 interpreter (`deploy.local_run.find_python`'s), or the test is skipped."""
+    try:
+        return local_run.find_python("3.11")
+    except local_run.LocalRunError:
+        pytest.skip("needs python3.11 on PATH: TensorFlow 2.15 supports Python 3.9-3.11")
 
 
 def tf_venv(version: str) -> Path:

@@ -429,12 +429,12 @@ def _predict(job: ClusterJob, params: CostParams, chunk: float) -> Prediction:
 def _on_cores(params: CostParams, cores: float) -> CostParams:
     """One core's parameters on a host of `cores` cores: every time shorter, the servers'
     bandwidth larger, by `cores`."""
-    return CostParams(
+    return dataclasses.replace(
+        params,
         compute_s_per_example=params.compute_s_per_example / cores,
         step_overhead_s=params.step_overhead_s / cores,
         chunk_latency_s=params.chunk_latency_s / cores,
         ps_bandwidth_bytes_per_s=params.ps_bandwidth_bytes_per_s * cores,
-        input_share=params.input_share,
     )
 
 
