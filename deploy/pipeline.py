@@ -450,10 +450,9 @@ def pipeline_name(display_name: str) -> str:
 def job_dirs(spec: dict) -> tuple[str, str]:
     """(job dir, model dir) of the trainer on Vertex AI, from the chief's args (its package's
     or its container's) and the base output directory, as the trainer resolves them
-    (`trainer.storage.job_dir.OutputDirs`): `--job_dir`, else `--checkpoint_dir`, else
-    AIP_CHECKPOINT_DIR (`<base>/checkpoints`); the model `--model_dir`, else `--job_dir`'s
-    `model`, else AIP_MODEL_DIR (`<base>/model`). Cloud Storage FUSE paths (/gcs/BUCKET/...)
-    are given as gs:// URIs.
+    (`trainer.storage.paths.OutputDirs`, with Vertex AI's AIP_CHECKPOINT_DIR and AIP_MODEL_DIR
+    under the base: `<base>/checkpoints`, `<base>/model`). Cloud Storage FUSE paths
+    (/gcs/BUCKET/...) are given as gs:// URIs.
 
     Raises:
         DeployError: the job dir is not in Cloud Storage, so no step could read the report.
@@ -463,11 +462,15 @@ def job_dirs(spec: dict) -> tuple[str, str]:
     for flag in ("job_dir", "checkpoint_dir", "model_dir"):
         flags.add_argument(f"--{flag}")
     args, _ = flags.parse_known_args(task.get("args", []))
-    base = spec["baseOutputDirectory"]["outputUriPrefix"].rstrip("/")
-    given = args.job_dir and args.job_dir.rstrip("/")
-    job_dir = given or args.checkpoint_dir or f"{base}/checkpoints"
-    model_dir = args.model_dir or (f"{given}/model" if given else f"{base}/model")
-    job_dir, model_dir = paths.as_gcs(job_dir), paths.as_gcs(model_dir)
+    base = spec["baseOutputDirectory"]["outputUriPrefix"]
+    outputs = paths.OutputDirs.resolve(
+        job_dir=args.job_dir,
+        checkpoint_dir=args.checkpoint_dir,
+        model_dir=args.model_dir,
+        aip_checkpoint_dir=paths.join(base, "checkpoints"),
+        aip_model_dir=paths.join(base, "model"),
+    )
+    job_dir, model_dir = paths.as_gcs(outputs.job_dir), paths.as_gcs(outputs.model_dir)
     for flag, path in (("--job_dir", job_dir), ("--model_dir", model_dir)):
         if not path.startswith("gs://"):
             raise api.DeployError(

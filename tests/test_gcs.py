@@ -203,7 +203,7 @@ AIP = {
 )
 def test_output_dirs_come_from_flags_then_vertex_then_defaults(flags, environ, expected):
     env = Environment.from_environ(environ)
-    outputs = job_dir_lib.OutputDirs.resolve(
+    outputs = paths.OutputDirs.resolve(
         **flags,
         aip_model_dir=env.model_dir,
         aip_checkpoint_dir=env.checkpoint_dir,

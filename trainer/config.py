@@ -20,6 +20,7 @@ from trainer.input.schema import ColumnChoices
 from trainer.model import Generator
 from trainer.placement import Placement
 from trainer.storage import job_dir as job_dir_lib
+from trainer.storage.paths import OutputDirs
 
 
 @dataclasses.dataclass(frozen=True)
@@ -189,8 +190,8 @@ class RunConfig:
         return self.seed + BAG_SEED_STRIDE * self.bag
 
     @property
-    def outputs(self) -> job_dir_lib.OutputDirs:
-        return job_dir_lib.OutputDirs.resolve(
+    def outputs(self) -> OutputDirs:
+        return OutputDirs.resolve(
             job_dir=self.job_dir,
             model_dir=self.model_dir,
             checkpoint_dir=self.checkpoint_dir,

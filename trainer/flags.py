@@ -423,7 +423,7 @@ FLAGS: tuple[Flag, ...] = (
         "same job dir resumes. Default: Vertex AI's AIP_* dirs when set (the job "
         "dir is then AIP_CHECKPOINT_DIR), else runs/adanet.",
     ),
-    # -- output dirs outside the job dir (Cloud Storage, Vertex AI; see job_dir.OutputDirs) --
+    # -- output dirs outside the job dir (Cloud Storage, Vertex AI; see paths.OutputDirs) --
     Flag(
         "model_dir",
         "str",

@@ -80,7 +80,7 @@ from trainer.job import job as job_lib
 from trainer.reporting import experiments
 from trainer.reporting import report as report_lib
 from trainer.search import adapt
-from trainer.storage import job_dir as job_dir_lib
+from trainer.storage.paths import OutputDirs
 
 DEFAULT_LAYER_SIZE: int = flags.BY_NAME["layer_size"].default  # read by bench/cluster.py
 
@@ -223,7 +223,7 @@ def build_config(f=FLAGS, environment: Environment | None = None) -> config_lib.
 
 def _output_dirs(f, environment: Environment) -> dict:
     """job_dir, model_dir, checkpoint_dir, log_dir: flags, then AIP_*, then runs/adanet."""
-    outputs = job_dir_lib.OutputDirs.resolve(
+    outputs = OutputDirs.resolve(
         job_dir=f.job_dir,
         model_dir=f.model_dir,
         checkpoint_dir=f.checkpoint_dir,

@@ -149,7 +149,7 @@ def test_without_a_batch_source_the_pipeline_ends_at_register():
     ],
 )
 def test_report_and_model_are_where_the_trainer_puts_them(args, flags, dirs):
-    from trainer.storage.job_dir import OutputDirs
+    from trainer.storage.paths import OutputDirs
 
     spec = submit.resolve(
         submit.load_config(), package_uri=None, output_dir=BASE, extra_args=args, cloud=CLOUD

@@ -34,7 +34,7 @@ the model. `model.json` is written after the model is complete and deleted befor
 replaced, so a model without it is exported again.
 
 Every path may be local, `gs://BUCKET/...` or a Cloud Storage FUSE path (`/gcs/BUCKET/...`).
-The three output dirs can live elsewhere (`OutputDirs.resolve`: `--model_dir`,
+The three output dirs can live elsewhere (`paths.OutputDirs.resolve`: `--model_dir`,
 `--checkpoint_dir`, `--tensorboard_log_dir`, or Vertex AI's `AIP_MODEL_DIR`, `AIP_CHECKPOINT_DIR`,
 `AIP_TENSORBOARD_LOG_DIR`). Without `--job_dir`, the job dir (schema.json, run.json,
 report.json) is then the checkpoint dir: everything a resume reads stays in one place.
@@ -42,7 +42,6 @@ report.json) is then the checkpoint dir: everything a resume reads stays in one 
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import re
 import shutil
@@ -53,16 +52,12 @@ import tensorflow as tf
 
 from trainer.errors import InputError
 from trainer.storage import files as storage
+from trainer.storage.paths import OutputDirs, join
 
 _RECORD = re.compile(r"iteration-(\d+)\.json$")
 _TEMP_MARK = ".tmp-"
-DEFAULT_JOB_DIR = "runs/adanet"
 MODEL_MARKER = "saved_model.pb"
 _SAVED_MODEL_ENTRIES = {"variables", "assets", "fingerprint.pb", "keras_metadata.pb"}
-
-
-def join(*parts: str) -> str:
-    return "/".join([parts[0].rstrip("/")] + [p.strip("/") for p in parts[1:]])
 
 
 def write_atomically(path: str, text: str | bytes) -> None:
@@ -94,42 +89,6 @@ def read_text(path: str) -> str:
             return f.read()
 
     return storage.retry(read, what=f"reading {path}")
-
-
-@dataclasses.dataclass(frozen=True)
-class OutputDirs:
-    """Where a job writes: the job dir (state and report) and the three output dirs."""
-
-    job_dir: str
-    model_dir: str
-    checkpoint_dir: str
-    log_dir: str
-
-    @classmethod
-    def resolve(
-        cls,
-        *,
-        job_dir: str | None = None,
-        model_dir: str | None = None,
-        checkpoint_dir: str | None = None,
-        log_dir: str | None = None,
-        aip_model_dir: str | None = None,
-        aip_checkpoint_dir: str | None = None,
-        aip_log_dir: str | None = None,
-    ) -> OutputDirs:
-        """Flags first; then, without `--job_dir`, Vertex AI's AIP_* dirs; then `job_dir`'s
-        subdirs (default job dir `runs/adanet`). Without `--job_dir` the job dir is the
-        checkpoint dir when one is known."""
-        if job_dir:
-            aip_model_dir = aip_checkpoint_dir = aip_log_dir = None  # the user said where
-        checkpoints = checkpoint_dir or aip_checkpoint_dir
-        root = job_dir or checkpoints or DEFAULT_JOB_DIR
-        return cls(
-            job_dir=root,
-            model_dir=model_dir or aip_model_dir or join(root, "model"),
-            checkpoint_dir=checkpoints or join(root, "checkpoints"),
-            log_dir=log_dir or aip_log_dir or join(root, "logs"),
-        )
 
 
 class JobDir:

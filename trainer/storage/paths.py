@@ -4,8 +4,11 @@ shared by the trainer and `deploy/` (no TensorFlow, no client library)."""
 
 from __future__ import annotations
 
+import dataclasses
+
 GCS_PREFIX = "gs://"
 FUSE_ROOT = "/gcs/"
+DEFAULT_JOB_DIR = "runs/adanet"
 
 
 def is_gcs(path: str) -> bool:
@@ -55,3 +58,43 @@ def split_gcs(uri: str) -> tuple[str, str]:
     if not bucket:
         raise ValueError(f"'{uri}' names no bucket; write gs://BUCKET/PATH.")
     return bucket, uri[len(GCS_PREFIX) + len(bucket) + 1 :]
+
+
+def join(*parts: str) -> str:
+    return "/".join([parts[0].rstrip("/")] + [p.strip("/") for p in parts[1:]])
+
+
+@dataclasses.dataclass(frozen=True)
+class OutputDirs:
+    """Where a job writes: the job dir (state and report) and the three output dirs."""
+
+    job_dir: str
+    model_dir: str
+    checkpoint_dir: str
+    log_dir: str
+
+    @classmethod
+    def resolve(
+        cls,
+        *,
+        job_dir: str | None = None,
+        model_dir: str | None = None,
+        checkpoint_dir: str | None = None,
+        log_dir: str | None = None,
+        aip_model_dir: str | None = None,
+        aip_checkpoint_dir: str | None = None,
+        aip_log_dir: str | None = None,
+    ) -> OutputDirs:
+        """Flags first; then, without `--job_dir`, Vertex AI's AIP_* dirs; then `job_dir`'s
+        subdirs (default job dir `runs/adanet`). Without `--job_dir` the job dir is the
+        checkpoint dir when one is known."""
+        if job_dir:
+            aip_model_dir = aip_checkpoint_dir = aip_log_dir = None  # the user said where
+        checkpoints = checkpoint_dir or aip_checkpoint_dir
+        root = job_dir or checkpoints or DEFAULT_JOB_DIR
+        return cls(
+            job_dir=root,
+            model_dir=model_dir or aip_model_dir or join(root, "model"),
+            checkpoint_dir=checkpoints or join(root, "checkpoints"),
+            log_dir=log_dir or aip_log_dir or join(root, "logs"),
+        )
