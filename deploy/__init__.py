@@ -19,3 +19,11 @@ Each module has a Python API and a `python -m deploy.<name>` entry point with `-
 request and command-line code they share, `deploy.instances` the instance format, and
 `deploy.storage` file access (local paths and `gs://`).
 """
+
+import warnings
+
+# google.api_core warns, once per client library it loads, of a Python release's end of
+# support years ahead: five lines of FutureWarning before every command's output.
+warnings.filterwarnings(
+    "ignore", category=FutureWarning, module=r"google\.api_core\._python_version_support"
+)

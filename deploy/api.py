@@ -21,10 +21,19 @@ DEFAULT_REGION = "us-central1"
 _REGION = re.compile(r"^[a-z]+-[a-z]+\d+$")
 _PROJECT = re.compile(r"^[a-z][a-z0-9-]{4,28}[a-z0-9]$|^\d+$")
 _ID = re.compile(r"^\d+$")
+_NO_CREDENTIALS = (
+    "run `gcloud auth application-default login`, or set GOOGLE_APPLICATION_CREDENTIALS to a "
+    "service account's key file"
+)
 
 
 class DeployError(ValueError):
     """Bad input to a deploy command: nothing was sent, nothing was written."""
+
+
+class ServiceError(RuntimeError):
+    """A service answered a request with an error, or could not be reached; the message says
+    which, and what it said."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -201,7 +210,8 @@ def cloud_from(args: argparse.Namespace) -> Cloud:
 
 
 def main_of(run: Callable[[list[str] | None], int]) -> Callable[..., int]:
-    """Wraps a command's `run(argv)`: bad input prints one line and exits 2."""
+    """Wraps a command's `run(argv)`: bad input (missing credentials included) prints one line
+    and exits 2; a service's error answer prints one line and exits 1."""
 
     def main(argv: list[str] | None = None) -> int:
         try:
@@ -209,5 +219,36 @@ def main_of(run: Callable[[list[str] | None], int]) -> Callable[..., int]:
         except (DeployError, FileNotFoundError) as e:
             print(f"error: {e}", file=sys.stderr)
             return 2
+        except Exception as e:
+            known = _cloud_error(e)
+            if known is None:
+                raise
+            message, code = known
+            print(f"error: {message}", file=sys.stderr)
+            return code
 
     return main
+
+
+def _cloud_error(error: Exception) -> tuple[str, int] | None:
+    """(one line, exit code) for an error of a service or of Google's client libraries, or
+    None for any other (a bug, whose traceback is worth seeing). The libraries are looked up
+    only when loaded: an error cannot come from one that was not."""
+    if isinstance(error, ServiceError):
+        return str(error), 1
+    auth = sys.modules.get("google.auth.exceptions")
+    if auth is not None and isinstance(error, auth.DefaultCredentialsError):
+        return f"no Google Cloud credentials were found: {_NO_CREDENTIALS}.", 2
+    if auth is not None and isinstance(error, auth.RefreshError):
+        return f"the Google Cloud credentials were refused ({_first_line(error)}): " + (
+            f"{_NO_CREDENTIALS}."
+        ), 2
+    core = sys.modules.get("google.api_core.exceptions")
+    if core is not None and isinstance(error, core.GoogleAPICallError):
+        return f"Google Cloud answered {error.code}: {_first_line(error.message)}", 1
+    return None
+
+
+def _first_line(error: object) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__

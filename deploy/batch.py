@@ -32,8 +32,12 @@ import sys
 
 from deploy import api, storage
 from deploy.batch_csv import CsvVertexJob, submit_vertex_csv
-from deploy.batch_local import FORMATS, predict_local
+from deploy.batch_local import FORMATS, BatchResult, predict_local
 from deploy.batch_vertex import VertexBatchJob, submit_vertex
+
+# Rows that do not fit the model are listed and the others predicted; more than this share
+# of them failing is a mismatch (a wrong file, a column renamed), not a few bad rows.
+DEFAULT_MAX_ERROR_RATE = 0.01
 
 
 def read_results(output_dir: str) -> tuple[list[dict], list[dict]]:
@@ -80,6 +84,13 @@ def _run(argv: list[str] | None) -> int:
     local.add_argument("--batch_size", type=int, default=4096)
     local.add_argument("--num_shards", type=int, default=1)
     local.add_argument("--model_name", default="model", help="Names the output directory.")
+    local.add_argument(
+        "--max_error_rate",
+        type=float,
+        default=DEFAULT_MAX_ERROR_RATE,
+        help="The share of rows that may fail (not fit the model) before the command exits 1; "
+        "the outputs are written either way.",
+    )
     for command in (vertex, local):
         command.add_argument(
             "--source", required=True, help="Comma-separated files or globs (gs:// or local)."
@@ -93,6 +104,10 @@ def _run(argv: list[str] | None) -> int:
             "label); for a Vertex job, csv only.",
         )
     args = p.parse_args(argv)
+    if args.command == "local" and not 0 <= args.max_error_rate <= 1:
+        raise api.DeployError(
+            f"--max_error_rate ({args.max_error_rate:g}) must be a share of the rows, 0 to 1."
+        )
     sources = [s.strip() for s in args.source.split(",") if s.strip()]
     excluded = [f.strip() for f in args.excluded_fields.split(",") if f.strip()]
     if args.command == "vertex":
@@ -108,7 +123,26 @@ def _run(argv: list[str] | None) -> int:
         num_shards=args.num_shards,
     )
     print(json.dumps(dataclasses.asdict(result), indent=2))
-    return 0
+    return _report_errors(result, args.max_error_rate)
+
+
+def _report_errors(result: BatchResult, max_error_rate: float) -> int:
+    """Says how many rows failed, why the first did and where the rest are listed; 1 when
+    more than `max_error_rate` of the rows failed."""
+    if not result.num_errors:
+        return 0
+    total = result.num_predictions + result.num_errors
+    rate = result.num_errors / total
+    first = next(iter(_read_records(result.error_file)), {})
+    reason = first.get("error", {}).get("message", "")
+    over = rate > max_error_rate
+    print(
+        f"{'error' if over else 'warning'}: {result.num_errors} of {total} rows ({rate:.1%}) "
+        f"could not be predicted (first: {reason}); all are listed in {result.error_file}"
+        + (f". More than --max_error_rate={max_error_rate:g} failed." if over else "."),
+        file=sys.stderr,
+    )
+    return 1 if over else 0
 
 
 def _run_vertex(args, sources: list[str], excluded: list[str]) -> int:

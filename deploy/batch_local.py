@@ -251,13 +251,10 @@ def _csv_batches(
 
         def predict(file, line, text, parser=parser, shown=shown):
             parsed = parser.parse(file, line, text)
-            # A missing number is an error here, as in a request: JSON has no NaN.
-            missing = [tf.math.is_nan(v) for v in parsed.numeric.values()]
+            # A missing number (NaN) is predicted as the model's preprocessing takes it; text
+            # where a number belongs is not.
             bad = (
-                tf.reduce_any(
-                    tf.stack(list(parsed.not_a_number.values()) + missing + [parsed.malformed]),
-                    axis=0,
-                )
+                tf.reduce_any(tf.stack([*parsed.not_a_number.values(), parsed.malformed]), axis=0)
                 & ~parsed.blank
             )
             good = parsed.take(~bad & ~parsed.blank)
@@ -313,19 +310,24 @@ def _csv_batches(
 
 def _instance_json(features: dict, names: list[str], fields: Fields):
     """Each row's instance as a JSON object (keys in `names` order; numbers in their
-    shortest float32 form), and whether TensorFlow could write it: text with a quote, a
-    backslash or a control character needs escaping, which Python does (it is rare, and one
-    check per value costs a quarter of escaping every value)."""
+    shortest float32 form, a missing one null), and whether TensorFlow could write it: text
+    with a quote, a backslash or a control character needs escaping, which Python does (it is
+    rare, and one check per value costs a quarter of escaping every value)."""
     pieces, plain = [], tf.ones(tf.shape(next(iter(features.values()))), tf.bool)
     for i, name in enumerate(names):
         value = features[name]
         key = ("{" if i == 0 else ", ") + json.dumps(name) + ": "
         if fields.kinds[name] == NUMBER:
-            pieces += [key, tf.strings.as_string(value, shortest=True)]
+            pieces += [key, _number_json(value)]
         else:
             plain &= tf.strings.regex_full_match(value, '[^\\\\"\\x00-\\x1f]*')
             pieces += [key + '"', value, '"']
     return tf.strings.join(pieces + ["}"]), plain  # one join: each costs as much as a format
+
+
+def _number_json(value: tf.Tensor) -> tf.Tensor:
+    """Numbers as JSON: the shortest float32 form, null where not finite (missing)."""
+    return tf.where(tf.math.is_finite(value), tf.strings.as_string(value, shortest=True), "null")
 
 
 def _quoted(text: tf.Tensor) -> tf.Tensor:
@@ -353,9 +355,7 @@ def _prediction_json(instances: tf.Tensor, outputs: dict) -> tf.Tensor:
         if value.dtype == tf.string:  # class names: the training labels, escaped by json
             text = _quoted(value)
         elif value.dtype.is_floating:
-            text = tf.where(
-                tf.math.is_finite(value), tf.strings.as_string(value, shortest=True), "null"
-            )
+            text = _number_json(value)
         else:
             text = tf.strings.as_string(value)
         key = ("{" if i == 0 else ", ") + json.dumps(name) + ": "

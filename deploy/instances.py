@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from deploy import api
+from trainer.input.schema import MISSING_TOKENS
 
 NUMBER, TEXT = "number", "string"
 FLOAT32_MAX = float(np.finfo(np.float32).max)  # numbers are fed as float32
@@ -94,7 +95,13 @@ class InstanceError(ValueError):
 
 @dataclasses.dataclass(frozen=True)
 class Fields:
-    """The model's input fields: name -> NUMBER (float32) or TEXT (string)."""
+    """The model's input fields: name -> NUMBER (float32) or TEXT (string).
+
+    A value may be missing, as it may in training: JSON null, a field left out, or (for a
+    number) one of the training data's missing-value tokens ("", "NA", "?", ...; text keeps
+    them as categories, as training did). The model receives a missing number as NaN and a
+    missing text as "", which its preprocessing encodes exactly as the training data's missing
+    values (the column's mean; the empty category)."""
 
     kinds: dict[str, str]
 
@@ -131,12 +138,12 @@ class Fields:
                 index, f"unknown field '{name}'; the model takes {', '.join(self.kinds)}."
             )
         for name, kind in self.kinds.items():
-            if name not in instance:
-                raise InstanceError(index, f"missing field '{name}' ({kind}).")
-            value = instance[name]
+            value: Any = instance.get(name)
+            if is_missing(value, kind):
+                continue
             if not _fits(value, kind):
                 raise InstanceError(
-                    index, f"field '{name}' must be a {kind}, got {_SHOW.repr(value)}."
+                    index, f"field '{name}' must be a {kind} or null, got {_SHOW.repr(value)}."
                 )
             # ASCII (nearly all text) is Unicode: a flag of the string, read before encoding.
             if kind == TEXT and not (value.isascii() or _is_unicode(value)):
@@ -156,19 +163,39 @@ class Fields:
 
     def from_text(self, index: int, row: dict[str, str]) -> dict:
         """A CSV row (all text) typed by the fields: numbers parsed, strings kept."""
-        typed: dict[str, float | str] = {}
+        typed: dict[str, float | str | None] = {}
         for name, text in row.items():
             kind = self.kinds.get(name)
-            if kind == NUMBER:
+            if kind == NUMBER and is_missing(text, kind):
+                typed[name] = None
+            elif kind == NUMBER:
                 try:
-                    typed[name] = float(text)
+                    number = float(text)
                 except ValueError:
                     raise InstanceError(
-                        index, f"field '{name}' must be a number, got {text!r}."
+                        index, f"field '{name}' must be a number or empty, got {text!r}."
                     ) from None
+                # "inf" is missing, as the trainer's reader takes every non-finite number.
+                typed[name] = number if math.isfinite(number) else None
             else:
                 typed[name] = text
         return self.check(index, typed)
+
+
+def is_missing(value: Any, kind: str) -> bool:
+    """Whether `value` (of a field of `kind`) means a missing value: null (or left out), or for
+    a number a missing-value token of the training data."""
+    if value is None:
+        return True
+    return kind == NUMBER and isinstance(value, str) and value.strip() in MISSING_TOKENS
+
+
+def model_value(value: Any, kind: str) -> float | str:
+    """A checked field's value as the model takes it: a missing number is NaN, a missing text
+    "" (what the trainer's reader makes of either)."""
+    if is_missing(value, kind):
+        return math.nan if kind == NUMBER else ""
+    return value
 
 
 def _is_unicode(text: str) -> bool:
@@ -236,7 +263,7 @@ class Predictor:
         tf = self._tf
         feeds = {}
         for name, kind in self.fields.kinds.items():
-            column = [x[name] for x in instances]
+            column = [model_value(x.get(name), kind) for x in instances]
             feeds[name] = (
                 tf.constant(np.asarray(column, dtype=np.float32))
                 if kind == NUMBER

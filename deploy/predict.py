@@ -18,8 +18,9 @@ import urllib.request
 from deploy import api, storage
 
 
-class PredictionError(RuntimeError):
-    """The server refused or failed the request; the message is its own."""
+class PredictionError(api.ServiceError):
+    """The server refused or failed the request (the message is its own), or could not be
+    reached."""
 
 
 def predict_request(cloud: api.Cloud, endpoint: str, instances: list) -> api.ApiRequest:
@@ -54,6 +55,11 @@ def predict_at_url(
             return json.load(response)["predictions"]
     except urllib.error.HTTPError as e:
         raise PredictionError(f"{e.code}: {_error_text(e.read())}") from None
+    except (urllib.error.URLError, OSError) as e:
+        reason = getattr(e, "reason", e)
+        raise PredictionError(
+            f"cannot reach {url} ({reason}); is deploy.serve running there?"
+        ) from None
 
 
 def _error_text(body: bytes) -> str:
@@ -66,7 +72,12 @@ def _error_text(body: bytes) -> str:
 def read_instances(uri: str) -> list:
     """Instances from a JSON file `{"instances": [...]}` or a JSONL file, one instance per
     line (local or gs://)."""
-    text = storage.read_bytes(uri).decode("utf-8")
+    try:
+        text = storage.read_bytes(uri).decode("utf-8-sig")  # a byte order mark is no instance
+    except UnicodeDecodeError as e:
+        raise api.DeployError(
+            f"{uri} is not UTF-8 (byte {e.start}); save it as UTF-8 JSON or JSON Lines."
+        ) from None
     try:
         whole = json.loads(text)
     except json.JSONDecodeError:

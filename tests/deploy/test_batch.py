@@ -68,7 +68,7 @@ def test_jsonl_bad_lines_are_reported_and_the_rest_predicted(tmp_path, predictor
     assert [e["error"]["message"] for e in errors] == [
         f"{source}:4: the line is not JSON (Expecting property name enclosed in double quotes: "
         "line 1 column 2 (char 1)).",
-        f"{source}:8: field 'age' must be a number, got 'forty'.",
+        f"{source}:8: field 'age' must be a number or null, got 'forty'.",
     ]
     assert errors[0]["instance"] == "{not json" and errors[1]["instance"] == wrong_type
     assert (result.num_predictions, result.num_errors) == (20, 2)
@@ -135,7 +135,7 @@ def test_csv_with_an_excluded_label_and_bad_rows(tmp_path, predictor, census_row
     assert [r["instance"] for r in results] == census_rows[:10]
     assert [e["error"]["message"].split(": ", 1) for e in errors] == [
         [f"{path}:12", "2 fields, the header has 15 (quote values that contain commas)"],
-        [f"{path}:13", "field 'age' must be a number, got 'x'."],
+        [f"{path}:13", "field 'age' must be a number or empty, got 'x'."],
     ]
 
 
@@ -168,7 +168,10 @@ def test_csv_files_with_other_column_orders_describe_bad_rows_with_their_own_hea
     results, errors = batch.read_results(result.output_dir)
     assert [r["instance"] for r in results] == census_rows[1:6]
     (error,) = errors
-    assert error["error"]["message"] == f"{paths[0]}:2: field 'age' must be a number, got 'x'."
+    assert (
+        error["error"]["message"]
+        == f"{paths[0]}:2: field 'age' must be a number or empty, got 'x'."
+    )
     assert error["instance"] == {k: str(v) for k, v in bad.items()}
 
 
@@ -500,7 +503,7 @@ def test_vertex_csv_job_reads_jsonl_objects_converted_in_the_bucket(
     )
     errors = [json.loads(line) for line in objects[prefix + "conversion.errors_stats"].splitlines()]
     assert [e["error"]["message"] for e in errors] == [
-        "gs://test-bucket/in/a.csv:5: field 'age' must be a number, got 'x'.",
+        "gs://test-bucket/in/a.csv:5: field 'age' must be a number or empty, got 'x'.",
         "gs://test-bucket/in/b.csv.gz:12: 2 fields, the header has 15 (quote values that "
         "contain commas)",
     ]
