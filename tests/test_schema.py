@@ -260,3 +260,30 @@ def test_json_names_kinds():
     data_ = json.loads(schema.to_json())
     assert [c["kind"] for c in data_["columns"]] == ["numeric", "categorical"]
     assert data_["label"]["head"] == "binary"
+
+
+def test_dates_and_near_unique_columns_are_warned_of_with_the_fix():
+    dates = [f"2023-{m:02d}-{d:02d}" for m in range(1, 13) for d in range(1, 29)]
+    (warning,) = S.column_warnings("signup", dates, distinct=336, rows=3000, exact=True)
+    assert warning.startswith("column 'signup' looks like dates (e.g. '2023-01-01')")
+    assert "336 values in 3,000 rows, 8.9 each" in warning
+    assert "--ignore_columns=signup" in warning
+    for stamps in (
+        ["2005-01-13 09:00:00", "2024-03-01T09:00Z", "2024-03-01 09:00:00.5 +01:00"] * 10,
+        [f"{m}/{d}/2024" for m in range(1, 13) for d in range(1, 5)],
+    ):
+        assert (
+            "looks like dates"
+            in S.column_warnings("t", stamps, distinct=40, rows=90, exact=True)[0]
+        )
+    ids = [f"C{i:06d}" for i in range(200)]
+    (warning,) = S.column_warnings("id", ids, distinct=5000, rows=5000, exact=False)
+    assert warning == (
+        "column 'id' is nearly unique per row (5,000+ values in 5,000 rows, 1.0 each): an id or "
+        "free text, which a model can only memorise; drop it with --ignore_columns=id."
+    )
+    # Categories seen a few times each, or few of them, or mostly not dates: no warning.
+    assert S.column_warnings("zip", ids, distinct=1000, rows=3000, exact=True) == []
+    assert S.column_warnings("d", dates[:10], distinct=10, rows=10, exact=True) == []
+    mixed = dates[:5] + [f"x{i}" for i in range(45)]
+    assert S.column_warnings("m", mixed, distinct=50, rows=500, exact=True) == []

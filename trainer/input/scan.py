@@ -325,8 +325,22 @@ def scan_training(
                     choices=choices,
                 )
             )
+    warnings = [
+        warning
+        for name, counter in counters.items()
+        for warning in schema_lib.column_warnings(
+            name,
+            [v.decode("utf-8", "replace") for v, _ in counter.most_common(200)],
+            distinct=len(counter.counts) - (b"" in counter.counts),
+            rows=counter.rows - counter.counts.get(b"", 0),
+            exact=counter.is_exact,
+        )
+    ]
+    for warning in warnings:
+        logging.warning("%s", warning)
     summary = {
         "bad_rows": bad_rows.value,
+        "warnings": warnings,
         "train": _source_summary(source, rows, log.per_file, notes, held if holdout else None),
         "holdout": dataclasses.asdict(holdout) if holdout else None,
         "statistics": {

@@ -470,6 +470,44 @@ def categorical_column(
     )
 
 
+# A date or a date-time as text: 2024-03-01, 2005-01-13 09:00:00, 2024-03-01T09:00Z, 3/1/2024.
+_DATE = re.compile(
+    r"\d{4}-\d{1,2}-\d{1,2}(?:[ T]\d{1,2}:\d{2}(?::\d{2}(?:\.\d+)?)?"
+    r"(?: ?(?:Z|[+-]\d{2}:?\d{2}))?)?|\d{1,2}/\d{1,2}/\d{2,4}(?: \d{1,2}:\d{2}(?::\d{2})?)?"
+)
+# A categorical column is near-unique when its values average fewer than this many rows each:
+# an id or free text, whose categories a model can only memorise.
+NEAR_UNIQUE_ROWS_PER_VALUE = 2.0
+_MIN_DISTINCT_TO_WARN = 20  # fewer values is a small category set, however few the rows
+
+
+def column_warnings(
+    name: str, sample: Sequence[str], *, distinct: int, rows: int, exact: bool
+) -> list[str]:
+    """Why categorical column `name` will not train well, and the fix: values that look like
+    dates (`sample`: its most frequent values), or so many distinct values (`distinct`, a lower
+    bound unless `exact`, over `rows` non-missing values) that each is seen about once."""
+    values = [v for v in sample if v.strip()]
+    if distinct < _MIN_DISTINCT_TO_WARN or not values:
+        return []
+    per_value = rows / distinct
+    how_many = f"{distinct:,}{'' if exact else '+'} values in {rows:,} rows, {per_value:.1f} each"
+    dates = sum(bool(_DATE.fullmatch(v.strip())) for v in values)
+    if dates >= 0.9 * len(values):
+        return [
+            f"column '{name}' looks like dates (e.g. '{values[0]}') and is read as a category "
+            f"({how_many}), which a model can only memorise: drop it with "
+            f"--ignore_columns={name}, or give the parts that matter (year, month, weekday, "
+            "days since a start) as columns of their own."
+        ]
+    if per_value < NEAR_UNIQUE_ROWS_PER_VALUE:
+        return [
+            f"column '{name}' is nearly unique per row ({how_many}): an id or free text, "
+            f"which a model can only memorise; drop it with --ignore_columns={name}."
+        ]
+    return []
+
+
 def infer_label(
     name: str,
     head: HeadType | None,

@@ -241,6 +241,7 @@ def run(
             "training_rows": data.schema.summary["train"]["rows"],
             "bad_rows": report_lib.bad_rows(data.schema.summary),
             "statistics": data.schema.summary.get("statistics"),
+            "warnings": data.schema.summary.get("warnings", []),
         },
         "timing": {"input_seconds": input_seconds, "seconds": time.monotonic() - started},
     }

@@ -126,6 +126,7 @@ def _train(
                 **data.reads(list(loops.readers())),
                 "bad_rows": report_lib.bad_rows(summary),
                 "statistics": summary.get("statistics"),
+                "warnings": summary.get("warnings", []),
             },
             timing={
                 "input_seconds": input_seconds,

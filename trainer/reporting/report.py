@@ -46,6 +46,7 @@ def build_report(
         "adapted": adapted or {},
         "budget": budget,
         "early_stop": early_stop(config, records),
+        "overfitting": overfitting(iterations, (final or {}).get("constant")),
         "feature_importance": feature_importance,
         "input": input_summary,
         "timing": timing,
@@ -59,6 +60,66 @@ def early_stop(config: RunConfig, records: Sequence[IterationRecord]) -> dict | 
     if not skipped or not Search(config.search).is_over(records):
         return None
     return {"patience": config.search.patience, "skipped_iterations": skipped}
+
+
+def overfitting(iterations: Sequence[Mapping], constant: Mapping | None) -> list[dict]:
+    """The iterations whose new subnetworks over-fitted: their training loss fell below the
+    held-out loss the iteration started from (the previous chosen ensemble's; for the first,
+    the best constant prediction's, when known) while their own held-out loss rose above it.
+    Each entry names the iteration, that loss, the subnetworks and whether the chosen
+    ensemble's held-out loss rose too."""
+    found = []
+    before = (constant or {}).get("loss")
+    for record in iterations:
+        chosen = next(c for c in record["candidates"] if c["name"] == record["chosen"])
+        if before is not None:
+            worse = [
+                {"name": s["name"], "train_loss": s["train_loss"], "eval_loss": s["eval"]["loss"]}
+                for s in record["subnetworks"]
+                if s.get("train_loss") is not None
+                and s["eval"].get("loss") is not None
+                and s["train_loss"] < before < s["eval"]["loss"]
+            ]
+            if worse:
+                found.append(
+                    {
+                        "iteration": record["iteration"],
+                        "eval_loss_before": before,
+                        "subnetworks": worse,
+                        "chosen_eval_loss": chosen["eval"].get("loss"),
+                    }
+                )
+        before = chosen["eval"].get("loss")
+    return found
+
+
+def warnings(report: Mapping) -> list[str]:
+    """The console's warnings of a report: the scan's about columns, then over-fitting."""
+    lines = [f"WARNING: {w}" for w in (report.get("input") or {}).get("warnings") or []]
+    for entry in report.get("overfitting") or []:
+        worse = entry["subnetworks"]
+        rose = entry["chosen_eval_loss"] is not None and (
+            entry["chosen_eval_loss"] > entry["eval_loss_before"]
+        )
+        lines.append(
+            f"WARNING: over-fitting in iteration {entry['iteration']}: "
+            f"{', '.join(s['name'] for s in worse)} fell to training loss "
+            f"{_span(s['train_loss'] for s in worse)} while their held-out loss rose from "
+            f"{entry['eval_loss_before']:.4f} to {_span(s['eval_loss'] for s in worse)}"
+            + (
+                f", and so did the chosen ensemble's ({entry['chosen_eval_loss']:.4f})"
+                if rose
+                else "; the search did not choose them"
+            )
+            + ". Fewer --max_iteration_steps, or dropping columns the scan warned of, may help."
+        )
+    return lines
+
+
+def _span(values) -> str:
+    values = sorted(values)
+    low, high = values[0], values[-1]
+    return f"{low:.4f}" if f"{low:.4f}" == f"{high:.4f}" else f"{low:.4f}-{high:.4f}"
 
 
 def table(report: dict) -> str:
@@ -130,7 +191,7 @@ def table(report: dict) -> str:
         lines.append(f"model: {report['model_dir']}")
     if report.get("feature_importance"):
         lines.append(importance.summary(report["feature_importance"]))
-    return "\n".join(lines)
+    return "\n".join(lines + warnings(report))
 
 
 def _constant(final: dict) -> list[str]:
@@ -176,7 +237,7 @@ def bagged_table(report: dict) -> str:
     lines.append(f"model: {report['model_dir']}")
     if report.get("feature_importance"):
         lines.append(importance.summary(report["feature_importance"]))
-    return "\n".join(lines)
+    return "\n".join(lines + warnings(report))
 
 
 def columns(header: list[str], rows: list[list[str]]) -> list[str]:

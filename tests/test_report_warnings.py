@@ -1,0 +1,44 @@
+"""The final table's warnings: the scan's about columns, and over-fitting iterations."""
+
+from __future__ import annotations
+
+from trainer.reporting import report as report_lib
+
+
+def _iteration(i: int, chosen: str, subnetworks: dict[str, tuple[float, float]], eval_loss: float):
+    return {
+        "iteration": i,
+        "chosen": chosen,
+        "candidates": [{"name": chosen, "eval": {"loss": eval_loss}}],
+        "subnetworks": [
+            {"name": name, "train_loss": train, "eval": {"loss": held_out}}
+            for name, (train, held_out) in subnetworks.items()
+        ],
+    }
+
+
+def test_overfitting_names_subnetworks_whose_held_out_loss_rose_as_training_loss_fell():
+    iterations = [
+        # From the constant's 0.69: t0_b fits the training rows and gets worse on held-out ones.
+        _iteration(0, "a", {"t0_a": (0.55, 0.60), "t0_b": (0.01, 1.30)}, 0.60),
+        # From 0.60: nothing worse on held-out rows.
+        _iteration(1, "a", {"t1_a": (0.50, 0.58)}, 0.58),
+        # From 0.58: the chosen ensemble got worse too (a forced grow).
+        _iteration(2, "c", {"t2_c": (0.30, 0.65)}, 0.65),
+    ]
+    found = report_lib.overfitting(iterations, {"loss": 0.69})
+    assert [(f["iteration"], [s["name"] for s in f["subnetworks"]]) for f in found] == [
+        (0, ["t0_b"]),
+        (2, ["t2_c"]),
+    ]
+    assert found[1]["eval_loss_before"] == 0.58
+    lines = report_lib.warnings({"input": {"warnings": ["column 'd' looks like dates"]},
+                                 "overfitting": found})  # fmt: skip
+    assert lines[0] == "WARNING: column 'd' looks like dates"
+    assert lines[1].startswith(
+        "WARNING: over-fitting in iteration 0: t0_b fell to training loss 0.0100 while their "
+        "held-out loss rose from 0.6900 to 1.3000; the search did not choose them."
+    )
+    assert "and so did the chosen ensemble's (0.6500)" in lines[2]
+    # Without the constant's loss the first iteration has nothing to compare with.
+    assert [f["iteration"] for f in report_lib.overfitting(iterations, None)] == [2]
