@@ -41,11 +41,17 @@ class DataConfig:
         (`trainer.input.job_input`)."""
         columns = self.columns
         # The hold-out's rule (`trainer.input.scan.Holdout`), recorded since it changed.
-        rule = {} if self.eval_data else {"holdout_rows": "by position"}
+        # With --eval_data, a search that selects on held-out rows holds them out of the
+        # training data (recorded since then: before, it selected on the eval data).
+        rule = (
+            {"selection_rows": "held out of --train_data"}
+            if self.eval_data
+            else {"holdout_rows": "by position"}
+        )
         return {
             "train_data": self.train_data,
             "eval_data": self.eval_data,
-            "holdout_fraction": None if self.eval_data else self.holdout_fraction,
+            "holdout_fraction": self.holdout_fraction,
             **rule,
             "bad_rows": self.input.bad_rows.value,
             "jsonl": self.input.jsonl,
@@ -201,12 +207,12 @@ class RunConfig:
     def __post_init__(self):
         flags.check_fields(self)
         fraction = self.data.holdout_fraction
-        if not self.data.eval_data and self.bags * fraction > 1.0 + 1e-9:
+        if self.bags * fraction > 1.0 + 1e-9:
             raise InputError(
                 f"--bags={self.bags} with --holdout_fraction={fraction:g}: every bag holds out "
                 f"its own {fraction:.0%} of the rows, and {self.bags} of them are more than all "
-                f"of them. Use at most --bags={int(1 / fraction + 1e-9)}, a smaller "
-                "--holdout_fraction, or --eval_data."
+                f"of them. Use at most --bags={int(1 / fraction + 1e-9)}, or a smaller "
+                "--holdout_fraction."
             )
 
     def fingerprint(self) -> dict:
@@ -232,6 +238,7 @@ BEFORE_RECORDED = {
     "selection_margin": 0.0,
     "bags": 1,
     "holdout_rows": "by text",
+    "selection_rows": "--eval_data",
 }
 
 

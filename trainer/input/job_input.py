@@ -49,15 +49,24 @@ COMPACT_TABLE_BYTES = 32 << 20
 
 @dataclasses.dataclass(frozen=True)
 class JobInput:
-    """The schema, the sources, the hold-out (without eval data) and how to read them.
-    `train` is None for an evaluator given its own eval data: it never opens the training
-    data."""
+    """The schema, the sources, the hold-out and how to read them. `train` is None for an
+    evaluator given its own eval data: it never opens the training data.
+
+    `holdout` is the training rows held out (never trained on): without --eval_data always,
+    the rows the search scores candidates on and the exported model's eval rows; with
+    --eval_data only once `for_selection` says the search selects on held-out rows, which
+    are then the training hold-out, so that the eval data stays a test set the search never
+    saw."""
 
     schema: Schema
     train: Source | None
     eval: Source
     holdout: Holdout | None
     options: InputOptions
+    eval_data: bool = False  # whether `eval` is --eval_data (not the training hold-out)
+    # Whether the search chose on the eval rows too (held-out selection without --eval_data):
+    # the exported model's figure on them is then a selection score, said so.
+    selected_on_eval: bool = False
     # The encoded tables this process holds in memory (`_table`), built on first use.
     _tables: dict = dataclasses.field(default_factory=dict, init=False, repr=False, compare=False)
 
@@ -68,10 +77,35 @@ class JobInput:
             raise RuntimeError("this replica did not open --train_data")
         return self.train
 
+    def for_selection(self, *, on_holdout: bool) -> JobInput:
+        """This input for a search that selects on held-out rows (`on_holdout`) or not: with
+        --eval_data and `on_holdout`, the training rows the scan held out become the selection
+        rows (and are not trained on); a job dir scanned before hold-outs were counted beside
+        --eval_data keeps selecting on the eval data."""
+        if not self.eval_data:
+            return dataclasses.replace(self, selected_on_eval=on_holdout)
+        recorded = self.schema.summary.get("holdout")
+        if not on_holdout or self.train is None or not recorded:
+            return self
+        return dataclasses.replace(self, holdout=Holdout(**recorded))
+
     # -- evaluation -----------------------------------------------------------------------
     @property
     def eval_selection(self) -> Selection:
-        return Selection(self.holdout, Side.HELD_OUT) if self.holdout else Selection()
+        if self.holdout and not self.eval_data:
+            return Selection(self.holdout, Side.HELD_OUT)
+        return Selection()
+
+    def selection_encoded(self) -> tf.data.Dataset:
+        """One pass over the rows the search scores its candidates on, encoded: the training
+        hold-out where `for_selection` made one beside --eval_data, else the eval rows."""
+        if not (self.eval_data and self.holdout):
+            return self.eval_encoded()
+        selection = Selection(self.holdout, Side.HELD_OUT)
+        rows = self.schema.summary["train"]["holdout_rows"]
+        if self._fits(rows):
+            return self._batches(self._table(self.train_source, selection, rows), rows)
+        return self._pipeline(self.train_source).encoded(selection)
 
     def eval_encoded(self) -> tf.data.Dataset:
         """One pass over the eval rows, encoded: from memory when they fit the memory budget
@@ -97,14 +131,21 @@ class JobInput:
         return tf.data.Dataset.from_tensor_slices(self._tables[key]).batch(EVAL_BATCH_SIZE)
 
     def describe_eval(self) -> str:
-        return self.holdout.describe() if self.holdout else self.eval.pattern
+        if self.eval_data or self.holdout is None:
+            return self.eval.pattern
+        if self.selected_on_eval:
+            return (
+                f"{self.holdout.describe()}, which the search chose on (a selection score, "
+                "not a test score: give --eval_data for one)"
+            )
+        return self.holdout.describe()
 
     @property
     def eval_rows(self) -> int:
         summary = self.schema.summary
-        if self.holdout:
-            return summary["train"]["holdout_rows"]
-        return summary["eval"]["rows"]
+        if self.eval_data:
+            return summary["eval"]["rows"]
+        return summary["train"]["holdout_rows"]
 
     # -- training -------------------------------------------------------------------------
     @property
@@ -260,7 +301,10 @@ def prepare(
         return fmt.open(data, files, flag=flag, options=options, recorded=recorded.get(fmt.name))
 
     eval_source = open_input(eval_data, "--eval_data", "eval") if eval_data else None
-    holdout = None if eval_data else Holdout(holdout_fraction, seed, holdout_fold)
+    # Counted by the scan with --eval_data too: the rows a search that selects on held-out
+    # rows holds out (`JobInput.for_selection`), so that it never selects on the test rows.
+    scan_holdout = Holdout(holdout_fraction, seed, holdout_fold)
+    holdout = None if eval_data else scan_holdout
     train = open_input(train_data, "--train_data", "train") if open_train or holdout else None
     if train is not None:
         columns = train.format.column_choices(train, columns)
@@ -278,7 +322,7 @@ def prepare(
                     for source, key in ((train, "train"), (eval_source, "eval"))
                 )
             assert train is not None
-            schema = _scan(train, eval_source, columns, options, holdout, seed)
+            schema = _scan(train, eval_source, columns, options, scan_holdout, seed)
             schema = _with_records(schema, train=train, eval=eval_source)
             schema = _with_identities(schema, identities)
         except InputError:
@@ -302,7 +346,7 @@ def prepare(
             _check_unchanged(source, schema.summary.get(key))
     evaluated = eval_source or train
     assert evaluated is not None, "without --eval_data the hold-out opens the training data"
-    return JobInput(schema, train, evaluated, holdout, options)
+    return JobInput(schema, train, evaluated, holdout, options, eval_data=eval_source is not None)
 
 
 def _scan(
@@ -310,7 +354,7 @@ def _scan(
     eval_source: Source | None,
     columns: ColumnChoices,
     options: InputOptions,
-    holdout: Holdout | None,
+    holdout: Holdout,
     seed: int,
 ) -> Schema:
     schema = scan.scan_training(

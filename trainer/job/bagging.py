@@ -142,7 +142,7 @@ def evaluate(data: input_lib.JobInput, job: job_dir_lib.JobDir, bags: Sequence[s
     (`JobDir.eval_predictions`); a bag without them (of an older version) is evaluated here."""
 
     head = Head(data.schema.label)
-    if data.holdout is None:
+    if data.eval_data or data.holdout is None:
         return exported.evaluate_export(export_lib.load_serving_fn(job.model), data, head)
     holdout = data.holdout
     folds = len(bags) * holdout.fraction

@@ -330,7 +330,7 @@ class Controller:
         search = self.config.search
         on_eval = search.selection is ens.Selection.HOLDOUT
         evaluated = evaluation.evaluate_iteration(
-            iteration, self.data.eval_encoded(), standard_errors=on_eval
+            iteration, self.data.selection_encoded(), standard_errors=on_eval
         )
         standard_errors = None  # of the objectives' differences, with per-example losses
         if search.selection is ens.Selection.MOVING_AVERAGE:

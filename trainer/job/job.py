@@ -17,6 +17,7 @@ import tensorflow as tf
 from absl import logging
 
 from trainer import config as config_lib
+from trainer import ensemble as ens
 from trainer.config import RunConfig
 from trainer.distribute import runtime as distributed
 from trainer.distribute.cluster import Cluster
@@ -165,7 +166,7 @@ def _train(
     # A bag keeps its predictions on its hold-out fold for the bagged job's out-of-bag metrics
     # (trainer/job/bagging.py; with --eval_data the bagged model is evaluated on it instead).
     keep = None
-    if config.bag is not None and data.holdout is not None:
+    if config.bag is not None and not data.eval_data:
         keep = functools.partial(exported.save_predictions, job.eval_predictions, source=source)
     final = exported.evaluate_export(serve, data, models.head, keep=keep)
     importance = exported.feature_importance(config, serve, data, models.head, budget)
@@ -336,6 +337,7 @@ def _run(
             input_seconds=input_seconds,
             tracker=tracker,
         )
+    data = data.for_selection(on_holdout=config.search.selection is ens.Selection.HOLDOUT)
     runtime = runtime or _runtime(config, cluster)
     if cluster.is_chief:  # from here on the job dir is written, by the chief alone
         _start_job_dir(flags_config, job, data)  # a resume compares the flags, not the choices

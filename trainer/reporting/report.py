@@ -62,30 +62,46 @@ def early_stop(config: RunConfig, records: Sequence[IterationRecord]) -> dict | 
     return {"patience": config.search.patience, "skipped_iterations": skipped}
 
 
+# A candidate's held-out loss must rise this much (relatively) over the loss its iteration
+# started from to count as over-fitting, not noise.
+OVERFIT_RISE = 0.02
+
+
 def overfitting(iterations: Sequence[Mapping], constant: Mapping | None) -> list[dict]:
-    """The iterations whose new subnetworks over-fitted: their training loss fell below the
-    held-out loss the iteration started from (the previous chosen ensemble's; for the first,
-    the best constant prediction's, when known) while their own held-out loss rose above it.
-    Each entry names the iteration, that loss, the subnetworks and whether the chosen
-    ensemble's held-out loss rose too."""
+    """The iterations whose new subnetworks over-fitted: a candidate ensemble whose new
+    subnetwork's training loss fell below the held-out loss the iteration started from (the
+    previous chosen ensemble's; for the first, the best constant prediction's, when known)
+    while the candidate's held-out loss rose above it. Each entry names the iteration, that
+    loss, the candidates and the chosen one's held-out loss."""
     found = []
     before = (constant or {}).get("loss")
     for record in iterations:
         chosen = next(c for c in record["candidates"] if c["name"] == record["chosen"])
+        trained = {
+            s["name"]: s["train_loss"]
+            for s in record["subnetworks"]
+            if s.get("train_loss") is not None
+        }
         if before is not None:
-            worse = [
-                {"name": s["name"], "train_loss": s["train_loss"], "eval_loss": s["eval"]["loss"]}
-                for s in record["subnetworks"]
-                if s.get("train_loss") is not None
-                and s["eval"].get("loss") is not None
-                and s["train_loss"] < before < s["eval"]["loss"]
-            ]
+            worse = []
+            for candidate in record["candidates"]:
+                new = [trained[m] for m in candidate.get("members", ()) if m in trained]
+                held_out = candidate["eval"].get("loss")
+                if new and held_out is not None and min(new) < before:
+                    if held_out > before * (1 + OVERFIT_RISE):
+                        worse.append(
+                            {
+                                "name": candidate["name"],
+                                "train_loss": min(new),
+                                "eval_loss": held_out,
+                            }
+                        )
             if worse:
                 found.append(
                     {
                         "iteration": record["iteration"],
                         "eval_loss_before": before,
-                        "subnetworks": worse,
+                        "candidates": worse,
                         "chosen_eval_loss": chosen["eval"].get("loss"),
                     }
                 )
@@ -97,12 +113,12 @@ def warnings(report: Mapping) -> list[str]:
     """The console's warnings of a report: the scan's about columns, then over-fitting."""
     lines = [f"WARNING: {w}" for w in (report.get("input") or {}).get("warnings") or []]
     for entry in report.get("overfitting") or []:
-        worse = entry["subnetworks"]
+        worse = entry["candidates"]
         rose = entry["chosen_eval_loss"] is not None and (
             entry["chosen_eval_loss"] > entry["eval_loss_before"]
         )
         lines.append(
-            f"WARNING: over-fitting in iteration {entry['iteration']}: "
+            f"WARNING: over-fitting in iteration {entry['iteration']}: the new subnetworks of "
             f"{', '.join(s['name'] for s in worse)} fell to training loss "
             f"{_span(s['train_loss'] for s in worse)} while their held-out loss rose from "
             f"{entry['eval_loss_before']:.4f} to {_span(s['eval_loss'] for s in worse)}"

@@ -104,10 +104,9 @@ def bags(config: RunConfig, rows: int, *, one_machine: bool) -> tuple[int, str]:
     if rows >= TINY_TABLE_ROWS or not one_machine:
         return 1, "no bagging: a cluster, or 1,000 training rows or more"
     count, why = TINY_TABLE_BAGS, f"fewer than {TINY_TABLE_ROWS:,} training rows"
-    if not config.data.eval_data:
-        folds = int(1 / config.data.holdout_fraction + 1e-9)
-        if folds < count:
-            count, why = folds, f"{why}; {folds} disjoint hold-outs of --holdout_fraction"
+    folds = int(1 / config.data.holdout_fraction + 1e-9)  # --eval_data too: they select on them
+    if folds < count:
+        count, why = folds, f"{why}; {folds} disjoint hold-outs of --holdout_fraction"
     if config.time_budget_secs:
         affordable = max(1, int(config.time_budget_secs // MIN_SECS_PER_BAG))
         if affordable < count:
