@@ -140,14 +140,17 @@ FLAGS: tuple[Flag, ...] = (
         "eval_data",
         "str",
         None,
-        "Eval data in the same format. Default: the census test "
-        "data with the default --train_data, else --holdout_fraction of it.",
+        "Eval data in the same format: a test set, scored once by the exported model (a "
+        "search that selects on held-out rows holds out --holdout_fraction of --train_data to "
+        "choose on, never these rows). Default: the census test data with the default "
+        "--train_data, else --holdout_fraction of it.",
     ),
     Flag(
         "holdout_fraction",
         "float",
         0.1,
-        "Share of --train_data held out for evaluation when --eval_data is not given.",
+        "Share of --train_data held out: the rows the search selects on (with --selection="
+        "holdout) and, without --eval_data, the exported model's eval rows.",
         range=Range(low=0, high=1, low_open=True, high_open=True),
     ),
     Flag("label_column", "str", None, "The column to predict (required with --train_data)."),
@@ -358,11 +361,12 @@ FLAGS: tuple[Flag, ...] = (
         "int",
         1,
         "Bagging: train this many searches, each holding out its own --holdout_fraction of "
-        "the rows (or all on --eval_data) with its own seed, and export one model serving the "
+        "the rows with its own seed, and export one model serving the "
         "mean of their probabilities (regression: of each row's predictions without its "
         "highest and lowest, from 3 bags on); the report scores it out of bag (each hold-out "
-        "row by the bag that never trained on it). Default: 5 on one machine below 1,000 "
-        "training rows (fewer if the hold-outs or --time_budget_secs cannot pay for 5), else 1.",
+        "row by the bag that never trained on it; with --eval_data, on it). Default: 5 on one "
+        "machine below 1,000 training rows (fewer if the hold-outs or --time_budget_secs "
+        "cannot pay for 5), else 1.",
         range=AT_LEAST_1,
         note="1: no bagging",
     ),

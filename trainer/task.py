@@ -80,6 +80,7 @@ from trainer.job import job as job_lib
 from trainer.reporting import experiments
 from trainer.reporting import report as report_lib
 from trainer.search import adapt
+from trainer.storage.job_dir import JobDir
 from trainer.storage.paths import OutputDirs
 
 DEFAULT_LAYER_SIZE: int = flags.BY_NAME["layer_size"].default  # read by bench/cluster.py
@@ -284,9 +285,15 @@ def main(argv):
                     timeout_secs=timeouts.cluster_timeout_secs,
                     grace_secs=timeouts.server_grace_secs,
                 )
-            with preemption.watch():  # nothing to save: SIGTERM or Ctrl-C ends it at once
-                watched = True
-                evaluator.run(config, chief=chief)
+            try:
+                with preemption.watch():  # nothing to save: SIGTERM or Ctrl-C ends it at once
+                    watched = True
+                    evaluator.run(config, chief=chief)
+            except preemption.Preempted:
+                # Stopped as the job ends (the cluster's end stops it): a normal end.
+                if JobDir.of(config.outputs).complete_report() is None:
+                    raise
+                print("evaluator: stopped at the job's end; the job is complete.", file=sys.stderr)
             return 0
         # SIGTERM (a Spot VM's preemption) or Ctrl-C: a checkpoint, then exit 143 (130) so that
         # Vertex AI restarts this replica. A synchronous cluster's replica cannot checkpoint

@@ -32,7 +32,7 @@ from trainer.evaluation import importance as importance_lib
 from trainer.input import job_input as input_lib
 from trainer.input.schema import Schema
 from trainer.model.heads import Head
-from trainer.reporting import hypertune
+from trainer.reporting import hypertune, leaderboard
 from trainer.reporting import report as report_lib
 from trainer.reporting.experiments import Tracker
 from trainer.search import record as record_lib
@@ -246,6 +246,12 @@ def run(
         "timing": {"input_seconds": input_seconds, "seconds": time.monotonic() - started},
     }
     job_dir_lib.write_json(job.report, value)
+    job_dir_lib.write_atomically(
+        job.report_png,
+        leaderboard.plot_bags(
+            [r["iterations"] for r in reports], Head(data.schema.label).objective_metric, final
+        ),
+    )
     if importance:
         job_dir_lib.write_atomically(job.importance_png, importance_lib.plot(importance))
     if config.hypertune_metric is not None:

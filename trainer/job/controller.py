@@ -52,6 +52,13 @@ from trainer.search.record import (
 from trainer.search.rules import Search
 from trainer.storage.job_dir import ReplicaWrites
 
+# What the objective a search chooses by is measured on, for the "chose" line.
+_OBJECTIVE_OF = {
+    ens.Selection.MOVING_AVERAGE: "moving-average train",
+    ens.Selection.TRAIN: "train",
+    ens.Selection.HOLDOUT: "held-out",
+}
+
 
 class Controller:
     """Runs the iterations of one job as this replica (see the module doc)."""
@@ -203,9 +210,10 @@ class Controller:
         writers.close()
         self.writes.publish_record(record.iteration, record.to_json())  # the iteration is finished
         logging.info(
-            "Iteration %d: chose %s (objective %.5f).",
+            "Iteration %d: chose %s (%s objective %.5f).",
             t,
             record.chosen,
+            _OBJECTIVE_OF[self.config.search.selection],
             record.chosen_candidate.objective or float("nan"),
         )
         return record, frozen

@@ -172,7 +172,8 @@ def _train(
     importance = exported.feature_importance(config, serve, data, models.head, budget)
     value = report(final, importance)
     job_dir_lib.write_atomically(
-        job.report_png, leaderboard.plot(value["iterations"], models.head.objective_metric)
+        job.report_png,
+        leaderboard.plot(value["iterations"], models.head.objective_metric, final.get("constant")),
     )
     if importance:
         job_dir_lib.write_atomically(job.importance_png, importance_lib.plot(importance))

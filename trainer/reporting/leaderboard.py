@@ -10,7 +10,7 @@ train in the same steps, so they share that iteration's time).
 from __future__ import annotations
 
 import io
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 _BACKEND = "Agg"  # matplotlib without a display
 
@@ -52,34 +52,74 @@ def rows(iterations: Sequence[dict]) -> list[dict]:
     return board
 
 
-def plot(iterations: Sequence[dict], metric: str) -> bytes:
-    """A PNG: each candidate's eval `metric` per iteration, the chosen one's path marked."""
+def plot(iterations: Sequence[dict], metric: str, constant: Mapping | None = None) -> bytes:
+    """A PNG of two panels, the held-out loss and the held-out `metric` of every candidate
+    ensemble per iteration: the chosen one's path marked, and the best constant prediction's
+    figure (`constant`: the exported model's eval rows' own frequencies or mean) as a line to
+    beat."""
+
+    def draw(axes, name: str) -> None:
+        for record in iterations:
+            others = [
+                c["eval"][name]
+                for c in record["candidates"]
+                if c["name"] != record["chosen"] and c["eval"].get(name) is not None
+            ]
+            axes.scatter([record["iteration"]] * len(others), others, color="0.6", s=18)
+        axes.scatter([], [], color="0.6", s=18, label="other candidates")
+        _chosen_path(axes, iterations, name, "chosen ensemble", "tab:red")
+        _line(axes, constant, name, "constant prediction", "tab:blue")
+
+    title = "AdaNet search: every candidate ensemble per iteration"
+    return _figure(metric, title, draw, [r["iteration"] for r in iterations])
+
+
+def plot_bags(bags: Sequence[Sequence[dict]], metric: str, final: Mapping) -> bytes:
+    """The PNG of a bagged job: each bag's chosen ensemble per iteration on its own hold-out,
+    and the bagged model's figure (`final`) beside the best constant prediction's."""
+
+    def draw(axes, name: str) -> None:
+        for b, iterations in enumerate(bags):
+            _chosen_path(axes, iterations, name, f"bag {b}", f"C{b % 10}")
+        _line(axes, final.get("metrics"), name, "bagged model", "black")
+        _line(axes, final.get("constant"), name, "constant prediction", "tab:blue")
+
+    steps = sorted({r["iteration"] for iterations in bags for r in iterations})
+    return _figure(metric, "Bagged search: each bag's chosen ensemble per iteration", draw, steps)
+
+
+def _chosen_path(axes, iterations: Sequence[dict], name: str, label: str, color: str) -> None:
+    points = [
+        (r["iteration"], c["eval"][name])
+        for r in iterations
+        for c in r["candidates"]
+        if c["name"] == r["chosen"] and c["eval"].get(name) is not None
+    ]
+    axes.plot([x for x, _ in points], [y for _, y in points], "o-", color=color, label=label)
+
+
+def _line(axes, figures: Mapping | None, name: str, label: str, color: str) -> None:
+    if figures and figures.get(name) is not None:
+        axes.axhline(figures[name], color=color, linestyle="--", label=label)
+
+
+def _figure(metric: str, title: str, draw, iterations: Sequence[int]) -> bytes:
+    """A PNG of a panel for the held-out loss and one for `metric`, each drawn by `draw`."""
     import matplotlib
 
     matplotlib.use(_BACKEND)
     from matplotlib import pyplot
 
-    figure, axes = pyplot.subplots(figsize=(6.4, 4.0), dpi=100)
-    chosen_x, chosen_y = [], []
-    for record in iterations:
-        t = record["iteration"]
-        for candidate in record["candidates"]:
-            value = candidate["eval"].get(metric)
-            if value is None:
-                continue
-            if candidate["name"] == record["chosen"]:
-                chosen_x.append(t)
-                chosen_y.append(value)
-            else:
-                axes.scatter([t], [value], color="0.6", s=18, zorder=2)
-    axes.scatter([], [], color="0.6", s=18, label="other candidates")
-    axes.plot(chosen_x, chosen_y, "o-", color="tab:red", zorder=3, label="chosen ensemble")
-    axes.set_xlabel("iteration")
-    axes.set_ylabel(f"eval {metric}")
-    axes.set_xticks([r["iteration"] for r in iterations])
-    axes.set_title("AdaNet search: every candidate ensemble per iteration")
-    axes.grid(alpha=0.3)
-    axes.legend()
+    names = ["loss"] + ([metric] if metric != "loss" else [])
+    figure, panels = pyplot.subplots(1, len(names), figsize=(5.2 * len(names), 4.0), dpi=100)
+    for axes, name in zip(panels if len(names) > 1 else [panels], names):
+        draw(axes, name)
+        axes.set_xlabel("iteration")
+        axes.set_ylabel(f"held-out {name}")
+        axes.set_xticks(list(iterations))
+        axes.grid(alpha=0.3)
+        axes.legend(fontsize="small")
+    figure.suptitle(title)
     figure.tight_layout()
     png = io.BytesIO()
     figure.savefig(png, format="png")

@@ -48,7 +48,7 @@ def progress_line(
     batch_size: int,
 ) -> str:
     """'iteration 1 step 300/3000 (10%) | 700 steps/s, 44,800 examples/s | 0:00:04 left |
-    best <candidate> <objective>'."""
+    lowest train objective <candidate> <objective>'."""
     step = snapshot.step
     return (
         f"iteration {number} step {step}/{total} ({step / total:.0%}) | "
@@ -63,8 +63,10 @@ def progress_status(
     steps_per_sec: float | None,
     batch_size: int,
 ) -> str:
-    """'700 steps/s, 44,800 examples/s | 0:00:04 left | best <candidate> <objective>';
-    without `names`, '44,800 examples/s | 0:00:04 left | best <objective>' (for the bar)."""
+    """'700 steps/s, 44,800 examples/s | 0:00:04 left | lowest train objective <candidate>
+    <objective>'; without `names`, '44,800 examples/s | 0:00:04 left | lowest train objective
+    <objective>' (for the bar). The training objective's moving average, which is not what a
+    search that selects on held-out rows chooses by: it is named for what it is."""
     steps_per_sec = steps_per_sec or 0.0
     # Parameter-server workers' chunks in flight may overshoot the total: nothing is left.
     left = max(total - snapshot.step, 0) / steps_per_sec if steps_per_sec > 0 else float("inf")
@@ -74,7 +76,7 @@ def progress_status(
     best_text = ""
     if best is not None:
         name = f"{names[best]} " if names else ""
-        best_text = f" | best {name}{snapshot.objectives[best]:.4f}"
+        best_text = f" | lowest train objective {name}{snapshot.objectives[best]:.4f}"
     speed = f"{steps_per_sec * batch_size:,.0f} examples/s"
     if names:
         speed = f"{steps_per_sec:,.0f} steps/s, {speed}"

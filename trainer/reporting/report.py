@@ -87,15 +87,11 @@ def overfitting(iterations: Sequence[Mapping], constant: Mapping | None) -> list
             for candidate in record["candidates"]:
                 new = [trained[m] for m in candidate.get("members", ()) if m in trained]
                 held_out = candidate["eval"].get("loss")
-                if new and held_out is not None and min(new) < before:
-                    if held_out > before * (1 + OVERFIT_RISE):
-                        worse.append(
-                            {
-                                "name": candidate["name"],
-                                "train_loss": min(new),
-                                "eval_loss": held_out,
-                            }
-                        )
+                rose = held_out is not None and held_out > before * (1 + OVERFIT_RISE)
+                if new and rose and min(new) < before:
+                    worse.append(
+                        {"name": candidate["name"], "train_loss": min(new), "eval_loss": held_out}
+                    )
             if worse:
                 found.append(
                     {

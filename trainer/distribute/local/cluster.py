@@ -561,11 +561,13 @@ class LocalCluster:
         stdout.close()
         code = launch.process.wait()
         if task.role != CHIEF and not launch.stopping.is_set() and not self._chief_done.is_set():
-            verdict = "failed" if code else "ended"
-            self.log(
-                f"{task.label} {verdict} with {exit_description(code)} before the chief "
-                "ended; the others keep running (the chief may recover)."
-            )
+            if code:
+                self.log(
+                    f"{task.label} failed with {exit_description(code)} before the chief "
+                    "ended; the others keep running (the chief may recover)."
+                )
+            else:
+                self.log(f"{task.label} finished (exit 0) before the chief ended.")
 
     def output(self, role: str, index: int = 0) -> list[str]:
         """Every line the task has printed so far (stdout and stderr, all its starts)."""
