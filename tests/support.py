@@ -200,3 +200,16 @@ def is_alive(pid: int) -> bool:
 def kill_quietly(pid: int) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGKILL)
+
+
+def scalars(run: Path) -> dict[str, list[tuple[int, float]]]:
+    """A TensorBoard run's scalars, read from its event files: {tag: [(step, value), ...]}."""
+    import tensorflow as tf
+
+    found: dict[str, list[tuple[int, float]]] = {}
+    for path in sorted(run.glob("events.out.tfevents.*")):
+        for event in tf.compat.v1.train.summary_iterator(str(path)):
+            for value in event.summary.value:
+                number = float(tf.make_ndarray(value.tensor))
+                found.setdefault(value.tag, []).append((event.step, number))
+    return {tag: sorted(points) for tag, points in found.items()}

@@ -83,7 +83,8 @@ def test_a_small_regression_table_gets_the_linear_model_among_its_candidates():
         ([], True, 5, "fewer than 1,000 training rows"),
         ([], False, 1, None),  # a cluster trains one search
         (["--holdout_fraction=0.3"], True, 3, "3 disjoint hold-outs"),
-        (["--eval_data=e.csv", "--holdout_fraction=0.5"], True, 5, "fewer than 1,000"),
+        # with --eval_data too: each bag selects on its own hold-out
+        (["--eval_data=e.csv", "--holdout_fraction=0.5"], True, 2, "2 disjoint hold-outs"),
         (["--time_budget_secs=50"], True, 2, "20 s each in the 50 s budget"),
         (["--time_budget_secs=10"], True, 1, None),
         (["--bags=2"], True, 2, None),  # the user's
@@ -108,7 +109,8 @@ def test_more_bags_than_disjoint_hold_outs_are_refused_before_any_work():
         _config(["--bags=11"])
     with pytest.raises(InputError, match=r"--bags \(0\) must be >= 1"):
         _config(["--bags=0"])
-    assert _config(["--bags=11", "--eval_data=e.csv"]).bags == 11  # no hold-outs
+    with pytest.raises(InputError, match=refused):  # its bags select on hold-outs too
+        _config(["--bags=11", "--eval_data=e.csv"])
 
 
 def test_flags_the_user_set_are_kept():

@@ -5,14 +5,15 @@ from __future__ import annotations
 from trainer.reporting import report as report_lib
 
 
-def _iteration(i: int, chosen: str, subnetworks: dict[str, tuple[float, float]], eval_loss: float):
-    """An iteration record: a candidate "grow_NAME" of each subnetwork NAME (training loss,
-    the candidate's held-out loss), and the chosen one's held-out loss."""
+def _iteration(i: int, chosen: str, subnetworks: dict[str, tuple[float, float]], kept: float):
+    """An iteration record: the previous ensemble (held-out loss `kept`) and a candidate
+    "grow_NAME" of each subnetwork NAME (its training loss, the candidate's held-out loss);
+    `chosen` names the chosen candidate."""
     return {
         "iteration": i,
         "chosen": chosen,
         "candidates": [
-            {"name": chosen, "members": [], "eval": {"loss": eval_loss}},
+            {"name": "previous_ensemble", "members": ["t0_old"], "eval": {"loss": kept}},
             *[
                 {"name": f"grow_{name}", "members": ["t0_old", name], "eval": {"loss": held_out}}
                 for name, (_, held_out) in subnetworks.items()
@@ -25,28 +26,31 @@ def _iteration(i: int, chosen: str, subnetworks: dict[str, tuple[float, float]],
     }
 
 
-def test_overfitting_names_subnetworks_whose_held_out_loss_rose_as_training_loss_fell():
+def test_overfitting_names_candidates_whose_held_out_loss_rose_as_training_loss_fell():
     iterations = [
-        # From the constant's 0.69: t0_b fits the training rows and gets worse on held-out ones.
-        _iteration(0, "a", {"t0_a": (0.55, 0.60), "t0_b": (0.01, 1.30)}, 0.60),
-        # From 0.60: nothing worse on held-out rows than noise (1%).
-        _iteration(1, "a", {"t1_a": (0.50, 0.58), "t1_b": (0.50, 0.606)}, 0.58),
-        # From 0.58: the chosen ensemble got worse too (a forced grow).
-        _iteration(2, "c", {"t2_c": (0.30, 0.65)}, 0.65),
+        # From the constant's 0.69: t0_b fits the training rows and gets far worse on held-out
+        # rows (its candidate, not chosen, by over half); t0_c only a little worse (noise).
+        _iteration(
+            0, "grow_t0_a", {"t0_a": (0.55, 0.60), "t0_b": (0.01, 1.30), "t0_c": (0.3, 0.8)}, 0.69
+        ),
+        # From 0.60: the chosen ensemble 1% worse: noise.
+        _iteration(1, "grow_t1_a", {"t1_a": (0.50, 0.606)}, 0.60),
+        # From 0.606: the chosen ensemble got worse (a forced grow) while its member fit better.
+        _iteration(2, "grow_t2_c", {"t2_c": (0.30, 0.65)}, 0.606),
     ]
     found = report_lib.overfitting(iterations, {"loss": 0.69})
     assert [(f["iteration"], [c["name"] for c in f["candidates"]]) for f in found] == [
         (0, ["grow_t0_b"]),
         (2, ["grow_t2_c"]),
     ]
-    assert found[1]["eval_loss_before"] == 0.58
+    assert found[1]["eval_loss_before"] == 0.606
     lines = report_lib.warnings({"input": {"warnings": ["column 'd' looks like dates"]},
                                  "overfitting": found})  # fmt: skip
     assert lines[0] == "WARNING: column 'd' looks like dates"
     assert lines[1].startswith(
         "WARNING: over-fitting in iteration 0: the new subnetworks of grow_t0_b fell to training "
-        "loss 0.0100 while their "
-        "held-out loss rose from 0.6900 to 1.3000; the search did not choose them."
+        "loss 0.0100 while their held-out loss rose from 0.6900 to 1.3000; the search did not "
+        "choose them."
     )
     assert "and so did the chosen ensemble's (0.6500)" in lines[2]
     # Without the constant's loss the first iteration has nothing to compare with.

@@ -17,6 +17,7 @@ from tests.support import (
     make_data,
     predict_csv,
     run_task,
+    scalars,
     task_env,
 )
 
@@ -56,7 +57,19 @@ def test_every_head_trains_exports_and_reports(any_head, tmp_path):
     assert sum(row["chosen"] for row in board) == len(report["iterations"])
     assert (job / "report.png").read_bytes().startswith(b"\x89PNG")
     assert (job / "model" / "saved_model.pb").exists()
-    assert list((job / "logs").glob("iteration-0/*/events.out.tfevents.*"))
+    # TensorBoard: a run per candidate name and per builder across iterations, and the path
+    logs = job / "logs"
+    assert {p.name for p in logs.iterdir()} == {"candidates", "subnetworks", "chosen"}
+    ends = list(np.cumsum([r["steps"] for r in report["iterations"]]))
+    chosen = [
+        next(c for c in r["candidates"] if c["name"] == r["chosen"]) for r in report["iterations"]
+    ]
+    path = scalars(logs / "chosen")["eval/loss"]
+    assert path == [(e, pytest.approx(c["eval"]["loss"], rel=1e-5)) for e, c in zip(ends, chosen)]
+    grown = scalars(logs / "candidates" / report["iterations"][1]["candidates"][1]["name"])
+    training = [step for step, _ in grown["train/adanet_objective"]]
+    assert training[0] <= ends[0] < training[-1] == ends[1]  # one curve over both iterations
+    assert [s for s, _ in grown["eval/loss"]] == ends
     assert "final ensemble" in result.stdout and "exported model" in result.stdout
     assert "steps/s" in result.stderr and "left" in result.stderr
     # plain lines in a log: no absl prefixes, no other package's warnings
@@ -443,9 +456,12 @@ def test_an_evaluator_started_after_the_job_evaluates_each_finished_iteration(
         assert evaluation["step"] == record["steps"]
         [(name, metrics)] = evaluation["candidates"].items()
         assert name == record["chosen"] and 0.5 < metrics["accuracy"] <= 1
-        chosen = next(c for c in record["candidates"] if c["name"] == name)
-        assert metrics == pytest.approx(chosen["eval"], abs=1e-4)
-        assert list((job / "logs" / f"iteration-{t}" / name / "eval").glob("events.*"))
+        # on the eval data, which the search (selecting on its own hold-out) never saw
+        assert evaluation["examples"] == 500
+        evaluated = scalars(job / "logs" / "candidates" / name)["evaluator/loss"]
+        first = sum(r["steps"] for r in report["iterations"][:t])
+        assert (first + record["steps"], pytest.approx(metrics["loss"])) in evaluated
+    assert metrics == pytest.approx(report["final"]["metrics"], abs=1e-4)  # the last: exported
     assert "the job is complete after 2 evaluations" in result.stderr
     again = run_task(args, env=evaluator)
     assert "the job is complete after 0 evaluations" in again.stderr

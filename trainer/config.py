@@ -41,17 +41,18 @@ class DataConfig:
         (`trainer.input.job_input`)."""
         columns = self.columns
         # The hold-out's rule (`trainer.input.scan.Holdout`), recorded since it changed.
-        # With --eval_data, a search that selects on held-out rows holds them out of the
-        # training data (recorded since then: before, it selected on the eval data).
+        # With --eval_data, a search that selects on held-out rows holds this share of the
+        # training rows out to choose on. Recorded since then: a job dir from before selects
+        # on its eval data, as it did (its schema has no such hold-out), whatever the flag.
         rule = (
-            {"selection_rows": "held out of --train_data"}
+            {"selection_holdout_fraction": self.holdout_fraction}
             if self.eval_data
             else {"holdout_rows": "by position"}
         )
         return {
             "train_data": self.train_data,
             "eval_data": self.eval_data,
-            "holdout_fraction": self.holdout_fraction,
+            "holdout_fraction": None if self.eval_data else self.holdout_fraction,
             **rule,
             "bad_rows": self.input.bad_rows.value,
             "jsonl": self.input.jsonl,
@@ -238,7 +239,6 @@ BEFORE_RECORDED = {
     "selection_margin": 0.0,
     "bags": 1,
     "holdout_rows": "by text",
-    "selection_rows": "--eval_data",
 }
 
 

@@ -186,7 +186,9 @@ class Controller:
             len(iteration.candidates),
             self.config.search.max_iteration_steps,
         )
-        writers = SummaryWriters(self.writes.logs, iteration)
+        writers = SummaryWriters(
+            self.writes.logs, iteration, first_step=sum(r.steps for r in self.records)
+        )
         loop = self.loops(iteration)
         timing = self._train(iteration, loop, manager, writers)
         pause_started = self._previous_end = time.monotonic()

@@ -169,14 +169,18 @@ def _evaluate_frozen(evaluator: _Evaluator, records: list[IterationRecord]) -> d
 def _summarize(job: job_dir_lib.JobDir, evaluation: dict) -> None:
     """Writes an evaluation to TensorBoard and logs its best candidate."""
     t, step = evaluation["iteration"], evaluation["step"]
-    root = job_dir_lib.join(job.logs, f"iteration-{t}")
-    for group, prefix in (("candidates", ""), ("subnetworks", "subnetwork_")):
+    # The chief's runs (`trainer.reporting.progress.SummaryWriters`), at their steps: counted
+    # across iterations, those of the finished ones before this one first.
+    first_step = sum(r.steps for r in record_lib.finished(job)[:t])
+    for group in ("candidates", "subnetworks"):
         for name, metrics in evaluation[group].items():
-            writer = tf.summary.create_file_writer(job_dir_lib.join(root, prefix + name, "eval"))
-            with writer.as_default(step=step):
+            # a subnetwork "t2_dnn_1x64" is builder dnn_1x64's run
+            run = name if group == "candidates" else name.split("_", 1)[-1]
+            writer = tf.summary.create_file_writer(job_dir_lib.join(job.logs, group, run))
+            with writer.as_default(step=first_step + step):
                 for metric, value in metrics.items():
                     if value is not None:
-                        tf.summary.scalar(metric, value)
+                        tf.summary.scalar(f"evaluator/{metric}", value)
             writer.close()
     finite = [
         (m["loss"], name) for name, m in evaluation["candidates"].items() if m["loss"] is not None

@@ -106,44 +106,61 @@ class Bar:
 
 
 class SummaryWriters:
-    """TensorBoard runs per candidate ensemble and per new subnetwork of an iteration."""
+    """TensorBoard runs that last the whole search, their steps counted across iterations
+    (`first_step`: the steps of the iterations before this one): `candidates/NAME` per
+    candidate ensemble name (the same names recur each iteration: grow_dnn_0x64_..., the
+    previous ensemble), `subnetworks/BUILDER` per subnetwork builder, with the training
+    objective or loss as it trains and the held-out metrics at each iteration's end, and
+    `chosen`, the chosen ensemble's held-out metrics at each iteration's end: the search's
+    path as one curve."""
 
-    def __init__(self, logs: str | None, iteration: Iteration):
+    def __init__(self, logs: str | None, iteration: Iteration, first_step: int = 0):
         """Writes nothing when `logs` is None (replicas other than the chief)."""
+        self.first_step = first_step
         self.candidates: list = []
         self.subnetworks: list = []
+        self.chosen = None
         if logs is None:
             return
-        root = job_dir_lib.join(logs, f"iteration-{iteration.number}")
         self.candidates = [
-            tf.summary.create_file_writer(job_dir_lib.join(root, c.name))
+            tf.summary.create_file_writer(job_dir_lib.join(logs, "candidates", c.name))
             for c in iteration.candidates
         ]
         self.subnetworks = [
-            tf.summary.create_file_writer(job_dir_lib.join(root, f"subnetwork_{s.name}"))
-            for s in iteration.subnetworks
+            tf.summary.create_file_writer(job_dir_lib.join(logs, "subnetworks", b.name))
+            for b in iteration.builders
         ]
+        self.chosen = tf.summary.create_file_writer(job_dir_lib.join(logs, "chosen"))
 
     def write_training(self, snapshot: Snapshot) -> None:
+        step = self.first_step + snapshot.step
         for writer, value in zip(self.candidates, snapshot.objectives):
-            with writer.as_default(step=snapshot.step):
-                tf.summary.scalar("adanet_objective", value)
+            with writer.as_default(step=step):
+                tf.summary.scalar("train/adanet_objective", value)
         for writer, value in zip(self.subnetworks, snapshot.subnetwork_losses):
-            with writer.as_default(step=snapshot.step):
-                tf.summary.scalar("loss", value)
+            with writer.as_default(step=step):
+                tf.summary.scalar("train/loss", value)
 
     def write_eval(self, record: IterationRecord) -> None:
-        evals = [c.eval for c in record.candidates], [s.eval for s in record.subnetworks]
-        for writers, metrics in zip((self.candidates, self.subnetworks), evals):
-            for writer, entry in zip(writers, metrics):
-                with writer.as_default(step=record.steps):
+        step = self.first_step + record.steps
+        chosen = [c.eval for c in record.candidates if c.name == record.chosen]
+        evals = (
+            [c.eval for c in record.candidates],
+            [s.eval for s in record.subnetworks],
+            chosen if self.chosen is not None else [],
+        )
+        writers = (self.candidates, self.subnetworks, [self.chosen])
+        for group, metrics in zip(writers, evals):
+            for writer, entry in zip(group, metrics):
+                with writer.as_default(step=step):
                     for name, value in entry.items():
                         if value is not None:
                             tf.summary.scalar(f"eval/{name}", value)
 
     def close(self) -> None:
-        for writer in self.candidates + self.subnetworks:
-            writer.close()
+        for writer in [*self.candidates, *self.subnetworks, self.chosen]:
+            if writer is not None:
+                writer.close()
 
 
 class Progress:

@@ -62,17 +62,19 @@ def early_stop(config: RunConfig, records: Sequence[IterationRecord]) -> dict | 
     return {"patience": config.search.patience, "skipped_iterations": skipped}
 
 
-# A candidate's held-out loss must rise this much (relatively) over the loss its iteration
-# started from to count as over-fitting, not noise.
-OVERFIT_RISE = 0.02
+# How much (relatively) a held-out loss must rise over the one its iteration started from to
+# be called over-fitting: the chosen ensemble's a little, any other candidate's by half (a
+# search that selects on held-out rows passes over the merely worse ones, as it should).
+CHOSEN_RISE, CANDIDATE_RISE = 0.02, 0.5
 
 
 def overfitting(iterations: Sequence[Mapping], constant: Mapping | None) -> list[dict]:
     """The iterations whose new subnetworks over-fitted: a candidate ensemble whose new
     subnetwork's training loss fell below the held-out loss the iteration started from (the
     previous chosen ensemble's; for the first, the best constant prediction's, when known)
-    while the candidate's held-out loss rose above it. Each entry names the iteration, that
-    loss, the candidates and the chosen one's held-out loss."""
+    while the candidate's held-out loss rose above it (the chosen one's by CHOSEN_RISE, any
+    other's by CANDIDATE_RISE). Each entry names the iteration, that loss, the candidates and
+    the chosen one's held-out loss."""
     found = []
     before = (constant or {}).get("loss")
     for record in iterations:
@@ -82,25 +84,25 @@ def overfitting(iterations: Sequence[Mapping], constant: Mapping | None) -> list
             for s in record["subnetworks"]
             if s.get("train_loss") is not None
         }
-        if before is not None:
-            worse = []
-            for candidate in record["candidates"]:
-                new = [trained[m] for m in candidate.get("members", ()) if m in trained]
-                held_out = candidate["eval"].get("loss")
-                rose = held_out is not None and held_out > before * (1 + OVERFIT_RISE)
-                if new and rose and min(new) < before:
-                    worse.append(
-                        {"name": candidate["name"], "train_loss": min(new), "eval_loss": held_out}
-                    )
-            if worse:
-                found.append(
-                    {
-                        "iteration": record["iteration"],
-                        "eval_loss_before": before,
-                        "candidates": worse,
-                        "chosen_eval_loss": chosen["eval"].get("loss"),
-                    }
+        worse = []
+        for candidate in record["candidates"] if before is not None else ():
+            new = [trained[m] for m in candidate.get("members", ()) if m in trained]
+            held_out = candidate["eval"].get("loss")
+            rise = CHOSEN_RISE if candidate is chosen else CANDIDATE_RISE
+            fell = bool(new) and min(new) < before
+            if fell and held_out is not None and held_out > before * (1 + rise):
+                worse.append(
+                    {"name": candidate["name"], "train_loss": min(new), "eval_loss": held_out}
                 )
+        if worse:
+            found.append(
+                {
+                    "iteration": record["iteration"],
+                    "eval_loss_before": before,
+                    "candidates": worse,
+                    "chosen_eval_loss": chosen["eval"].get("loss"),
+                }
+            )
         before = chosen["eval"].get("loss")
     return found
 
@@ -110,8 +112,8 @@ def warnings(report: Mapping) -> list[str]:
     lines = [f"WARNING: {w}" for w in (report.get("input") or {}).get("warnings") or []]
     for entry in report.get("overfitting") or []:
         worse = entry["candidates"]
-        rose = entry["chosen_eval_loss"] is not None and (
-            entry["chosen_eval_loss"] > entry["eval_loss_before"]
+        rose = entry["chosen_eval_loss"] is not None and entry["chosen_eval_loss"] > (
+            entry["eval_loss_before"] * (1 + CHOSEN_RISE)
         )
         lines.append(
             f"WARNING: over-fitting in iteration {entry['iteration']}: the new subnetworks of "
