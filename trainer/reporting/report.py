@@ -85,12 +85,12 @@ def overfitting(iterations: Sequence[Mapping], constant: Mapping | None) -> list
             if s.get("train_loss") is not None
         }
         worse = []
-        for candidate in record["candidates"] if before is not None else ():
+        for candidate in record["candidates"]:
             new = [trained[m] for m in candidate.get("members", ()) if m in trained]
             held_out = candidate["eval"].get("loss")
-            rise = CHOSEN_RISE if candidate is chosen else CANDIDATE_RISE
-            fell = bool(new) and min(new) < before
-            if fell and held_out is not None and held_out > before * (1 + rise):
+            if before is None or held_out is None or not new or min(new) >= before:
+                continue
+            if held_out > before * (1 + (CHOSEN_RISE if candidate is chosen else CANDIDATE_RISE)):
                 worse.append(
                     {"name": candidate["name"], "train_loss": min(new), "eval_loss": held_out}
                 )
