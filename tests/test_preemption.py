@@ -531,3 +531,27 @@ def test_a_synchronous_replica_stops_at_once_on_sigterm_in_training(tmp_path):
     assert code == preemption.EXIT_CODE, said[-3000:]
     assert seconds < 10
     assert "preempted: SIGTERM a replica of a synchronous cluster cannot checkpoint alone" in said
+
+
+@pytest.mark.parametrize(
+    "over, code, says",
+    [
+        ("'evaluator: the job is complete.'", 0, "evaluator: the job is complete."),
+        ("None", preemption.EXIT_CODE, "preempted: SIGTERM outside training: nothing to save"),
+    ],
+)
+def test_a_signal_after_the_work_is_over_is_a_normal_end(over, code, says):
+    """An evaluator stopped by the cluster's end after a complete job exits 0, saying so; one
+    stopped before, as a preempted replica (a restart resumes it)."""
+    program = (
+        "import os, signal, time\n"
+        "from trainer.distribute import preemption\n"
+        f"with preemption.watch(ended=lambda: {over}):\n"
+        "    os.kill(os.getpid(), signal.SIGTERM)\n"
+        "    time.sleep(30)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", program], cwd=REPO, capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == code
+    assert says in result.stderr

@@ -7,6 +7,7 @@ calls `job_lib.run(config)`. With no flags it trains on the census data shipped 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import gc
 import signal
 import sys
@@ -260,6 +261,13 @@ def _tracker(
     return experiments.VertexExperiment(target, params=experiments.params_of(values))
 
 
+def _job_complete(config: config_lib.RunConfig) -> str | None:
+    """The evaluator's line when its job is complete (the cluster then stops it), else None."""
+    if JobDir.of(config.outputs).complete_report() is None:
+        return None
+    return "evaluator: stopped at the end of the job, which is complete."
+
+
 def main(argv):
     del argv  # nothing but flags (`_parse_flags`)
     watched = False  # whether `preemption.watch` took SIGINT over (and then gave it back)
@@ -285,15 +293,11 @@ def main(argv):
                     timeout_secs=timeouts.cluster_timeout_secs,
                     grace_secs=timeouts.server_grace_secs,
                 )
-            try:
-                with preemption.watch():  # nothing to save: SIGTERM or Ctrl-C ends it at once
-                    watched = True
-                    evaluator.run(config, chief=chief)
-            except preemption.Preempted:
-                # Stopped as the job ends (the cluster's end stops it): a normal end.
-                if JobDir.of(config.outputs).complete_report() is None:
-                    raise
-                print("evaluator: stopped at the job's end; the job is complete.", file=sys.stderr)
+            # Nothing to save: SIGTERM or Ctrl-C ends it at once; after a complete job, as the
+            # cluster's end stops it, normally.
+            with preemption.watch(ended=functools.partial(_job_complete, config)):
+                watched = True
+                evaluator.run(config, chief=chief)
             return 0
         # SIGTERM (a Spot VM's preemption) or Ctrl-C: a checkpoint, then exit 143 (130) so that
         # Vertex AI restarts this replica. A synchronous cluster's replica cannot checkpoint

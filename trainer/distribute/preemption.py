@@ -44,7 +44,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 EXIT_CODE = 128 + signal.SIGTERM  # 143
 NOTICE_SECS = 30.0  # Vertex AI's notice to a preempted VM (Compute Engine's Spot VMs: 30 s)
@@ -89,13 +89,16 @@ class Notice:
                         raise notice.stop("saved at step 123")
     """
 
-    def __init__(self, *, can_defer: bool = True):
+    def __init__(self, *, can_defer: bool = True, ended: Callable[[], str | None] | None = None):
         """
         Args:
             can_defer: whether this process can save on its own when told to stop (False for a
                 replica of a synchronous cluster: its checkpoints need every replica).
+            ended: asked when a signal comes outside training: a line saying that the work
+                is over (the signal is then the job's normal end: exit 0), or None.
         """
         self.can_defer = can_defer
+        self.ended = ended
         self.received_at: float | None = None  # time.monotonic() of the first signal
         self.signum: int = signal.SIGTERM  # the first signal's number, once one came
         self.count = 0
@@ -142,6 +145,11 @@ class Notice:
         self.received_at = time.monotonic()
         self.signum = signum
         if not self._training:
+            over = self.ended() if self.ended else None
+            if over:  # not a preemption: the job's end stops this process
+                print(over, file=sys.stderr, flush=True)
+                sys.stdout.flush()
+                os._exit(0)
             _exit_now(signum, "outside training: nothing to save")
         elif not self.can_defer:
             _exit_now(signum, "a replica of a synchronous cluster cannot checkpoint alone")
@@ -162,14 +170,16 @@ def current() -> Notice:
 
 
 @contextlib.contextmanager
-def watch(*, can_defer: bool = True) -> Iterator[Notice]:
+def watch(
+    *, can_defer: bool = True, ended: Callable[[], str | None] | None = None
+) -> Iterator[Notice]:
     """Handles SIGTERM and SIGINT with a `Notice` for the duration of the block (in the main
     thread only: elsewhere Python cannot install handlers and the notice stays inert). The
     previous handlers come back afterwards, unless the block ends in `Preempted`: then a later
     SIGTERM is ignored, so that the process exits with its code and is not killed half way out,
     and a later SIGINT (a user who will not wait) kills it."""
     global _current
-    notice = Notice(can_defer=can_defer)
+    notice = Notice(can_defer=can_defer, ended=ended)
     if threading.current_thread() is not threading.main_thread():
         yield notice
         return

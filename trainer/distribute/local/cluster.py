@@ -49,6 +49,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import TextIO
 
+from trainer.distribute.local.library_lines import LibraryLines
 from trainer.errors import InputError
 
 CHIEF, WORKER, PS, EVALUATOR = "chief", "worker", "ps", "evaluator"
@@ -389,6 +390,7 @@ class LocalCluster:
         network: str = AUTO,
         addresses: Mapping[Task, str] | None = None,
         prefix: Callable[[Task], Sequence[str]] | None = None,
+        library_log: TextIO | None = None,
     ):
         # -- what runs
         self.shape = shape
@@ -397,6 +399,10 @@ class LocalCluster:
         self.cwd = cwd
         # -- how it is watched
         self.sink = sink  # where prefixed lines go (None: only collected)
+        # Where TensorFlow's own log lines go instead of `sink` (`library_lines`); None: to the
+        # sink with the others. `library_count` counts them.
+        self.library_log = library_log
+        self.library_count = 0
         self.grace = grace
         self.host = host
         if network not in NETWORKS:
@@ -540,6 +546,13 @@ class LocalCluster:
         """Writes a launcher message (`[launch] ...`) to the sink."""
         self._emit(f"[launch] {message}")
 
+    def _keep_library_line(self, line: str) -> None:
+        assert self.library_log is not None
+        # As in `_emit`: the pipes are drained whatever happens to the file.
+        with self._write_lock, contextlib.suppress(OSError, ValueError):
+            self.library_count += 1
+            self.library_log.write(line + "\n")
+
     def _emit(self, line: str) -> None:
         if self.sink is None:
             return
@@ -554,10 +567,14 @@ class LocalCluster:
         """Prefixes and forwards every line of one process, then reports an early exit."""
         stdout = launch.process.stdout
         assert stdout is not None, "processes are started with stdout=PIPE"
+        library = LibraryLines()
         for raw in iter(stdout.readline, b""):
             line = raw.decode("utf-8", errors="replace").rstrip("\r\n")
             self._lines[task].append(line)
-            self._emit(f"[{task.label}] {line}")
+            if self.library_log is not None and library.is_library(line):
+                self._keep_library_line(f"[{task.label}] {line}")
+            else:
+                self._emit(f"[{task.label}] {line}")
         stdout.close()
         code = launch.process.wait()
         if task.role != CHIEF and not launch.stopping.is_set() and not self._chief_done.is_set():

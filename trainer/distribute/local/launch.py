@@ -2,13 +2,15 @@
 
     python -m trainer.launch [--workers=N] [--ps=M] [--evaluator] [--config=config.yaml]
                              [--module=trainer.task] [--grace=SECONDS]
-                             [--network=auto|private|host] -- TRAINER_ARGS...
+                             [--network=auto|private|host] [--verbose] -- TRAINER_ARGS...
 
 Starts a chief, N workers, M parameter servers and optionally an evaluator as separate
 processes (`python -m MODULE TRAINER_ARGS`, the same arguments for every process, as on Vertex)
 on 127.0.0.1 with free ports. Each gets `TF_CONFIG` and `CLUSTER_SPEC` in Vertex's shapes,
 `GRPC_FAIL_FAST=use_caller` and loopback in `no_proxy`. A lone chief gets no `TF_CONFIG`, as
-on a single-replica Vertex job. Output lines are prefixed with the role (`[worker 0] `).
+on a single-replica Vertex job. Output lines are prefixed with the role (`[worker 0] `);
+TensorFlow's own log lines (`trainer.distribute.local.library_lines`: most of a successful
+run's output) go to a temporary file, named at the end, unless `--verbose`.
 TensorFlow's servers listen on every interface, so the processes run in a network namespace
 with only loopback, unless the job needs the network (`gs://`, `bq://`, an experiment) or
 `--network=host` (see `trainer.distribute.local.cluster`).
@@ -23,9 +25,12 @@ The processes are `trainer.distribute.local.cluster.LocalCluster`; `--config` is
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
+import os
 import signal
 import sys
+import tempfile
 from collections.abc import Sequence
 
 from trainer.distribute.local.cluster import (
@@ -53,7 +58,7 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m trainer.launch",
         usage="%(prog)s [--workers=N] [--ps=M] [--evaluator] [--config=config.yaml] "
-        "[--module=trainer.task] [--grace=SECONDS] [--network=auto|private|host] "
+        "[--module=trainer.task] [--grace=SECONDS] [--network=auto|private|host] [--verbose] "
         "-- TRAINER_ARGS...",
         description="Runs a chief, workers, parameter servers and an evaluator as local "
         "processes with Vertex AI's TF_CONFIG; stops them all when the chief ends "
@@ -95,6 +100,12 @@ def _parser() -> argparse.ArgumentParser:
         "alone; host: this machine's network; auto (default): private unless the job needs "
         "the network (a gs:// or bq:// path, an experiment) or namespaces are unavailable.",
     )
+    parser.add_argument(
+        "--verbose",
+        action="store_true",
+        help="Show TensorFlow's own log lines (gRPC errors as replicas disconnect, server "
+        "info) among the processes' lines; by default they go to a file the launcher names.",
+    )
     return parser
 
 
@@ -107,6 +118,7 @@ class LaunchOptions:
     args: tuple[str, ...]
     grace: float
     network: str = AUTO
+    verbose: bool = False
 
 
 def parse_command_line(argv: Sequence[str]) -> LaunchOptions:
@@ -138,6 +150,7 @@ def parse_command_line(argv: Sequence[str]) -> LaunchOptions:
         args=trainer_args or (job.args if job else ()),
         grace=flags.grace,
         network=flags.network,
+        verbose=flags.verbose,
     )
 
 
@@ -161,13 +174,37 @@ def run(options: LaunchOptions) -> int:
     """Runs the cluster until the chief ends or a signal arrives; returns the exit code."""
     signal.signal(signal.SIGINT, _raise_interrupted)
     signal.signal(signal.SIGTERM, _raise_interrupted)
-    cluster = LocalCluster(
-        options.shape,
-        module=options.module,
-        args=options.args,
-        grace=options.grace,
-        network=options.network,
-    )
+    with contextlib.ExitStack() as files:
+        library_log = None
+        if not options.verbose:
+            library_log = files.enter_context(
+                tempfile.NamedTemporaryFile(
+                    "w", prefix="trainer-launch-", suffix=".log", delete=False
+                )
+            )
+        cluster = LocalCluster(
+            options.shape,
+            module=options.module,
+            args=options.args,
+            grace=options.grace,
+            network=options.network,
+            library_log=library_log,
+        )
+        try:
+            return _run(cluster)
+        finally:
+            if library_log is not None and cluster.library_count:
+                print(
+                    f"[launch] TensorFlow's own log lines ({cluster.library_count}; --verbose "
+                    f"shows them here): {library_log.name}",
+                    file=sys.stdout,
+                    flush=True,
+                )
+            elif library_log is not None:
+                os.unlink(library_log.name)
+
+
+def _run(cluster: LocalCluster) -> int:
     try:
         try:
             cluster.start()
