@@ -50,7 +50,8 @@ class Cloud:
         if not _PROJECT.match(self.project or ""):
             raise DeployError(
                 f"project ({self.project!r}) is not a Google Cloud project id or "
-                "number; pass --project=MY_PROJECT."
+                f"number{_placeholder(self.project)}; pass --project=YOUR_PROJECT_ID "
+                "(`gcloud config get-value project` prints yours)."
             )
         if not _REGION.match(self.region or ""):
             raise DeployError(
@@ -74,7 +75,8 @@ class Cloud:
         if not _ID.match(id_or_name) and not id_or_name.startswith("{"):
             raise DeployError(
                 f"{collection[:-1]} ({id_or_name!r}) is neither a numeric id nor "
-                f"a resource name like {self.parent}/{collection}/123."
+                f"a resource name like {self.parent}/{collection}/123"
+                f"{_placeholder(id_or_name)}."
             )
         return f"{self.parent}/{collection}/{id_or_name}"
 
@@ -119,6 +121,13 @@ class Cloud:
             },
             credentials=self.credentials,
         )
+
+
+def _placeholder(value: str | None) -> str:
+    """", a placeholder ..." when `value` looks like one (P, ENDPOINT_ID): capitals alone."""
+    if value and re.fullmatch(r"[A-Z][A-Z0-9_]*", value):
+        return f" ({value} looks like a placeholder from the docs: put your own value there)"
+    return ""
 
 
 def canonical(message_type: str, body: dict, what: str) -> dict:

@@ -97,7 +97,11 @@ def read_instances(uri: str) -> list:
 def _run(argv: list[str] | None) -> int:
     p = api.parser(__doc__.split("\n\n")[0])
     p.add_argument("--instances", required=True, help="JSONL or JSON file of instances.")
-    p.add_argument("--endpoint", help="Vertex AI endpoint id or name (needs --project).")
+    p.add_argument(
+        "--endpoint",
+        help="Vertex AI endpoint: its numeric id, or its resource name "
+        "projects/P/locations/L/endpoints/ID (needs --project).",
+    )
     p.add_argument("--local_url", help="URL of a local deploy.serve server instead.")
     api.add_cloud_flags(p, project_required=False)  # --project is needed with --endpoint
     args = p.parse_args(argv)

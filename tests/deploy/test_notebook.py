@@ -20,7 +20,10 @@ def test_notebook_runs_and_shows_a_table_and_a_plot(census_model, tmp_path, monk
     monkeypatch.setenv("TF_CPP_MIN_LOG_LEVEL", "2")
     notebook = nbformat.read(NOTEBOOK, as_version=4)
     nbclient.NotebookClient(
-        notebook, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(REPO)}}
+        notebook,
+        timeout=300,
+        kernel_name="python3",
+        resources={"metadata": {"path": str(NOTEBOOK.parent)}},  # where Jupyter starts it
     ).execute()
     outputs = [o for cell in notebook.cells if cell.cell_type == "code" for o in cell.outputs]
     text = "".join(o.get("text", "") for o in outputs)
