@@ -124,7 +124,8 @@ class Cloud:
 
 
 def _placeholder(value: str | None) -> str:
-    """", a placeholder ..." when `value` looks like one (P, ENDPOINT_ID): capitals alone."""
+    """A note for a value that looks like a placeholder of the docs (capitals alone: P,
+    ENDPOINT_ID), else ""."""
     if value and re.fullmatch(r"[A-Z][A-Z0-9_]*", value):
         return f" ({value} looks like a placeholder from the docs: put your own value there)"
     return ""

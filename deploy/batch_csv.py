@@ -2,7 +2,8 @@
 which its named inputs do not take, so the rows are converted here to JSON objects (typed by
 the model's inputs, `--excluded_fields` dropped) in `OUTPUT_PREFIX/instances-<time>/*.jsonl`,
 and the job reads those; rows that do not fit the model are listed in `conversion.errors_stats`
-there."""
+there. A missing value is written as TensorFlow Serving takes it (`NaN` for a number: it
+refuses null; "" for a text)."""
 
 from __future__ import annotations
 
@@ -152,7 +153,7 @@ def convert_csv(csv_job: CsvVertexJob, fields: Fields) -> Conversion:
             if reason is None:
                 row, reason = batch_local.checked(fields, row, excluded, typed=False)
             if reason is None:
-                rows.append(row)
+                rows.append(fields.for_tf_serving(row))
             else:
                 errors.append(batch_local.error_record(where, row, reason))
         if rows:

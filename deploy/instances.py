@@ -6,7 +6,8 @@ signature with several outputs).
 `parse_json` reads the server's request bodies and batch prediction's JSON lines alike:
 stricter than `json.loads`, so that every text Python's parser fails on in an unexpected way
 (nesting deeper than its recursion limit, an integer of over 4,300 digits) or takes though it
-is not JSON (`NaN`) is a `NotJson` naming the problem. `Predictor` loads a SavedModel once and
+is not JSON (`Infinity`) is a `NotJson` naming the problem; `NaN`, which TensorFlow Serving
+takes for a missing number, is a missing number here too. `Predictor` loads a SavedModel once and
 checks each instance against the signature's inputs before anything runs, so a bad instance is
 rejected with a message naming its index and field.
 """
@@ -42,9 +43,11 @@ def parse_json(text: str, subject: str) -> Any:
     (an integer of over 400 digits, 1e400), or nesting too deep for Python's parser."""
 
     def constant(name: str) -> float:
+        if name == "NaN":  # TensorFlow Serving's form of a missing number: taken as one
+            return math.nan
         raise NotJson(
-            f"{subject} holds {name}, which is not JSON (RFC 8259 has no NaN or Infinity); "
-            "send finite numbers."
+            f"{subject} holds {name}, which is not JSON (RFC 8259 has no Infinity); send "
+            "finite numbers, and null (or NaN, as TensorFlow Serving takes it) for a missing one."
         )
 
     def integer(digits: str) -> int:
@@ -161,6 +164,11 @@ class Fields:
                 )
         return instance
 
+    def for_tf_serving(self, instance: dict) -> dict:
+        """A checked instance as TensorFlow Serving (Vertex's prebuilt container) takes it:
+        every field present, a missing number NaN (it refuses null), a missing text ""."""
+        return {name: model_value(instance.get(name), kind) for name, kind in self.kinds.items()}
+
     def from_text(self, index: int, row: dict[str, str]) -> dict:
         """A CSV row (all text) typed by the fields: numbers parsed, strings kept."""
         typed: dict[str, float | str | None] = {}
@@ -187,7 +195,11 @@ def is_missing(value: Any, kind: str) -> bool:
     a number a missing-value token of the training data."""
     if value is None:
         return True
-    return kind == NUMBER and isinstance(value, str) and value.strip() in MISSING_TOKENS
+    if kind != NUMBER:
+        return False
+    if isinstance(value, float):
+        return math.isnan(value)
+    return isinstance(value, str) and value.strip() in MISSING_TOKENS
 
 
 def model_value(value: Any, kind: str) -> float | str:

@@ -90,7 +90,7 @@ def test_jsonl_lines_that_break_a_json_parser_are_errors_and_the_rest_predicted(
         ("[" * 100_000, "the line nests arrays or objects too deeply to parse"),
         ('{"age": 1' + "0" * 5000 + "}", "the line holds an integer of 5001 digits"),
         (json.dumps(dict(rows[0], sex="\ud800")), "field 'sex' is '\\ud800', which holds a lone"),
-        (json.dumps(dict(rows[0], age=float("nan"))), "the line holds NaN, which is not JSON"),
+        (json.dumps(dict(rows[0], age=float("inf"))), "the line holds Infinity, which is not JSON"),
         ('{"age": -1e400}', "the line holds the number -1e400, beyond a 64-bit float"),
     ]
     lines = [text for text, _ in bad] + deep

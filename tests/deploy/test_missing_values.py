@@ -13,7 +13,7 @@ import sys
 import numpy as np
 import pytest
 
-from deploy import batch, batch_local, predict, serve
+from deploy import batch, batch_csv, batch_local, batch_vertex, predict, serve
 from deploy.instances import Predictor
 from tests.deploy import venvs
 from tests.support import REPO, run_task, task_env, write_csv
@@ -93,10 +93,12 @@ def _instances(rows: list[list[str]]) -> list[dict]:
         instance: dict = {"x2": float(x2)}
         if x1 not in NUMBER_GAPS:
             instance["x1"] = float(x1)
-        elif i % 3 == 0:
+        elif i % 4 == 0:
             instance["x1"] = None
-        elif i % 3 == 1:
+        elif i % 4 == 1:
             instance["x1"] = x1 or "NA"  # a token, as text
+        elif i % 4 == 2:
+            instance["x1"] = math.nan  # TensorFlow Serving's form: NaN in the JSON text
         if color or i % 2:
             instance["color"] = color or None
         instances.append(instance)
@@ -112,6 +114,7 @@ def test_every_form_of_a_missing_value_predicts_as_the_trainer_reads_it(job, mod
     expected = _reference(model, rows)
     instances = _instances(rows)
     assert any("x1" not in x for x in instances) and any(x.get("x1") is None for x in instances)
+    assert any(isinstance(x.get("x1"), float) and math.isnan(x["x1"]) for x in instances)
     assert any("color" not in x for x in instances) and any(
         x.get("color") is None for x in instances
     )
@@ -162,6 +165,32 @@ def test_the_server_and_local_batch_predict_missing_values(job, model, tmp_path)
     # The CSV rows come back as JSON: a missing number as null, a missing category as "".
     first = results[0]["instance"]
     assert rows[0][0] == "" and first["x1"] is None and first["color"] == rows[0][2]
+
+
+def test_csv_for_a_vertex_job_is_converted_as_tensorflow_serving_takes_it(job, model, gcs):
+    """Vertex's prebuilt container is TensorFlow Serving, which takes a missing number as NaN
+    (null is "not of expected type: float") and needs every input in each instance."""
+    _, rows = job
+    lines = [",".join(HEADER), *(",".join(r) for r in rows)]
+    gcs.bucket("test-bucket").blob("in/rows.csv").upload_from_string("\n".join(lines) + "\n")
+    vertex_job = batch_vertex.VertexBatchJob(
+        display_name="missing",
+        model="1",
+        sources=("gs://test-bucket/in/rows.csv",),
+        output_prefix="gs://test-bucket/out",
+        instances_format="csv",
+    )
+    csv_job = batch_csv.CsvVertexJob.of(vertex_job, excluded_fields=["target"])
+    conversion = batch_csv.convert_csv(csv_job, model.fields)
+    assert (conversion.num_rows, conversion.num_errors) == (len(rows), 0)
+    (path,) = conversion.files
+    text = gcs.bucket("test-bucket").blob(path.removeprefix("gs://test-bucket/")).download_as_text()
+    assert "null" not in text and "NaN" in text
+    converted = [json.loads(line) for line in text.splitlines()]
+    assert all(sorted(x) == ["color", "x1", "x2"] for x in converted)
+    missing = [x for x, r in zip(converted, rows) if r[0] in NUMBER_GAPS]
+    assert missing and all(math.isnan(x["x1"]) for x in missing)
+    np.testing.assert_allclose(_yes(model.predict(converted)), _reference(model, rows), atol=1e-6)
 
 
 def _batch_cli(model_dir, source, out, *flags):

@@ -154,7 +154,7 @@ def test_malformed_instances_get_a_400_naming_the_field(server, census_rows, cha
         (b'{"instances": [{"age": -1e400}]}', "the number -1e400, beyond a 64-bit float"),
         (b'{"instances": [{"age": 1' + b"0" * 400 + b"}]}", "an integer of 401 digits"),
         (b'{"instances": [{"age": 1' + b"0" * 5000 + b"}]}", "an integer of 5001 digits"),
-        (b'{"instances": [{"age": NaN}]}', "holds NaN, which is not JSON"),
+        (b'{"instances": [{"age": Infinity}]}', "holds Infinity, which is not JSON"),
         (b'{"instances": [{"age": -Infinity}]}', "holds -Infinity, which is not JSON"),
         (b'{"instances": [{"sex": "\xff\xfe"}]}', "not UTF-8 (byte 24"),
         (b"\xef\xbb\xbf{}", "not JSON"),  # a byte-order mark

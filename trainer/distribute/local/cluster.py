@@ -47,7 +47,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import TextIO
+from typing import IO, TextIO
 
 from trainer.distribute.local.library_lines import LibraryLines
 from trainer.errors import InputError
@@ -390,7 +390,7 @@ class LocalCluster:
         network: str = AUTO,
         addresses: Mapping[Task, str] | None = None,
         prefix: Callable[[Task], Sequence[str]] | None = None,
-        library_log: TextIO | None = None,
+        library_log: IO[str] | None = None,
     ):
         # -- what runs
         self.shape = shape
