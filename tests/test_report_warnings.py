@@ -55,3 +55,17 @@ def test_overfitting_names_candidates_whose_held_out_loss_rose_as_training_loss_
     assert "and so did the chosen ensemble's (0.6500)" in lines[2]
     # Without the constant's loss the first iteration has nothing to compare with.
     assert [f["iteration"] for f in report_lib.overfitting(iterations, None)] == [2]
+
+
+def test_overfitting_in_many_iterations_is_two_lines_and_a_list():
+    entry = {"eval_loss_before": 0.6, "chosen_eval_loss": 0.5}
+    worse = [{"name": "grow_x", "train_loss": 0.1, "eval_loss": 1.2}]
+    found = [{**entry, "iteration": t, "candidates": worse} for t in range(5)]
+    lines = report_lib.warnings({"overfitting": found})
+    assert [line.split(":")[1] for line in lines[:2]] == [
+        " over-fitting in iteration 0",
+        " over-fitting in iteration 1",
+    ]
+    assert lines[2:] == [
+        "WARNING: over-fitting in iterations 2, 3, 4 too (report.json: overfitting)."
+    ]

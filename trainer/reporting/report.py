@@ -110,7 +110,8 @@ def overfitting(iterations: Sequence[Mapping], constant: Mapping | None) -> list
 def warnings(report: Mapping) -> list[str]:
     """The console's warnings of a report: the scan's about columns, then over-fitting."""
     lines = [f"WARNING: {w}" for w in (report.get("input") or {}).get("warnings") or []]
-    for entry in report.get("overfitting") or []:
+    entries = report.get("overfitting") or []
+    for entry in entries[:2]:
         worse = entry["candidates"]
         rose = entry["chosen_eval_loss"] is not None and entry["chosen_eval_loss"] > (
             entry["eval_loss_before"] * (1 + CHOSEN_RISE)
@@ -127,6 +128,9 @@ def warnings(report: Mapping) -> list[str]:
             )
             + ". Fewer --max_iteration_steps, or dropping columns the scan warned of, may help."
         )
+    if len(entries) > 2:
+        later = ", ".join(str(e["iteration"]) for e in entries[2:])
+        lines.append(f"WARNING: over-fitting in iterations {later} too (report.json: overfitting).")
     return lines
 
 
