@@ -31,6 +31,24 @@ class DeployError(ValueError):
     """Bad input to a deploy command: nothing was sent, nothing was written."""
 
 
+class Unreachable(DeployError):
+    """Google Cloud could not be asked: no credentials, or no network to it. A dry run, which
+    needs neither, goes on without what it could not read."""
+
+
+def cannot_read(error: Exception) -> type[DeployError]:
+    """The DeployError to raise for `error`, met reading a file: `Unreachable` where it is a
+    missing credential or a connection that could not be made."""
+    auth = sys.modules.get("google.auth.exceptions")
+    unreachable = (ConnectionError,) + (
+        (auth.DefaultCredentialsError, auth.RefreshError, auth.TransportError) if auth else ()
+    )
+    requests = sys.modules.get("requests.exceptions")
+    if requests is not None:
+        unreachable += (requests.ConnectionError,)
+    return Unreachable if isinstance(error, unreachable) else DeployError
+
+
 class ServiceError(RuntimeError):
     """A service answered a request with an error, or could not be reached; the message says
     which, and what it said."""

@@ -32,6 +32,7 @@ import dataclasses
 import json
 import math
 import re
+import sys
 from collections.abc import Mapping
 from typing import TypeGuard
 
@@ -116,7 +117,7 @@ class JobEvaluation:
         try:
             data = storage.read_bytes(report_uri)
         except Exception as e:  # a missing object or file, no permission, ...
-            raise api.DeployError(
+            raise api.cannot_read(e)(
                 f"--report {report_uri}: cannot read it ({type(e).__name__}: "
                 f"{str(e).splitlines()[0] if str(e) else 'no detail'}). Point --report at the "
                 "job's report.json: JOB_DIR/report.json, or OUTPUT_DIR/checkpoints/report.json "
@@ -603,7 +604,18 @@ def registration_from(args: argparse.Namespace) -> Registration:
     evaluation = None
     if args.report:
         api.gcs_uri("--model_dir", args.model_dir)
-        evaluation = JobEvaluation.read(args.report, args.model_dir)
+        try:
+            evaluation = JobEvaluation.read(args.report, args.model_dir)
+        except api.Unreachable as e:
+            if not args.dry_run:
+                raise
+            # A dry run needs no credentials or network: what needs the report is left out.
+            print(
+                f"dry run: --report not read ({e}); the requests that need it (the evaluation "
+                "import, the champion comparison) are left out below.",
+                file=sys.stderr,
+            )
+            return dataclasses.replace(flags_only, keep_default_version=args.keep_default_version)
     champion = None
     if args.champion_alias is not None:  # without --report, Registration says it needs one
         regression = evaluation is not None and evaluation.head == "regression"

@@ -46,7 +46,7 @@ def read(model_dir: str, *, client=None) -> Signature:
     try:
         data = storage.read_bytes(path, client=client)
     except Exception as e:  # a missing object or file, no permission, ...
-        raise api.DeployError(
+        raise api.cannot_read(e)(
             f"--model_dir {model_dir}: cannot read {path} ({type(e).__name__}: "
             f"{str(e).splitlines()[0] if str(e) else 'no detail'}). Point --model_dir at "
             "the exported model (JOB_DIR/model)."

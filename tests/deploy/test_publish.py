@@ -6,6 +6,7 @@ tests/deploy/test_registry.py)."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -227,7 +228,7 @@ def test_explain_needs_an_output_to_explain():
         publish.Explanation.of(signature.Signature(inputs, outputs), 10)
 
 
-def _dry_run(*flags: str) -> subprocess.CompletedProcess:
+def _dry_run(*flags: str, env: dict | None = None) -> subprocess.CompletedProcess:
     return subprocess.run(
         [
             sys.executable,
@@ -243,7 +244,37 @@ def _dry_run(*flags: str) -> subprocess.CompletedProcess:
         cwd=REPO,
         capture_output=True,
         text=True,
+        env=env,
     )
+
+
+def test_a_dry_run_needs_no_credentials(tmp_path):
+    """Without credentials (none in the environment, no metadata server asked) a dry run of
+    --report and --explain on gs:// prints the requests it can, saying what it left out; the
+    same command run for real stops in one line naming the fix."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("GOOGLE_", "CLOUDSDK_"))}
+    env.update(NO_GCE_CHECK="true", HOME=str(tmp_path), CLOUDSDK_CONFIG=str(tmp_path))
+    flags = [
+        "--model_dir=gs://my-bucket/runs/2/model",
+        "--report=gs://my-bucket/runs/2/checkpoints/report.json",
+        "--parent_model=census",
+        "--champion_alias=champion",
+        "--explain",
+    ]
+    dry = _dry_run(*flags, env=env)
+    assert dry.returncode == 0, dry.stderr
+    assert "dry run: --report not read" in dry.stderr
+    assert "dry run: the model's signature not read" in dry.stderr
+    (upload,) = [r for r in json.loads(dry.stdout) if r["url"].endswith("/models:upload")]
+    inputs = upload["body"]["model"]["explanationSpec"]["metadata"]["inputs"]
+    assert list(inputs) == [publish.DRY_RUN_INPUTS]
+    real = subprocess.run(
+        [sys.executable, "-m", "deploy.publish", "deploy", "--project=my-project",
+         "--display_name=m", "--endpoint_name=e", *flags],
+        cwd=REPO, capture_output=True, text=True, env=env,
+    )  # fmt: skip
+    assert real.returncode == 2
+    assert real.stderr.count("\n") == 1 and "DefaultCredentialsError" in real.stderr
 
 
 def test_command_line_refuses_a_bad_path_count_before_reading_the_model():
