@@ -6,9 +6,9 @@ iteration. It rebuilds the models from the schema and the flags, and reads only 
 (streamed, each once per evaluation); it never reads the training data (unless the eval rows
 are held out of it). For each new checkpoint it computes every candidate's and every new
 subnetwork's eval metrics and writes them to `eval/iteration-<t>.json` (one entry per
-checkpoint) and to TensorBoard (`logs/iteration-<t>/<candidate>/eval`). Each finished
-iteration's entries end with one evaluation of its frozen chosen ensemble, the metrics of what
-the iteration kept (a periodic checkpoint may be from any step, even before a subnetwork has
+checkpoint) and to TensorBoard (`evaluator/` figures in `logs/candidates/<candidate>`, at the
+chief's steps counted across iterations). Each finished iteration's entries end with one
+evaluation of its frozen chosen ensemble, the metrics of what the iteration kept (a periodic checkpoint may be from any step, even before a subnetwork has
 trained; under round-robin placement the ensemble's and the subnetworks' steps differ, so each
 entry gives both). An evaluator that starts late, or restarts, adds only the closing entries
 still missing. It stops once the chief's report says the job is complete, or with an error when
