@@ -6,7 +6,6 @@ tests/deploy/test_registry.py)."""
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import sys
@@ -18,6 +17,7 @@ from tests.deploy import discovery
 from tests.deploy import test_signature as signature_test
 from tests.deploy.fake_vertex import ApiFailure, FakeVertex, explanation_problems
 from tests.deploy.test_registry import PARENT, trainer_report
+from tests.gcs import outside_environment
 from tests.support import REPO
 
 
@@ -252,7 +252,11 @@ def test_a_dry_run_needs_no_credentials(tmp_path):
     """Without credentials (none in the environment, no metadata server asked) a dry run of
     --report and --explain on gs:// prints the requests it can, saying what it left out; the
     same command run for real stops in one line naming the fix."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("GOOGLE_", "CLOUDSDK_"))}
+    env = {  # this machine's, without the session's Cloud Storage emulator (tests/gcs.py)
+        k: v
+        for k, v in outside_environment().items()
+        if not k.startswith(("GOOGLE_", "CLOUDSDK_", "STORAGE_EMULATOR"))
+    }
     env.update(NO_GCE_CHECK="true", HOME=str(tmp_path), CLOUDSDK_CONFIG=str(tmp_path))
     flags = [
         "--model_dir=gs://my-bucket/runs/2/model",

@@ -8,8 +8,9 @@ are held out of it). For each new checkpoint it computes every candidate's and e
 subnetwork's eval metrics and writes them to `eval/iteration-<t>.json` (one entry per
 checkpoint) and to TensorBoard (`evaluator/` figures in `logs/candidates/<candidate>`, at the
 chief's steps counted across iterations). Each finished iteration's entries end with one
-evaluation of its frozen chosen ensemble, the metrics of what the iteration kept (a periodic checkpoint may be from any step, even before a subnetwork has
-trained; under round-robin placement the ensemble's and the subnetworks' steps differ, so each
+evaluation of its frozen chosen ensemble, the metrics of what the iteration kept (a periodic
+checkpoint may be from any step, even before a subnetwork has trained; under round-robin
+placement the ensemble's and the subnetworks' steps differ, so each
 entry gives both). An evaluator that starts late, or restarts, adds only the closing entries
 still missing. It stops once the chief's report says the job is complete, or with an error when
 the chief never answers on its address within `--cluster_timeout_secs`, or has been gone for

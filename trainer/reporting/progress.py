@@ -64,9 +64,9 @@ def progress_status(
     batch_size: int,
 ) -> str:
     """'700 steps/s, 44,800 examples/s | 0:00:04 left | lowest train objective <candidate>
-    <objective>'; without `names`, '44,800 examples/s | 0:00:04 left | lowest train objective
-    <objective>' (for the bar). The training objective's moving average, which is not what a
-    search that selects on held-out rows chooses by: it is named for what it is."""
+    <objective>'; without `names`, '44,800 examples/s | 0:00:04 left | train obj <objective>'
+    (for the bar). The training objective's moving average, which is not what a search that
+    selects on held-out rows chooses by: it is named for what it is."""
     steps_per_sec = steps_per_sec or 0.0
     # Parameter-server workers' chunks in flight may overshoot the total: nothing is left.
     left = max(total - snapshot.step, 0) / steps_per_sec if steps_per_sec > 0 else float("inf")
@@ -75,8 +75,9 @@ def progress_status(
     best = min(alive, key=lambda i: snapshot.objectives[i]) if alive else None
     best_text = ""
     if best is not None:
-        name = f"{names[best]} " if names else ""
-        best_text = f" | lowest train objective {name}{snapshot.objectives[best]:.4f}"
+        # On the bar (no names) short, so that an 80-column terminal keeps the bar itself.
+        label = f"lowest train objective {names[best]}" if names else "train obj"
+        best_text = f" | {label} {snapshot.objectives[best]:.4f}"
     speed = f"{steps_per_sec * batch_size:,.0f} examples/s"
     if names:
         speed = f"{steps_per_sec:,.0f} steps/s, {speed}"
