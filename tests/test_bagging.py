@@ -158,6 +158,7 @@ def test_two_bags_serve_their_mean_and_are_scored_out_of_bag(tmp_path):
     assert [b["bag"] for b in report["bags"]] == [0, 1]
     assert report["final"]["examples"] == sum(b["examples"] for b in report["bags"])
     assert "bagged model (2 bags) on out of bag" in result.stdout
+    assert (job / "report.png").read_bytes().startswith(b"\x89PNG")  # each bag's path
     # The out-of-bag metrics come from the predictions each bag saved of its fold; without
     # them (a bag of an older version), a resume predicts the folds again: the same metrics.
     for b in (0, 1):

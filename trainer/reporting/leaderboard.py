@@ -68,7 +68,7 @@ def plot(iterations: Sequence[dict], metric: str, constant: Mapping | None = Non
             axes.scatter([record["iteration"]] * len(others), others, color="0.6", s=18)
         axes.scatter([], [], color="0.6", s=18, label="other candidates")
         _chosen_path(axes, iterations, name, "chosen ensemble", "tab:red")
-        _line(axes, constant, name, "constant prediction", "tab:blue")
+        _line(axes, constant, name, "constant prediction", "0.35")
 
     title = "AdaNet search: every candidate ensemble per iteration"
     return _figure(metric, title, draw, [r["iteration"] for r in iterations])
@@ -82,7 +82,7 @@ def plot_bags(bags: Sequence[Sequence[dict]], metric: str, final: Mapping) -> by
         for b, iterations in enumerate(bags):
             _chosen_path(axes, iterations, name, f"bag {b}", f"C{b % 10}")
         _line(axes, final.get("metrics"), name, "bagged model", "black")
-        _line(axes, final.get("constant"), name, "constant prediction", "tab:blue")
+        _line(axes, final.get("constant"), name, "constant prediction", "0.35")
 
     steps = sorted({r["iteration"] for iterations in bags for r in iterations})
     return _figure(metric, "Bagged search: each bag's chosen ensemble per iteration", draw, steps)
@@ -100,7 +100,7 @@ def _chosen_path(axes, iterations: Sequence[dict], name: str, label: str, color:
 
 def _line(axes, figures: Mapping | None, name: str, label: str, color: str) -> None:
     if figures and figures.get(name) is not None:
-        axes.axhline(figures[name], color=color, linestyle="--", label=label)
+        axes.axhline(figures[name], color=color, linestyle="--", label=label, zorder=1)
 
 
 def _figure(metric: str, title: str, draw, iterations: Sequence[int]) -> bytes:
