@@ -27,6 +27,7 @@ import fcntl
 import json
 import logging
 import os
+import re
 import socket
 import time
 import uuid
@@ -41,6 +42,7 @@ from trainer.errors import InputError
 
 FORMATS = ("jsonl", "csv")
 INVALID_ARGUMENT = 3  # google.rpc.Code, as Vertex writes it in errors_stats
+_MODEL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -96,6 +98,7 @@ def predict_local(
                                excluded_fields=["income_bracket"])
     """
     check_format(instances_format)
+    check_model_name(model_name)
     api.positive("batch_size", batch_size)
     api.positive("num_shards", num_shards)
     files = storage.expand(list(sources))
@@ -128,6 +131,16 @@ def predict_local(
         output.errors,
         time.perf_counter() - started,
     )
+
+
+def check_model_name(model_name: str) -> None:
+    """A --model_name fit to be part of a directory's name under the output prefix: nothing
+    that could lead out of it (a "/" or ".."), checked before anything is written."""
+    if not _MODEL_NAME.fullmatch(model_name) or ".." in model_name:
+        raise api.DeployError(
+            f"--model_name ({model_name!r}) names the output dir prediction-<name>-<time>: "
+            "use letters, digits, '.', '_' and '-' only (no '/' or '..')."
+        )
 
 
 def check_format(instances_format: str) -> None:

@@ -8,8 +8,9 @@ It listens on `AIP_HTTP_PORT` (default 8080), answers `GET AIP_HEALTH_ROUTE` (de
 to loopback unless `--host` says otherwise. A request over 1.5 MB, a malformed body or a
 malformed instance gets a 400 whose message names the problem (the instance index and field);
 a body that has not arrived whole within 30 s of its headers gets a 408 and the connection is
-closed; the server keeps serving. A model dir or port it cannot use stops the command before
-it serves, with exit 2 and one line saying what to change.
+closed; a body sent with `Content-Encoding: gzip` or `deflate` is decompressed (to at most
+1.5 MB), another encoding gets a 415; the server keeps serving. A model dir or port it cannot
+use stops the command before it serves, with exit 2 and one line saying what to change.
 
 The server is aiohttp on one asyncio event loop with a listen backlog of 2048, so a burst of
 connections waits in the kernel's queue instead of being reset. Requests that arrive together
@@ -31,6 +32,7 @@ import signal
 import socket
 import sys
 import threading
+import zlib
 from collections.abc import Sequence
 from typing import Any, Protocol
 
@@ -44,6 +46,12 @@ MAX_REQUEST_BYTES = 1_572_864  # 1.5 MB: Vertex AI's limit for a request to a sh
 BACKLOG = 2048  # connections the kernel queues before accept (capped by net.core.somaxconn)
 _DRAIN_LIMIT = 16 * MAX_REQUEST_BYTES  # an oversized body is read (and dropped) up to this
 DEFAULT_BATCHING = BatchOptions()
+# zlib's window bits for each Content-Encoding the server decodes (gzip's header, or zlib's)
+_DECOMPRESSORS = {
+    "gzip": 16 + zlib.MAX_WBITS,
+    "x-gzip": 16 + zlib.MAX_WBITS,
+    "deflate": zlib.MAX_WBITS,
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -85,6 +93,35 @@ def check_size(num_bytes: int) -> None:
             f"the request is {num_bytes} bytes; the limit is {MAX_REQUEST_BYTES} "
             "(1.5 MB). Send fewer instances per request."
         )
+
+
+class UnsupportedEncoding(ValueError):
+    """A Content-Encoding the server does not decode (answered with 415)."""
+
+
+def decoded(body: bytes, encoding: str) -> bytes:
+    """`body` as sent before its Content-Encoding (gzip or deflate; none), decompressed to at
+    most the request limit: BadRequest for a body that is not what it says or decompresses to
+    more, UnsupportedEncoding for another encoding."""
+    name = encoding.strip().lower()
+    if name in ("", "identity"):
+        return body
+    if name not in _DECOMPRESSORS:
+        raise UnsupportedEncoding(
+            f"Content-Encoding {clip(encoding)!r} is not supported; send the body as it is, or "
+            "gzip or deflate it."
+        )
+    decompressor = zlib.decompressobj(_DECOMPRESSORS[name])
+    try:
+        text = decompressor.decompress(body, MAX_REQUEST_BYTES + 1)
+    except zlib.error as e:
+        raise BadRequest(f"the body is not {name} data ({e}), as Content-Encoding says.") from None
+    if len(text) > MAX_REQUEST_BYTES:
+        raise BadRequest(
+            f"the {name} body decompresses to more than {MAX_REQUEST_BYTES} bytes (1.5 MB), "
+            "the limit of a request; send fewer instances per request."
+        )
+    return text
 
 
 def parse_request(body: bytes) -> list:
@@ -203,7 +240,7 @@ class PredictionServer:
             logger=errors,
             access_log=logging.getLogger("aiohttp.access") if self.verbose else None,
             keepalive_timeout=75.0,
-            auto_decompress=False,  # a compressed body could expand far past 1.5 MB
+            auto_decompress=False,  # `decoded` decompresses, to 1.5 MB at most
         )
         runner = web.ServerRunner(server, handle_signals=False)
         await runner.setup()
@@ -235,6 +272,12 @@ class PredictionServer:
             return _closing(_reply(400, {"error": str(e)}))
         except asyncio.TimeoutError:
             return _closing(_reply(408, {"error": _too_slow(request, self.body_timeout_s)}))
+        try:
+            body = decoded(body, request.headers.get("Content-Encoding", ""))
+        except UnsupportedEncoding as e:
+            return _reply(415, {"error": str(e)})
+        except BadRequest as e:
+            return _reply(400, {"error": str(e)})
         try:
             instances = self.predictor.check(parse_request(body))
             predictions = await self._batcher.predict(instances) if instances else []

@@ -209,7 +209,18 @@ def test_nothing_is_written_for_bad_arguments(tmp_path, predictor):
             output_prefix=str(tmp_path / "o"),
             predictor=predictor,
         )
-    assert not (tmp_path / "o").exists()
+    source = tmp_path / "in.jsonl"
+    source.write_text("{}\n")
+    for name in ("x/../../../escaped", "..", "a/b", ""):  # was written outside the prefix
+        with pytest.raises(api.DeployError, match="--model_name .* letters, digits"):
+            batch_local.predict_local(
+                model_dir="",
+                sources=[str(source)],
+                output_prefix=str(tmp_path / "o"),
+                model_name=name,
+                predictor=predictor,
+            )
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.jsonl"]
 
 
 def _cut_gz(path: Path, text: str, keep: float) -> str:

@@ -532,3 +532,43 @@ def _wait_healthy(url: str, process, timeout: float = 60) -> None:
         except OSError:
             time.sleep(0.2)
     raise AssertionError(f"{url} not healthy after {timeout} s")
+
+
+def _post_encoded(url: str, data: bytes, encoding: str) -> tuple[int, dict]:
+    request = urllib.request.Request(
+        url,
+        data=data,
+        method="POST",
+        headers={"Content-Type": "application/json", "Content-Encoding": encoding},
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return response.status, json.load(response)
+    except urllib.error.HTTPError as e:
+        return e.code, json.load(e)
+
+
+def test_a_compressed_body_is_decompressed_within_the_limit(server, predictor, census_rows):
+    """A gzip body was "not UTF-8" (issue 43); now gzip and deflate are read, to 1.5 MB."""
+    import gzip
+    import zlib
+
+    body = json.dumps({"instances": census_rows[:3]}).encode()
+    url = server.url + server.routes.predict
+    for encoding, data in (("gzip", gzip.compress(body)), ("deflate", zlib.compress(body))):
+        status, answer = _post_encoded(url, data, encoding)
+        assert status == 200, answer
+        _assert_close(answer["predictions"], predictor.predict(census_rows[:3]))
+    bomb = gzip.compress(b" " * (serve.MAX_REQUEST_BYTES + 10))  # 1.5 MB of spaces: ~1.5 kB
+    assert _post_encoded(url, bomb, "gzip") == (
+        400,
+        {
+            "error": "the gzip body decompresses to more than 1572864 bytes (1.5 MB), the "
+            "limit of a request; send fewer instances per request."
+        },
+    )
+    status, answer = _post_encoded(url, body, "gzip")  # says gzip, is not
+    assert status == 400 and answer["error"].startswith("the body is not gzip data")
+    status, answer = _post_encoded(url, body, "br")
+    assert status == 415 and "Content-Encoding 'br' is not supported" in answer["error"]
+    assert len(predict.predict_at_url(server.url, census_rows[:2])) == 2  # still serving
