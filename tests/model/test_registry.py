@@ -99,6 +99,9 @@ NOT_CALLABLE = 3
         ("examples.wide_generator:WideBuilder", "WideBuilder is a class but not a trainer.model"),
         ("trainer.model:Generator", "Generator is abstract: implement generate_candidates"),
         (f"{HERE}:NOT_CALLABLE", "NOT_CALLABLE (int) is not a generator factory"),
+        # A function of one argument that is no factory is never called (it was, issue 43).
+        ("os:system", "system (builtin_function_or_method of posix) is not a generator factory"),
+        ("shutil:rmtree", "rmtree (function of shutil) is not a generator factory"),
         (f"{HERE}:two_arguments", "two_arguments(options, extra) cannot be called with one arg"),
         (f"{HERE}:returns_a_builder", "the factory returned a LinearBuilder, not a trainer.model"),
         (f"{HERE}:NotAValue", "the factory's generators are not values"),

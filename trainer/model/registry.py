@@ -22,6 +22,7 @@ from __future__ import annotations
 import functools
 import importlib
 import inspect
+import sys
 from collections.abc import Callable, Mapping, Sequence
 
 from trainer.errors import InputError
@@ -115,6 +116,14 @@ def factory(spec: str) -> GeneratorFactory:
         raise InputError(
             f"{flag}: {attribute} ({type(target).__name__}) is not a generator factory "
             "(a Generator class, or a function of trainer.model.GeneratorOptions)."
+        )
+    home = (getattr(target, "__module__", None) or module_name).partition(".")[0]
+    if not inspect.isfunction(target) or home in sys.stdlib_module_names:
+        # Never called to find out: os:system takes one argument too.
+        raise InputError(
+            f"{flag}: {attribute} ({type(target).__name__} of {home}) is not a generator "
+            "factory: name a Generator class, or a Python function of your own that takes "
+            "trainer.model.GeneratorOptions and returns a Generator."
         )
     try:
         inspect.signature(target).bind(GeneratorOptions())
