@@ -143,3 +143,27 @@ def test_require_names_the_missing_columns(tmp_path):
     source = files.open_source(write(tmp_path, "a.csv", "x,y\n1,0\n"), flag="--eval_data")
     with pytest.raises(InputError, match=r"--eval_data: column\(s\) \['c'\] are missing"):
         source.require(["x", "c"], what="the training data has them")
+
+
+def test_files_no_csv_reader_takes_are_named_in_one_short_line(tmp_path):
+    """Issue 43: a CR-only file gave a 32,464-character line, a .tar.gz one of NUL bytes."""
+    import io
+    import tarfile
+
+    mac = tmp_path / "mac.csv"
+    mac.write_bytes(b"x,y\r" + b"1,0\r" * 5000)
+    message = open_error(str(mac))
+    assert "ends its lines with a carriage return alone" in message and len(message) < 400
+    archive = tmp_path / "data.tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:
+        member = tarfile.TarInfo("train.csv")
+        member.size = 8
+        tar.addfile(member, io.BytesIO(b"x,y\n1,0\n"))
+    message = open_error(str(archive))
+    assert "is a tar archive (its first member: 'train.csv'); extract it" in message
+    assert "\x00" not in message and len(message) < 400
+    endless = tmp_path / "one-line.csv"
+    endless.write_bytes(b"x," * (3 << 20))  # 6 MB without a line end
+    assert "is longer than 4 MB: not a CSV header row" in open_error(str(endless))
+    windows = write(tmp_path, "crlf.csv", "x,y\r\n1,0\r\n")  # CRLF is read
+    assert files.open_source(windows, flag=FLAG).columns == ("x", "y")

@@ -27,6 +27,9 @@ from trainer.input.options import InputOptions
 # Headers are read in parallel: on Cloud Storage each one is a round trip.
 _HEADER_THREADS = 16
 # What the first bytes of a file that is not CSV text say it is.
+# A header row is read whole up to this; a longer first line is no header (a file without
+# line ends, binary data).
+FIRST_LINE_LIMIT = 4 << 20
 _MAGIC = {
     b"\x1f\x8b": "gzip",
     b"BZh": "bzip2",
@@ -116,6 +119,7 @@ def csv_header(path: str, *, flag: str) -> tuple[str, ...]:
             f"{flag}: cannot read the first line of {path}: it {e}. Is it a gzip file, whole "
             "(not cut short by an interrupted copy or writer)? Write it again, or leave it out."
         ) from None
+    _check_text(path, first, flag=flag)
     try:
         # utf-8-sig: spreadsheet exports start with a byte-order mark that is not part of the
         # first column name.
@@ -140,14 +144,47 @@ def csv_header(path: str, *, flag: str) -> tuple[str, ...]:
     return names
 
 
+def _check_text(path: str, first: bytes, *, flag: str) -> None:
+    """InputError in one line for a first line that no CSV reader could take: an archive (tar,
+    gzipped or not), binary data (NUL bytes), lines ended by a carriage return alone, or no
+    line end within `FIRST_LINE_LIMIT` bytes."""
+    if first[257:262] == b"ustar":
+        member = first[:100].split(b"\0", 1)[0].decode("utf-8", "replace")
+        raise InputError(
+            f"{flag}: {path} is a tar archive (its first member: {member!r}); extract it and "
+            "give the CSV files (optionally .gz) themselves."
+        )
+    compressed = any(first.startswith(magic) for magic in _MAGIC)  # named by the caller
+    if b"\0" in first and not compressed:
+        raise InputError(
+            f"{flag}: cannot read {path} as CSV text: its first line holds NUL bytes (binary "
+            "data). Is it a CSV file (optionally .gz), or a TFRecord file named *.tfrecord?"
+        )
+    if b"\r" in first.rstrip(b"\r\n"):
+        raise InputError(
+            f"{flag}: {path} ends its lines with a carriage return alone (CR, as 'CSV "
+            "(Macintosh)' exports do); the reader takes LF or CRLF line ends. Convert it "
+            "(tr '\\r' '\\n' < in.csv > out.csv) or save it as 'CSV UTF-8'."
+        )
+    if not first.endswith(b"\n") and len(first) >= FIRST_LINE_LIMIT:
+        raise InputError(
+            f"{flag}: the first line of {path} is longer than {FIRST_LINE_LIMIT >> 20} MB: not "
+            "a CSV header row. Is it a CSV file (optionally .gz)?"
+        )
+
+
 def _first_line(path: str) -> bytes:
-    """The first line of a file (inflated if .gz), with its line end."""
+    """The first line of a file (inflated if .gz), with its line end; at most
+    `FIRST_LINE_LIMIT` bytes of it (a file without line ends is not read whole)."""
     with tf.io.gfile.GFile(path, "rb") as raw:
-        if not path.endswith(".gz"):
-            return raw.readline()
+        if path.endswith(".gz"):
+            pieces = gzipped.inflate(raw, read_size=1 << 16, piece_size=1 << 16)
+        else:
+            pieces = iter(lambda: raw.read(1 << 16), b"")
         text = b""
-        for piece in gzipped.inflate(raw, read_size=1 << 16, piece_size=1 << 16):
+        for piece in pieces:
             text += piece
-            if b"\n" in text:
+            if b"\n" in text or len(text) >= FIRST_LINE_LIMIT:
                 break
-        return text.split(b"\n", 1)[0] + b"\n"
+        line, newline, _ = text.partition(b"\n")
+        return line[:FIRST_LINE_LIMIT] + newline
