@@ -24,6 +24,8 @@ def _cases(tmp_path):
     nan_label[3][3] = "nan"
     inf_label = synthetic_rows("regression", 50, 1)
     inf_label[4][3] = "inf"
+    huge_value = [r[:] for r in rows]
+    huge_value[7][0] = "x" * 100_000  # a whole file's text in one field (issue 43)
     empty_label = [r[:] for r in rows]
     empty_label[5][3] = ""
     (tmp_path / "empty.csv").write_text("")
@@ -63,6 +65,13 @@ def _cases(tmp_path):
                 "--label_column=target",
             ],
             "n.csv line 9",
+        ),
+        "a huge value is cut in the message": (
+            [
+                f"--train_data={_write(tmp_path, 'huge.csv', HEADER, huge_value)}",
+                "--label_column=target",
+            ],
+            "numeric column 'x1' holds 'xxxxx",
         ),
         "non-numeric in eval": (
             [
@@ -172,6 +181,7 @@ CASES = [
     "negative lambda",
     "negative weight decay",
     "weight decay of 1",
+    "a huge value is cut in the message",
     "negative selection margin",
     "negative patience",
 ]
@@ -184,6 +194,7 @@ def test_bad_input_fails_before_any_work(tmp_path, case):
     code, stderr = run_in_process(args + [f"--job_dir={job}"])
     assert code == 2, stderr[-2000:]
     assert message in stderr, stderr[-2000:]
+    assert max(map(len, stderr.splitlines())) < 1000, "an error line is a line"
     assert not job.exists()
 
 

@@ -27,6 +27,11 @@ class BadRow:
     column: str | None  # the first numeric column that is not a number
 
 
+# A value in an error line is cut to this many characters (a field of a whole file without its
+# line ends would otherwise fill the screen).
+SHOWN_CHARS = 80
+
+
 def describe(
     bad: BadRow,
     source: Source,
@@ -43,31 +48,35 @@ def describe(
         return f"{source.flag}: {where} {fmt.describe_malformed(bad.text, source.columns)}{skip}."
     if bad.reasons & rows_lib.NOT_A_NUMBER:
         return (
-            f"{source.flag}: numeric column '{bad.column}' holds {value(bad.column)!r} at "
+            f"{source.flag}: numeric column '{bad.column}' holds {_shown(value(bad.column))} at "
             f"{where}. Fix the value, or pass --categorical_columns={bad.column} to treat "
             f"the column as categories{skip}."
         )
     if bad.reasons & rows_lib.LABEL_MISSING:
         token = value(label)
-        what = f"holds {token!r} at {where}, a missing value" if token else f"is empty at {where}"
+        what = (
+            f"holds {_shown(token)} at {where}, a missing value"
+            if token
+            else f"is empty at {where}"
+        )
         return (
             f"{source.flag}: label column '{label}' {what}: every row needs a label. Remove "
             f"or fix that row{skip}."
         )
     if bad.reasons & (rows_lib.LABEL_NOT_FINITE | rows_lib.LABEL_NOT_A_NUMBER):
         return (
-            f"{source.flag}: label column '{label}' holds {value(label)!r} at {where}: "
+            f"{source.flag}: label column '{label}' holds {_shown(value(label))} at {where}: "
             "regression labels must be finite numbers. Remove or fix that row, or choose "
             f"--head=binary or --head=multiclass{skip}."
         )
     if bad.reasons & rows_lib.WEIGHT_INVALID:
         return (
-            f"{source.flag}: weight column '{weight}' holds {value(weight)!r} at {where}: "
+            f"{source.flag}: weight column '{weight}' holds {_shown(value(weight))} at {where}: "
             "weights must be finite numbers >= 0 (0 leaves a row out of the loss and the "
             f"metrics). Fix that row{skip}."
         )
     return (
-        f"{source.flag}: label {value(label)!r} at {where} is not one of the training "
+        f"{source.flag}: label {_shown(value(label))} at {where} is not one of the training "
         f"labels {list(classes)[:20]}{skip}."
     )
 
@@ -135,3 +144,9 @@ class BadRowLog:
             int(self.per_file.sum()),
             message,
         )
+
+
+def _shown(value: str) -> str:
+    """`value` as an error line shows it: its repr, cut to `SHOWN_CHARS` characters."""
+    text = repr(value)
+    return text if len(text) <= SHOWN_CHARS else text[: SHOWN_CHARS - 4] + "...'"
