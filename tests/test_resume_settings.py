@@ -56,3 +56,32 @@ def test_a_job_that_held_out_rows_by_their_text_is_not_resumed(tmp_path):
         config_lib.check_resumable(_config(tmp_path / "job"), job)
     with_eval = _config(tmp_path / "job2", "--eval_data=e.csv")
     config_lib.check_resumable(with_eval, _job_dir_of(with_eval, without=["holdout_rows"]))
+
+
+def test_a_resume_is_refused_when_it_resolves_other_settings_than_its_run(tmp_path):
+    """Issue 43: a job whose batch size and selection were left to the data (128, holdout)
+    resumed with --batch_size=256 --selection=moving_average written out, which its flags
+    allowed (they are the defaults), and trained iteration 1 with them."""
+    from tests.support import make_data, run_task
+
+    data = make_data(tmp_path, "binary")
+    job = tmp_path / "job"
+    args = [
+        f"--train_data={data.train}",
+        "--label_column=target",
+        f"--job_dir={job}",
+        "--max_iterations=1",
+        "--max_iteration_steps=20",
+        "--generator=linear",
+    ]
+    first = run_task(args)
+    assert first.returncode == 0, first.stderr[-3000:]
+    resolved = job_dir_lib.read_json(str(job / "run.json"))["resolved"]
+    assert (resolved["batch_size"], resolved["selection"]) == (128, "holdout")  # the data's
+    written_out = run_task([*args, "--batch_size=256", "--selection=moving_average"])
+    assert written_out.returncode == 2, written_out.stderr[-3000:]
+    assert "selection: was 'holdout', now 'moving_average'; batch_size: was 128, now 256" in (
+        written_out.stderr
+    )
+    again = run_task([*args, "--max_iterations=2"])  # the same flags: it grows
+    assert again.returncode == 0, again.stderr[-3000:]

@@ -242,6 +242,28 @@ BEFORE_RECORDED = {
 }
 
 
+def check_resolved(config: RunConfig, job: job_dir_lib.JobDir) -> None:
+    """Fails when the job dir's run resolved other settings than `config` (what
+    `trainer.search.adapt` chose from the data included): flags written out on a resume that
+    match what the first run was given (a default) but not what it chose (a value left to the
+    data) would otherwise change what the job trains. A job dir that did not record what it
+    resolved is not compared."""
+    if not job.exists():
+        return
+    recorded = job_dir_lib.read_json(job.run).get("resolved")
+    if recorded is None:
+        return
+    current = config.fingerprint()
+    changed = {k: (recorded[k], v) for k, v in current.items() if recorded.get(k, v) != v}
+    if changed:
+        lines = "; ".join(f"{k}: was {old!r}, now {new!r}" for k, (old, new) in changed.items())
+        raise InputError(
+            f"--job_dir {job.root} holds a run that trained with other settings ({lines}), "
+            "some of them chosen from the data when their flags were left out. Re-run with "
+            "the flags of its first run to resume it, or start afresh in a new --job_dir."
+        )
+
+
 def check_resumable(config: RunConfig, job: job_dir_lib.JobDir) -> None:
     """Fails when the job dir was written by a run with other settings (`config.fingerprint`).
     A setting its run did not record (a job dir of an older version) is not compared, unless

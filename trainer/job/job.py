@@ -196,13 +196,17 @@ def _runtime(config: RunConfig, cluster: Cluster) -> distributed.Runtime:
     )
 
 
-def _start_job_dir(config: RunConfig, job: job_dir_lib.JobDir, data: input_lib.JobInput) -> None:
-    """Creates the job dir (removing what a crash left), and on a new job writes its schema
-    and the flags a resume must match."""
+def _start_job_dir(
+    config: RunConfig, resolved: RunConfig, job: job_dir_lib.JobDir, data: input_lib.JobInput
+) -> None:
+    """Creates the job dir (removing what a crash left), and on a new job writes its schema,
+    the flags a resume must match (`config`) and what they resolved to (`resolved`)."""
     job.create()
     if not job.exists():
         job_dir_lib.write_atomically(job.schema, data.schema.to_json())
-        job_dir_lib.write_json(job.run, {"fingerprint": config.fingerprint()})
+        job_dir_lib.write_json(
+            job.run, {"fingerprint": config.fingerprint(), "resolved": resolved.fingerprint()}
+        )
 
 
 def run(
@@ -325,8 +329,10 @@ def _run(
         logging.info("The job in --job_dir began as one search: it resumes as one (no bags).")
     for flag, change in adapted.items():
         logging.info("--%s=%s (%s).", flag, change["value"], change["why"])
+    if cluster.is_chief:
+        config_lib.check_resolved(config, job)
     if config.bags > 1:
-        _start_job_dir(flags_config, job, data)
+        _start_job_dir(flags_config, config, job, data)
         return bagging.run(
             flags_config,
             config,
@@ -341,7 +347,7 @@ def _run(
     data = data.for_selection(on_holdout=config.search.selection is ens.Selection.HOLDOUT)
     runtime = runtime or _runtime(config, cluster)
     if cluster.is_chief:  # from here on the job dir is written, by the chief alone
-        _start_job_dir(flags_config, job, data)  # a resume compares the flags, not the choices
+        _start_job_dir(flags_config, config, job, data)
         if tracker:
             tracker.on_start()
     try:
