@@ -184,8 +184,9 @@ class JobDir:
         return report if report.get("status") == "complete" else None
 
     def stamp_model(self, source: dict) -> None:
-        """Records what the complete model in the model dir was exported from."""
-        write_json(self.model_stamp, {"model_dir": self.model, "source": source})
+        """Records what the complete model in the model dir was exported from, and where it
+        is: relative to the job dir when inside it, so that a moved job dir still owns it."""
+        write_json(self.model_stamp, {"model_dir": self._relative(self.model), "source": source})
 
     def exported_from(self) -> dict | None:
         """What the complete model in the model dir was exported from (`stamp_model`); None
@@ -193,7 +194,21 @@ class JobDir:
         if not (self.has_model() and tf.io.gfile.exists(self.model_stamp)):
             return None
         stamp = read_json(self.model_stamp)
-        return stamp["source"] if stamp.get("model_dir") == self.model else None
+        return stamp["source"] if self._stamped_here(stamp) else None
+
+    def _relative(self, path: str) -> str:
+        inside = self.root.rstrip("/") + "/"
+        return path[len(inside) :] if path.startswith(inside) else path
+
+    def _stamped_here(self, stamp: dict) -> bool:
+        """Whether `stamp` names this job's model dir: the same path relative to the job dir
+        (or, for a stamp of an absolute path, as versions before wrote them, the same path or
+        the same place in a job dir that was moved)."""
+        recorded = stamp.get("model_dir") or ""
+        if recorded == self._relative(self.model) or recorded == self.model:
+            return True
+        moved = recorded.rstrip("/").rpartition("/")[2]
+        return recorded.startswith(("/", "gs://")) and self.model == join(self.root, moved)
 
     def check_model_dir(self) -> None:
         """Fails, before any work, when the model dir cannot hold this job's model alone:
@@ -237,7 +252,7 @@ class JobDir:
                 f"{flag} {self.model} holds a model this job did not export (a new job, with "
                 f"no {self.model_stamp}). Delete it, or name an empty or new folder."
             )
-        if stamp is not None and stamp.get("model_dir") != self.model:
+        if stamp is not None and not self._stamped_here(stamp):
             raise InputError(
                 f"{flag} {self.model} holds a model this job did not export (its own is in "
                 f"{stamp.get('model_dir')}, by {self.model_stamp}). Delete it, or name an "
