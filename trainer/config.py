@@ -253,8 +253,7 @@ def check_resolved(config: RunConfig, job: job_dir_lib.JobDir) -> None:
     recorded = job_dir_lib.read_json(job.run).get("resolved")
     if recorded is None:
         return
-    current = config.fingerprint()
-    changed = {k: (recorded[k], v) for k, v in current.items() if recorded.get(k, v) != v}
+    changed = _changed(recorded, config.fingerprint())
     if changed:
         lines = "; ".join(f"{k}: was {old!r}, now {new!r}" for k, (old, new) in changed.items())
         raise InputError(
@@ -262,6 +261,11 @@ def check_resolved(config: RunConfig, job: job_dir_lib.JobDir) -> None:
             "some of them chosen from the data when their flags were left out. Re-run with "
             "the flags of its first run to resume it, or start afresh in a new --job_dir."
         )
+
+
+def _changed(recorded: dict, current: dict) -> dict:
+    """{setting: (recorded value, current value)} of the recorded settings that differ."""
+    return {k: (recorded[k], v) for k, v in current.items() if k in recorded and recorded[k] != v}
 
 
 def check_resumable(config: RunConfig, job: job_dir_lib.JobDir) -> None:
@@ -281,9 +285,7 @@ def check_resumable(config: RunConfig, job: job_dir_lib.JobDir) -> None:
             job.root,
             ", ".join(unknown),
         )
-    changed = {
-        k: (recorded[k], v) for k, v in current.items() if k in recorded and recorded[k] != v
-    }
+    changed = _changed(recorded, current)
     if changed:
         lines = "; ".join(
             f"{k}: was {old!r}{'' if k in written else ' (before it was recorded)'}, now {new!r}"

@@ -10,10 +10,10 @@ checkpoint) and to TensorBoard (`evaluator/` figures in `logs/candidates/<candid
 chief's steps counted across iterations). Each finished iteration's entries end with one
 evaluation of its frozen chosen ensemble, the metrics of what the iteration kept (a periodic
 checkpoint may be from any step, even before a subnetwork has trained; under round-robin
-placement the ensemble's and the subnetworks' steps differ, so each
-entry gives both). An evaluator that starts late, or restarts, adds only the closing entries
-still missing. It stops once the chief's report says the job is complete, or with an error when
-the chief never answers on its address within `--cluster_timeout_secs`, or has been gone for
+placement the ensemble's and the subnetworks' steps differ, so each entry gives both). An
+evaluator that starts late, or restarts, adds only the closing entries still missing. It stops
+once the chief's report says the job is complete, or with an error when the chief never
+answers on its address within `--cluster_timeout_secs`, or has been gone for
 `--server_grace_secs` with the job incomplete (the bounds workers and parameter servers keep).
 A chief without workers or parameter servers runs no server, so there is no address to watch:
 the evaluator then waits `--cluster_timeout_secs` for the job dir (which the chief creates once
@@ -37,6 +37,7 @@ from trainer.job import job as job_lib
 from trainer.search import adapt
 from trainer.search import record as record_lib
 from trainer.search.factory import Models
+from trainer.search.frozen import builder_name
 from trainer.search.record import IterationRecord, finite_metrics
 from trainer.storage import job_dir as job_dir_lib
 
@@ -105,7 +106,7 @@ def run(config: RunConfig, *, chief: ChiefWatch | None, poll_secs: float = 5.0) 
                     t, [m.builder for m in previous.members] if previous else []
                 )
                 iterations = {t: evaluator.models.iteration(proposal, previous)}
-            checkpoint_evaluation = _evaluate(evaluator, iterations[t], latest)
+            checkpoint_evaluation = _evaluate(evaluator, iterations[t], latest, records)
             if checkpoint_evaluation is not None:
                 evaluations.append(checkpoint_evaluation)
                 _publish(job, t, checkpoint_evaluation)
@@ -115,7 +116,10 @@ def run(config: RunConfig, *, chief: ChiefWatch | None, poll_secs: float = 5.0) 
         _wait(poll_secs, chief)
 
 
-def _evaluate(evaluator: _Evaluator, iteration, checkpoint: str) -> dict | None:
+def _evaluate(
+    evaluator: _Evaluator, iteration, checkpoint: str, records: list[IterationRecord]
+) -> dict | None:
+    """`iteration` at `checkpoint`, after the finished `records`."""
     try:
         iteration.checkpoint().read(checkpoint).expect_partial()
     except (tf.errors.NotFoundError, tf.errors.DataLossError) as e:
@@ -143,7 +147,7 @@ def _evaluate(evaluator: _Evaluator, iteration, checkpoint: str) -> dict | None:
             s.name: finite_metrics(m) for s, m in zip(iteration.subnetworks, evaluated.subnetworks)
         },
     }
-    _summarize(evaluator.job, result)
+    _summarize(evaluator.job, result, records)
     return result
 
 
@@ -163,20 +167,19 @@ def _evaluate_frozen(evaluator: _Evaluator, records: list[IterationRecord]) -> d
         "candidates": {record.chosen: finite_metrics(metrics.result())},
         "subnetworks": {},
     }
-    _summarize(evaluator.job, result)
+    _summarize(evaluator.job, result, records[:-1])
     return result
 
 
-def _summarize(job: job_dir_lib.JobDir, evaluation: dict) -> None:
-    """Writes an evaluation to TensorBoard and logs its best candidate."""
+def _summarize(job: job_dir_lib.JobDir, evaluation: dict, before: list[IterationRecord]) -> None:
+    """Writes an evaluation to TensorBoard and logs its best candidate: in the chief's runs
+    (`trainer.reporting.progress.SummaryWriters`), at its steps, counted across iterations
+    from those of the finished ones `before` this one."""
     t, step = evaluation["iteration"], evaluation["step"]
-    # The chief's runs (`trainer.reporting.progress.SummaryWriters`), at their steps: counted
-    # across iterations, those of the finished ones before this one first.
-    first_step = sum(r.steps for r in record_lib.finished(job)[:t])
+    first_step = sum(r.steps for r in before)
     for group in ("candidates", "subnetworks"):
         for name, metrics in evaluation[group].items():
-            # a subnetwork "t2_dnn_1x64" is builder dnn_1x64's run
-            run = name if group == "candidates" else name.split("_", 1)[-1]
+            run = name if group == "candidates" else builder_name(name)
             writer = tf.summary.create_file_writer(job_dir_lib.join(job.logs, group, run))
             with writer.as_default(step=first_step + step):
                 for metric, value in metrics.items():

@@ -144,19 +144,17 @@ class SummaryWriters:
 
     def write_eval(self, record: IterationRecord) -> None:
         step = self.first_step + record.steps
-        chosen = [c.eval for c in record.candidates if c.name == record.chosen]
-        evals = (
-            [c.eval for c in record.candidates],
-            [s.eval for s in record.subnetworks],
-            chosen if self.chosen is not None else [],
-        )
-        writers = (self.candidates, self.subnetworks, [self.chosen])
-        for group, metrics in zip(writers, evals):
-            for writer, entry in zip(group, metrics):
-                with writer.as_default(step=step):
-                    for name, value in entry.items():
-                        if value is not None:
-                            tf.summary.scalar(f"eval/{name}", value)
+        written = [
+            *zip(self.candidates, [c.eval for c in record.candidates]),
+            *zip(self.subnetworks, [s.eval for s in record.subnetworks]),
+        ]
+        if self.chosen is not None:
+            written.append((self.chosen, record.chosen_candidate.eval))
+        for writer, entry in written:
+            with writer.as_default(step=step):
+                for name, value in entry.items():
+                    if value is not None:
+                        tf.summary.scalar(f"eval/{name}", value)
 
     def close(self) -> None:
         for writer in [*self.candidates, *self.subnetworks, self.chosen]:

@@ -21,6 +21,11 @@ def member_key(iteration: int, builder: Builder) -> str:
     return f"t{iteration}_{builder.name}"
 
 
+def builder_name(key: str) -> str:
+    """The builder's name in a `member_key` ("t2_dnn_1x64" -> "dnn_1x64")."""
+    return key.partition("_")[2]
+
+
 @dataclasses.dataclass(frozen=True)
 class FrozenMember:
     iteration: int

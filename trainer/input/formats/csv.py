@@ -26,10 +26,10 @@ from trainer.input.options import InputOptions
 
 # Headers are read in parallel: on Cloud Storage each one is a round trip.
 _HEADER_THREADS = 16
-# What the first bytes of a file that is not CSV text say it is.
 # A header row is read whole up to this; a longer first line is no header (a file without
 # line ends, binary data).
 FIRST_LINE_LIMIT = 4 << 20
+# What the first bytes of a file that is not CSV text say it is.
 _MAGIC = {
     b"\x1f\x8b": "gzip",
     b"BZh": "bzip2",
