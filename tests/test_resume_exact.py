@@ -60,7 +60,7 @@ def test_a_grown_resume_exports_the_grown_ensemble_and_reports_its_metrics(tmp_p
     stamp = json.loads((job / "model.json").read_text())
     report = load_report(job)
     assert stamp == {
-        "model_dir": str(job / "model"),
+        "model_dir": "model",
         "source": {"iterations": 2, "chosen": report["iterations"][1]["chosen"]},
     }
     # The model in model/ is iteration 1's: two members, and the report's metrics are its own.

@@ -253,10 +253,11 @@ class JobDir:
                 f"no {self.model_stamp}). Delete it, or name an empty or new folder."
             )
         if stamp is not None and not self._stamped_here(stamp):
+            recorded = stamp.get("model_dir") or ""
+            own = recorded if recorded.startswith(("/", "gs://")) else join(self.root, recorded)
             raise InputError(
                 f"{flag} {self.model} holds a model this job did not export (its own is in "
-                f"{stamp.get('model_dir')}, by {self.model_stamp}). Delete it, or name an "
-                "empty or new folder."
+                f"{own}, by {self.model_stamp}). Delete it, or name an empty or new folder."
             )
 
     def iteration_checkpoints(self, t: int) -> str:
