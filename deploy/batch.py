@@ -20,7 +20,9 @@ the model's input types). The modules, one per job:
 - `deploy/batch_local.py`: the local twin; streams the inputs in constant memory, reads `.gz`
   files too and drops `--excluded_fields` (Vertex's `instanceConfig.excludedFields`).
 - `deploy/batch_vertex.py`: the Vertex AI BatchPredictionJob over JSON Lines.
-- `deploy/batch_csv.py`: CSV sources for a Vertex job, converted to JSON Lines first.
+- `deploy/batch_convert.py`: a Vertex job's sources, converted first to JSON Lines objects with
+  every field and a missing value as TensorFlow Serving takes it (`--send_as_is` skips this for
+  JSON Lines already in that form).
 This module is the command line, and `read_results` reads either's output.
 """
 
@@ -31,7 +33,7 @@ import json
 import sys
 
 from deploy import api, storage
-from deploy.batch_csv import CsvVertexJob, submit_vertex_csv
+from deploy.batch_convert import ConvertedVertexJob, submit_vertex_converted
 from deploy.batch_local import FORMATS, BatchResult, predict_local
 from deploy.batch_vertex import VertexBatchJob, submit_vertex
 
@@ -72,8 +74,14 @@ def _run(argv: list[str] | None) -> int:
     vertex.add_argument(
         "--model_dir",
         default=None,
-        help="csv: the exported model whose inputs type the rows (default: the "
-        "model's artifactUri).",
+        help="The exported model whose inputs the instances are checked and converted "
+        "against (default: the model's artifactUri).",
+    )
+    vertex.add_argument(
+        "--send_as_is",
+        action="store_true",
+        help="jsonl: send the files to the job as they are, unconverted (each instance must "
+        "then hold every field, a missing number as NaN: TensorFlow Serving refuses null).",
     )
     vertex.add_argument("--display_name", default="adanet-batch-prediction")
     vertex.add_argument("--machine_type", default="n2-standard-4")
@@ -100,8 +108,7 @@ def _run(argv: list[str] | None) -> int:
         command.add_argument(
             "--excluded_fields",
             default="",
-            help="Comma-separated columns to drop from each instance (a "
-            "label); for a Vertex job, csv only.",
+            help="Comma-separated columns to drop from each instance (a label).",
         )
     args = p.parse_args(argv)
     if args.command == "local" and not 0 <= args.max_error_rate <= 1:
@@ -157,27 +164,23 @@ def _run_vertex(args, sources: list[str], excluded: list[str]) -> int:
         starting_replica_count=args.starting_replica_count,
         max_replica_count=args.max_replica_count,
     )
-    if job.instances_format == "csv":
-        csv_job = CsvVertexJob.of(job, excluded_fields=excluded, model_dir=args.model_dir)
-        return _run_vertex_csv(cloud, csv_job, args.dry_run)
-    if excluded or args.model_dir:
-        raise api.DeployError(
-            "--excluded_fields and --model_dir apply to csv sources; "
-            "jsonl instances go to the model as they are."
-        )
+    if args.send_as_is:
+        if job.instances_format == "csv" or excluded or args.model_dir:
+            raise api.DeployError(
+                "--send_as_is sends JSON Lines files unconverted: it takes no csv sources, "
+                "--excluded_fields or --model_dir."
+            )
+        if args.dry_run:
+            api.show([job.request(cloud)])
+            return 0
+        print(submit_vertex(cloud, job).resource_name)
+        return 0
+    converted = ConvertedVertexJob.of(job, excluded_fields=excluded, model_dir=args.model_dir)
     if args.dry_run:
-        api.show([job.request(cloud)])
+        api.show(converted.requests(cloud))
+        print(f"dry run: {converted.plan()}. Nothing was read, written or sent.", file=sys.stderr)
         return 0
-    print(submit_vertex(cloud, job).resource_name)
-    return 0
-
-
-def _run_vertex_csv(cloud: api.Cloud, csv_job: CsvVertexJob, dry_run: bool) -> int:
-    if dry_run:
-        api.show(csv_job.requests(cloud))
-        print(f"dry run: {csv_job.plan()}. Nothing was read, written or sent.", file=sys.stderr)
-        return 0
-    conversion, created = submit_vertex_csv(cloud, csv_job)
+    conversion, created = submit_vertex_converted(cloud, converted)
     print(conversion.summary(), file=sys.stderr)
     print(created.resource_name)
     return 0

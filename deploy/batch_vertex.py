@@ -1,5 +1,5 @@
 """A Vertex AI BatchPredictionJob over JSON Lines files in a bucket (`python -m deploy.batch
-vertex`); CSV sources are converted first (`deploy/batch_csv.py`)."""
+vertex`); sources are converted first (`deploy/batch_convert.py`)."""
 
 from __future__ import annotations
 
@@ -73,7 +73,7 @@ def submit_vertex(cloud: api.Cloud, job: VertexBatchJob):
         The SDK's BatchPredictionJob (created, not waited for).
 
     Raises:
-        DeployError: the sources are CSV: those go through `batch_csv.submit_vertex_csv`,
+        DeployError: the sources are CSV: those go through `batch_convert.submit_vertex_converted`,
             which converts their rows first.
     """
     from google.cloud import aiplatform
@@ -81,7 +81,7 @@ def submit_vertex(cloud: api.Cloud, job: VertexBatchJob):
     if job.instances_format == "csv":
         raise api.DeployError(
             "Vertex sends CSV rows to the model as arrays, which its named "
-            "inputs do not take: convert them first (CsvVertexJob)."
+            "inputs do not take: convert them first (ConvertedVertexJob)."
         )
     cloud.init_sdk()
     return aiplatform.BatchPredictionJob.submit(

@@ -5,7 +5,10 @@ endpoint or from the local server (`deploy.serve`), so notebooks can use either.
     python -m deploy.predict --instances=rows.jsonl --local_url=http://127.0.0.1:8080
 
 `--instances` is a JSONL file (one instance per line) or a JSON file `{"instances": [...]}`,
-local or gs://.
+local or gs://. A missing value may be written as the local server takes it (null, a field
+left out, a missing-value token); for an endpoint, whose TensorFlow Serving takes only every
+field with a missing number as NaN, the instances are put in that form first, by the deployed
+model's serving signature (`endpoint_fields`).
 """
 
 from __future__ import annotations
@@ -15,7 +18,11 @@ import sys
 import urllib.error
 import urllib.request
 
-from deploy import api, storage
+from deploy import api, signature, storage
+from deploy.instances import NUMBER, TEXT, Fields
+
+_SCOPE = "https://www.googleapis.com/auth/cloud-platform"
+_TIMEOUT_S = 600  # Vertex's own limit for an online prediction
 
 
 class PredictionError(api.ServiceError):
@@ -26,18 +33,65 @@ class PredictionError(api.ServiceError):
 def predict_request(cloud: api.Cloud, endpoint: str, instances: list) -> api.ApiRequest:
     """The REST request `predict_endpoint` sends."""
     name = cloud.resource("endpoints", endpoint)
-    return api.ApiRequest("POST", cloud.url(f"{name}:predict"), {"instances": instances})
+    return api.ApiRequest("POST", cloud.url(f"{name}:rawPredict"), {"instances": instances})
 
 
 def predict_endpoint(cloud: api.Cloud, endpoint: str, instances: list) -> list:
-    """Predictions from a deployed Vertex AI endpoint (id or full name)."""
+    """Predictions from a deployed Vertex AI endpoint (id or full name), the instances sent as
+    written (see `for_tf_serving`).
+
+    The body goes through `rawPredict`, which hands it to the model's server as it is: a
+    missing number is written as the bare token NaN, which TensorFlow Serving takes. (The
+    SDK's `Endpoint.predict` cannot send one: protobuf's JSON has no NaN for a Value.)"""
+    import google.auth
+    from google.auth.transport.requests import AuthorizedSession
+
+    request = predict_request(cloud, endpoint, instances)
+    credentials = cloud.credentials
+    if credentials is None:
+        credentials, _ = google.auth.default(scopes=[_SCOPE])
+    response = AuthorizedSession(credentials).post(
+        request.url,
+        data=json.dumps(request.body).encode(),
+        headers={"Content-Type": "application/json"},
+        timeout=_TIMEOUT_S,
+    )
+    if response.status_code != 200:
+        raise PredictionError(f"{response.status_code}: {_error_text(response.content)}")
+    return response.json()["predictions"]
+
+
+def endpoint_fields(cloud: api.Cloud, endpoint: str) -> Fields | None:
+    """The input fields of the models deployed to the endpoint, read from their artifactUri's
+    serving signature (no TensorFlow); None when none is deployed or they differ (the traffic
+    split would decide which model an instance meets)."""
     from google.cloud import aiplatform
 
     cloud.init_sdk()
-    response = aiplatform.Endpoint(cloud.resource("endpoints", endpoint)).predict(
-        instances=instances
-    )
-    return list(response.predictions)
+    deployed = aiplatform.Endpoint(cloud.resource("endpoints", endpoint)).list_models()
+    found = set()
+    for model in deployed:
+        artifact_uri = aiplatform.Model(model.model).uri
+        if not artifact_uri:
+            return None
+        inputs = signature.read(artifact_uri).inputs
+        found.add(tuple((name, inputs[name].dtype == "string") for name in sorted(inputs)))
+    if len(found) != 1:
+        return None
+    return Fields({name: TEXT if text else NUMBER for name, text in found.pop()})
+
+
+def for_tf_serving(fields: Fields | None, instances: list) -> list:
+    """Instances as TensorFlow Serving takes them: each object with every field of `fields`, a
+    missing number (null, left out, a missing-value token) NaN and a missing text "". Other
+    values, unknown fields and instances that are not objects are left for the server to
+    judge; with no `fields`, the instances as written."""
+    if fields is None:
+        return instances
+    return [
+        {**instance, **fields.for_tf_serving(instance)} if isinstance(instance, dict) else instance
+        for instance in instances
+    ]
 
 
 def predict_at_url(
@@ -63,10 +117,13 @@ def predict_at_url(
 
 
 def _error_text(body: bytes) -> str:
+    """The error message of a JSON error body, the server's (`{"error": "..."}`) or Google's
+    (`{"error": {"message": "..."}}`); else the body itself."""
     try:
-        return json.loads(body)["error"]
+        error = json.loads(body)["error"]
     except (ValueError, KeyError, TypeError):
         return body.decode("utf-8", errors="replace")
+    return error.get("message", str(error)) if isinstance(error, dict) else str(error)
 
 
 def read_instances(uri: str) -> list:
@@ -121,7 +178,15 @@ def _run(argv: list[str] | None) -> int:
         if args.dry_run:
             api.show([predict_request(cloud, args.endpoint, instances)])
             return 0
-        predictions = predict_endpoint(cloud, args.endpoint, instances)
+        fields = endpoint_fields(cloud, args.endpoint)
+        if fields is None:
+            print(
+                "note: the endpoint's deployed models do not share one serving signature (or "
+                "none has an artifactUri), so the instances are sent as written: every field, "
+                "a missing number as NaN.",
+                file=sys.stderr,
+            )
+        predictions = predict_endpoint(cloud, args.endpoint, for_tf_serving(fields, instances))
     json.dump({"predictions": predictions}, sys.stdout)
     sys.stdout.write("\n")
     return 0

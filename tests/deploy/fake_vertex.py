@@ -101,6 +101,8 @@ class FakeVertex(MetadataHandlers):
         if found is None:
             self._fail(404, "NOT_FOUND", f"{method} {path} is not a Vertex AI v1 method")
         method_id, request_schema = found
+        if method_id.endswith(".rawPredict"):
+            request_schema = None  # its body is the payload itself, not a message
         if request_schema:
             problems = discovery.validate(body, request_schema)
             if method == "PATCH":  # an update sends the SDK's whole copy; the service ignores
@@ -454,6 +456,11 @@ class FakeVertex(MetadataHandlers):
             self._fail(400, "FAILED_PRECONDITION", f"{name} still has deployed models")
         del self.resources[name]
         return self._empty_operation(name)
+
+    def _endpoints_rawPredict(self, name, query, body):
+        """The HTTP body is the payload, handed to the model's server as it is (the request
+        message's google.api.HttpBody); the fake's server takes `{"instances": [...]}`."""
+        return self._endpoints_predict(name, query, body)
 
     def _endpoints_predict(self, name, query, body):
         endpoint = self._get_resource(name)

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from deploy import api, batch, batch_csv, batch_local, batch_vertex
+from deploy import api, batch, batch_convert, batch_local, batch_vertex
 from deploy.instances import NUMBER
 from tests.support import REPO, task_env
 
@@ -308,7 +308,7 @@ def test_a_csv_gz_cut_short_is_not_converted_for_a_vertex_job(gcs, predictor):
     with pytest.raises(
         api.DeployError, match="gs://test-bucket/in/a.csv.gz ends before its gzip stream"
     ):
-        batch_csv.convert_csv(csv_job, predictor.fields)
+        batch_convert.convert(csv_job, predictor.fields)
     assert _objects(gcs, "out/") == {}
 
 
@@ -454,7 +454,7 @@ def _census_csv_lines(count: int) -> list[str]:
 
 def _csv_job(
     sources, *, model="1", excluded_fields=("income_bracket",), model_dir=None
-) -> batch_csv.CsvVertexJob:
+) -> batch_convert.ConvertedVertexJob:
     job = batch_vertex.VertexBatchJob(
         display_name="census-csv",
         model=model,
@@ -462,7 +462,9 @@ def _csv_job(
         output_prefix="gs://test-bucket/out",
         instances_format="csv",
     )
-    return batch_csv.CsvVertexJob.of(job, excluded_fields=excluded_fields, model_dir=model_dir)
+    return batch_convert.ConvertedVertexJob.of(
+        job, excluded_fields=excluded_fields, model_dir=model_dir
+    )
 
 
 def _objects(gcs, prefix: str) -> dict[str, str]:
@@ -487,7 +489,7 @@ def test_vertex_csv_job_reads_jsonl_objects_converted_in_the_bucket(
     model = fake.add_model(cloud.parent, "census", artifact_uri=census_model)
     csv_job = _csv_job(["gs://test-bucket/in/*.csv", "gs://test-bucket/in/*.csv.gz"], model=model)
 
-    conversion, created = batch_csv.submit_vertex_csv(cloud, csv_job)
+    conversion, created = batch_convert.submit_vertex_converted(cloud, csv_job)
 
     directory = csv_job.instances_dir
     assert directory.startswith("gs://test-bucket/out/instances-")
@@ -521,7 +523,7 @@ def test_vertex_csv_job_reads_jsonl_objects_converted_in_the_bucket(
     assert errors[0]["instance"]["age"] == "x" and "income_bracket" not in errors[0]["instance"]
     assert (conversion.num_rows, conversion.num_errors) == (20, 2)
     assert conversion.summary() == (
-        f"CSV to JSON Lines: 20 rows converted, 2 rows with errors (listed in {directory}/"
+        f"converted for the model: 20 instances, 2 with errors (listed in {directory}/"
         f"conversion.errors_stats); 2 .jsonl file(s) in {directory}/"
     )
 
@@ -570,7 +572,7 @@ def test_vertex_csv_job_reads_jsonl_objects_converted_in_the_bucket(
         (
             "HEADER\nx,1,2\n",
             ["income_bracket"],
-            r"no CSV row of gs://test-bucket/in/a.csv fits "
+            r"no instance of gs://test-bucket/in/a.csv fits "
             r"the model \(gs://test-bucket/in/a.csv:2: 3 "
             r"fields",
         ),
@@ -586,7 +588,7 @@ def test_bad_csv_fails_before_anything_is_written(gcs, predictor, text, excluded
     gcs.bucket("test-bucket").blob("in/a.csv").upload_from_string(text)
     csv_job = _csv_job(["gs://test-bucket/in/a.csv"], excluded_fields=excluded)
     with pytest.raises(api.DeployError, match=message):
-        batch_csv.convert_csv(csv_job, predictor.fields)
+        batch_convert.convert(csv_job, predictor.fields)
     assert _objects(gcs, "out/") == {}
 
 
@@ -598,7 +600,7 @@ def test_a_bad_header_stops_the_job_before_any_write_or_request(cloud_sdk, gcs, 
     bucket.blob("in/b.csv").upload_from_string("\n".join([header.replace("age,", ""), *rows]))
     csv_job = _csv_job(["gs://test-bucket/in/*.csv"], model_dir=census_model)
     with pytest.raises(api.DeployError, match="b.csv: the header has no column age"):
-        batch_csv.submit_vertex_csv(cloud, csv_job)
+        batch_convert.submit_vertex_converted(cloud, csv_job)
     assert _objects(gcs, "out/") == {} and fake.requests == []
 
 
@@ -642,7 +644,8 @@ def test_command_line_dry_run_of_a_csv_job_reads_writes_and_sends_nothing(cloud_
 
 
 @pytest.mark.slow
-def test_command_line_dry_run_of_a_jsonl_job():
+@pytest.mark.parametrize("as_is", [False, True])
+def test_command_line_dry_run_of_a_jsonl_job(as_is):
     result = subprocess.run(
         [
             sys.executable,
@@ -654,20 +657,28 @@ def test_command_line_dry_run_of_a_jsonl_job():
             "--source=gs://b/a.jsonl",
             "--output_prefix=gs://b/out",
             "--dry_run",
+            *(["--send_as_is"] if as_is else []),
         ],
         cwd=REPO,
         capture_output=True,
         text=True,
     )
     assert result.returncode == 0, result.stderr
-    (request,) = json.loads(result.stdout)
-    assert request["body"]["inputConfig"] == {
-        "instancesFormat": "jsonl",
-        "gcsSource": {"uris": ["gs://b/a.jsonl"]},
-    }
+    *get_model, request = json.loads(result.stdout)
+    source = request["body"]["inputConfig"]["gcsSource"]["uris"]
+    if as_is:
+        assert get_model == [] and source == ["gs://b/a.jsonl"]
+    else:  # the model's artifactUri is read, and the job reads the converted files
+        assert [r["method"] for r in get_model] == ["GET"]
+        assert re.fullmatch(r"gs://b/out/instances-[0-9_TZ]+/\*\.jsonl", source[0]), source
+        assert "would convert each JSON Lines file of gs://b/a.jsonl" in result.stderr
+    assert request["body"]["inputConfig"]["instancesFormat"] == "jsonl"
 
 
-def test_csv_only_flags_are_refused_for_a_jsonl_job(capsys):
+@pytest.mark.parametrize(
+    "flags", [["--excluded_fields=label"], ["--model_dir=gs://b/model"], ["--instances_format=csv"]]
+)
+def test_send_as_is_takes_no_conversion_flags(capsys, flags):
     code = batch.main(
         [
             "vertex",
@@ -675,12 +686,13 @@ def test_csv_only_flags_are_refused_for_a_jsonl_job(capsys):
             "--model=7",
             "--source=gs://b/a.jsonl",
             "--output_prefix=gs://b/out",
-            "--excluded_fields=label",
+            "--send_as_is",
+            *flags,
             "--dry_run",
         ]
     )
     assert code == 2
-    assert "--excluded_fields and --model_dir apply to csv sources" in capsys.readouterr().err
+    assert "--send_as_is sends JSON Lines files unconverted" in capsys.readouterr().err
 
 
 def test_csv_text_that_needs_escaping_and_bytes_that_are_not_utf8(tmp_path, predictor, census_rows):

@@ -13,7 +13,7 @@ import sys
 import numpy as np
 import pytest
 
-from deploy import batch, batch_csv, batch_local, batch_vertex, predict, serve
+from deploy import batch, batch_convert, batch_local, batch_vertex, predict, serve
 from deploy.instances import Predictor
 from tests.deploy import venvs
 from tests.support import REPO, run_task, task_env, write_csv
@@ -167,30 +167,41 @@ def test_the_server_and_local_batch_predict_missing_values(job, model, tmp_path)
     assert rows[0][0] == "" and first["x1"] is None and first["color"] == rows[0][2]
 
 
-def test_csv_for_a_vertex_job_is_converted_as_tensorflow_serving_takes_it(job, model, gcs):
+@pytest.mark.parametrize("kind", ["csv", "jsonl"])
+def test_a_vertex_jobs_instances_are_converted_as_tensorflow_serving_takes_them(
+    job, model, gcs, kind
+):
     """Vertex's prebuilt container is TensorFlow Serving, which takes a missing number as NaN
-    (null is "not of expected type: float") and needs every input in each instance."""
+    (null is "not of expected type: float") and needs every input in each instance: CSV rows
+    and JSON Lines instances with null, left-out fields and tokens alike are written so."""
     _, rows = job
-    lines = [",".join(HEADER), *(",".join(r) for r in rows)]
-    gcs.bucket("test-bucket").blob("in/rows.csv").upload_from_string("\n".join(lines) + "\n")
+    if kind == "csv":
+        text = "\n".join([",".join(HEADER), *(",".join(r) for r in rows)]) + "\n"
+    else:
+        text = "".join(json.dumps(x) + "\n" for x in _instances(rows))
+        text += '{"x1": "forty"}\nnot json\n'  # listed, never sent
+    gcs.bucket("test-bucket").blob(f"in/rows.{kind}").upload_from_string(text)
     vertex_job = batch_vertex.VertexBatchJob(
         display_name="missing",
         model="1",
-        sources=("gs://test-bucket/in/rows.csv",),
+        sources=(f"gs://test-bucket/in/rows.{kind}",),
         output_prefix="gs://test-bucket/out",
-        instances_format="csv",
+        instances_format=kind,
     )
-    csv_job = batch_csv.CsvVertexJob.of(vertex_job, excluded_fields=["target"])
-    conversion = batch_csv.convert_csv(csv_job, model.fields)
-    assert (conversion.num_rows, conversion.num_errors) == (len(rows), 0)
+    converted = batch_convert.ConvertedVertexJob.of(
+        vertex_job, excluded_fields=["target"] if kind == "csv" else []
+    )
+    conversion = batch_convert.convert(converted, model.fields)
+    assert (conversion.num_rows, conversion.num_errors) == (len(rows), 0 if kind == "csv" else 2)
     (path,) = conversion.files
+    assert path.endswith("00000-rows.jsonl")
     text = gcs.bucket("test-bucket").blob(path.removeprefix("gs://test-bucket/")).download_as_text()
     assert "null" not in text and "NaN" in text
-    converted = [json.loads(line) for line in text.splitlines()]
-    assert all(sorted(x) == ["color", "x1", "x2"] for x in converted)
-    missing = [x for x, r in zip(converted, rows) if r[0] in NUMBER_GAPS]
+    sent = [json.loads(line) for line in text.splitlines()]
+    assert all(sorted(x) == ["color", "x1", "x2"] for x in sent)
+    missing = [x for x, r in zip(sent, rows) if r[0] in NUMBER_GAPS]
     assert missing and all(math.isnan(x["x1"]) for x in missing)
-    np.testing.assert_allclose(_yes(model.predict(converted)), _reference(model, rows), atol=1e-6)
+    np.testing.assert_allclose(_yes(model.predict(sent)), _reference(model, rows), atol=1e-6)
 
 
 def _batch_cli(model_dir, source, out, *flags):

@@ -13,7 +13,7 @@ from deploy import api, predict, publish
 from tests.support import REPO
 
 
-def test_endpoint_predictions_come_through_the_sdk(cloud_sdk, predictor, census_rows):
+def test_endpoint_predictions_come_through_raw_predict(cloud_sdk, predictor, census_rows):
     fake, cloud = cloud_sdk
     fake.predictor = predictor.predict
     published = publish.publish(
@@ -27,7 +27,7 @@ def test_endpoint_predictions_come_through_the_sdk(cloud_sdk, predictor, census_
     np.testing.assert_allclose(
         [a["probabilities"] for a in answer], [p["probabilities"] for p in local], rtol=1e-6
     )
-    sent = fake.bodies("endpoints.predict")
+    sent = fake.bodies("endpoints.rawPredict")
     assert sent == [predict.predict_request(cloud, endpoint_id, census_rows[:3]).body]
 
 
@@ -60,6 +60,61 @@ def test_command_line_needs_one_target_and_dry_runs(tmp_path):
             "method": "POST",
             "body": {"instances": [{"x": 1}]},
             "url": "https://us-central1-aiplatform.googleapis.com/v1/projects/my-project/"
-            "locations/us-central1/endpoints/42:predict",
+            "locations/us-central1/endpoints/42:rawPredict",
         }
     ]
+
+
+def test_an_endpoint_gets_every_field_with_a_missing_number_as_nan(
+    cloud_sdk, predictor, census_model, census_rows, gcs
+):
+    """TensorFlow Serving refuses null and needs every field: `deploy.predict --endpoint`
+    fills them from the deployed model's signature, so a missing value is written as the
+    local server takes it and both predict the same."""
+    fake, cloud = cloud_sdk
+    received = []
+
+    def serving(instances):
+        received.extend(instances)
+        return predictor.predict(instances)
+
+    fake.predictor = serving
+    blob = gcs.bucket("test-bucket").blob("model/saved_model.pb")
+    blob.upload_from_filename(f"{census_model}/saved_model.pb")  # the signature is read from it
+    published = publish.publish(
+        cloud,
+        publish.Deployment(model_dir="gs://test-bucket/model", display_name="m", endpoint_name="e"),
+    )
+    endpoint_id = published.endpoint.rsplit("/", 1)[1]
+    numbers = [n for n, kind in predictor.fields.kinds.items() if kind == "number"]
+    texts = [n for n, kind in predictor.fields.kinds.items() if kind == "string"]
+    row = census_rows[0]
+    written = [
+        {**row, numbers[0]: None},
+        {k: v for k, v in row.items() if k not in (numbers[1], texts[0])},
+        {**row, numbers[2]: "NA"},
+    ]
+    fields = predict.endpoint_fields(cloud, endpoint_id)
+    assert fields == predictor.fields
+    answer = predict.predict_endpoint(cloud, endpoint_id, predict.for_tf_serving(fields, written))
+    assert all(set(r) == set(predictor.fields.kinds) for r in received)
+    assert np.isnan(received[0][numbers[0]]) and np.isnan(received[2][numbers[2]])
+    assert np.isnan(received[1][numbers[1]])
+    assert received[1][texts[0]] == ""
+    local = predictor.predict(written)
+    np.testing.assert_allclose(
+        [a["probabilities"] for a in answer], [p["probabilities"] for p in local], rtol=1e-6
+    )
+
+
+def test_an_endpoint_refusal_is_a_prediction_error_with_its_message(cloud_sdk, predictor):
+    fake, cloud = cloud_sdk
+    fake.predictor = predictor.predict
+    published = publish.publish(
+        cloud,
+        publish.Deployment(model_dir="gs://test-bucket/model", display_name="m", endpoint_name="e"),
+    )
+    endpoint_id = published.endpoint.rsplit("/", 1)[1]
+    with pytest.raises(predict.PredictionError, match=r"^400: .*instance 0.*'age'"):
+        predict.predict_endpoint(cloud, endpoint_id, [{"age": "old"}])
+    fake.problems.clear()  # the refusal was the point
