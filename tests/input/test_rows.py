@@ -72,7 +72,16 @@ def parse(tmp_path, text, columns, name="a.csv"):
     return rows.RowParser(source, columns).parse(file, line, body)
 
 
-def test_numbers_missing_values_and_text(tmp_path):
+@pytest.fixture(params=["row regex", "field by field"])
+def row_checks(request, monkeypatch):
+    """Lines checked by one regular expression per row, as narrow tables are, or split and
+    checked field by field, as tables wider than `_ROW_REGEX_FIELDS` are."""
+    if request.param == "field by field":
+        monkeypatch.setattr(rows, "_ROW_REGEX_FIELDS", 0)
+    return request.param
+
+
+def test_numbers_missing_values_and_text(tmp_path, row_checks):
     text = (
         "n,c,y\n"
         "1.5, paris ,yes\n"  # plain numbers: the fast path
@@ -101,7 +110,7 @@ def test_numbers_missing_values_and_text(tmp_path):
     assert reasons.tolist() == [0, 0, 0, rows.NOT_A_NUMBER, 0, 0]
 
 
-def test_malformed_and_blank_lines(tmp_path):
+def test_malformed_and_blank_lines(tmp_path, row_checks):
     parsed = parse(
         tmp_path,
         'x,y\n1,0\n2,1,5\n\n   \n3\n"open,1\n4,"bad"quote\n5,1\n',
@@ -111,6 +120,30 @@ def test_malformed_and_blank_lines(tmp_path):
     assert parsed.blank.numpy().tolist() == [False, False, True, True, False, False, False, False]
     assert parsed.malformed.numpy().tolist() == [False, True, False, False, True, True, True, False]
     assert parsed.numeric["x"].numpy()[[0, 7]].tolist() == [1.0, 5.0]
+
+
+def test_both_row_checks_agree_on_every_kind_of_field(monkeypatch):
+    """The field-by-field check of wide rows takes and refuses exactly the lines the row
+    regular expression does."""
+    kinds = ["1.5", " 2e3 ", "", "NA", "abc", '"q"', '"a,b"', '"say ""hi"""', 'x"y', '"open',
+             '"a"b', "-.5", "1e", '""', '"', "+7 "]  # fmt: skip
+    generator = np.random.default_rng(0)
+    width, numeric_at = 5, {0, 2, 3}
+    lines = [",".join(generator.choice(kinds, width)) for _ in range(3000)]
+    lines += [",".join(generator.choice(kinds, width + d)) for d in (-1, 1) for _ in range(50)]
+    text = tf.constant(lines)
+
+    def checks():
+        plain = rows._plain_rows(text, width, numeric_at).numpy()
+        return plain, rows._well_formed_rows(text, width).numpy()
+
+    by_row = checks()
+    monkeypatch.setattr(rows, "_ROW_REGEX_FIELDS", 0)
+    by_field = checks()
+    for row, field in zip(by_row, by_field):
+        different = [line for line, a, b in zip(lines, row, field) if a != b]
+        assert different == []
+    assert 0.01 < np.mean(by_row[0]) < np.mean(by_row[1]) < 0.9
 
 
 @pytest.mark.parametrize(

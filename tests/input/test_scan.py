@@ -403,3 +403,45 @@ def test_bad_eval_regression_label(tmp_path, bad):
 def test_skipped_eval_rows_are_counted(tmp_path):
     summary = eval_summary(tmp_path, "x,c,y\n1,a,0\n1,a,2\n2,b,1\n", bad_rows=BadRows.SKIP)
     assert (summary["rows"], summary["bad_rows"]) == (2, 1)
+
+
+@pytest.mark.slow
+def test_a_wide_table_is_scanned_without_the_row_regex_falling_over(tmp_path):
+    """1,200 columns: a regular expression of the whole row would exhaust RE2's DFA memory
+    (one "DFA out of memory" line per block, a matcher ~30x slower); the rows are checked
+    field by field instead. In its own process, to see TensorFlow's C++ log lines."""
+    import subprocess
+    import sys
+
+    from tests.support import REPO, task_env
+
+    width, count = 1200, 300
+    generator = np.random.default_rng(0)
+    lines = [",".join([*(f"x{i}" for i in range(width)), "y"])]
+    for r in range(count):
+        values = [f"{v:.3f}" for v in generator.normal(size=width)]
+        values[5] = "NA" if r % 7 == 0 else values[5]
+        values[8] = f'"{values[8]}"' if r % 11 == 0 else values[8]  # a quoted number
+        lines.append(",".join([*values, "ab"[r % 2]]))
+    lines.append("1,2,3")  # malformed: skipped
+    path = tmp_path / "wide.csv"
+    path.write_text("\n".join(lines) + "\n")
+    script = (
+        "from trainer.input import files, scan, schema\n"
+        "from trainer.input.options import BadRows\n"
+        f"source = files.open_source({str(path)!r}, flag='--train_data')\n"
+        "s = scan.scan_training(source, schema.ColumnChoices('y'), bad_rows=BadRows.SKIP,"
+        " holdout=None)\n"
+        "print(len(s.numeric_names), s.summary['train']['rows'], s.summary['train']['bad_rows'])\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=REPO,
+        env=task_env(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.split() == [str(width), str(count), "1"]
+    assert "DFA out of memory" not in result.stderr
