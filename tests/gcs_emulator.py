@@ -16,21 +16,33 @@ request handler (the package itself is not modified):
 3. Empty uploads: `tf.io.gfile.makedirs` writes empty `dir/` placeholder objects; the emulator
    turns an empty body into `None` and fails on `len(None)`. An empty body is handed over as
    an empty object instead.
+
+It also enforces `ifGenerationMatch` (which the emulator ignores) on uploads, downloads and
+deletes, as Cloud Storage does: 412 when the object's generation is another (0: no object),
+each such request served alone, so a check and its write are one step (the job dir's lease,
+trainer/storage/lease.py, relies on it).
 """
 
 from __future__ import annotations
 
 import argparse
 import io
+import json
 import logging
+import re
 import signal
 import sys
 import threading
+import urllib.parse
 from functools import partial
 from http import server
 
 from gcp_storage_emulator import server as emulator
+from gcp_storage_emulator.exceptions import NotFound
 from gcp_storage_emulator.storage import Storage
+
+_PRECONDITIONS = threading.Lock()  # requests with a precondition, served one at a time
+_OBJECT_PATH = re.compile(r"/b/([^/]+)/o/([^?]+)")
 
 
 def _read_chunked(rfile) -> bytes:
@@ -88,9 +100,42 @@ class FixedRequestHandler(emulator.RequestHandler):
         connection_rfile = self.rfile
         self.rfile = _BodyReader(body, empty_is_object=self._is_upload(method))
         try:
-            emulator.Router(self).handle(method)
+            query = urllib.parse.parse_qs(urllib.parse.urlsplit(self.path).query)
+            if "ifGenerationMatch" not in query:
+                emulator.Router(self).handle(method)
+                return
+            with _PRECONDITIONS:
+                wanted = query["ifGenerationMatch"][0]
+                found = self._generation(query, body)
+                if found != wanted:
+                    self._precondition_failed(wanted, found)
+                    return
+                emulator.Router(self).handle(method)
         finally:
             self.rfile = connection_rfile
+
+    def _generation(self, query: dict, body: bytes) -> str:
+        """The generation of the object the request names ("0": none)."""
+        path = urllib.parse.urlsplit(self.path).path
+        match = _OBJECT_PATH.search(path)
+        if match:
+            bucket, name = match.group(1), urllib.parse.unquote(match.group(2))
+        else:  # an upload: the name is a parameter, or in a multipart body's metadata
+            bucket = path.split("/b/", 1)[1].split("/", 1)[0]
+            name = query.get("name", [""])[0] or _multipart_name(body)
+        try:
+            return str(self.storage.get_file_obj(bucket, name)["generation"])
+        except NotFound:
+            return "0"
+
+    def _precondition_failed(self, wanted: str, found: str) -> None:
+        message = f"ifGenerationMatch {wanted}: the object's generation is {found}"
+        data = json.dumps({"error": {"code": 412, "message": message}}).encode()
+        self.send_response(412)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
 
     def _is_upload(self, method: str) -> bool:
         """A request whose body is object data (not JSON metadata)."""
@@ -112,6 +157,12 @@ class FixedRequestHandler(emulator.RequestHandler):
 
     def do_PATCH(self):
         self._route(emulator.PATCH)
+
+
+def _multipart_name(body: bytes) -> str:
+    """The object name in a multipart upload's JSON metadata part."""
+    match = re.search(rb'"name"\s*:\s*"((?:[^"\\]|\\.)*)"', body)
+    return json.loads(b'"' + match.group(1) + b'"') if match else ""
 
 
 def serve(host: str, port: int) -> server.ThreadingHTTPServer:

@@ -6,6 +6,7 @@ calls `job_lib.run(config)`. With no flags it trains on the census data shipped 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import gc
@@ -81,6 +82,8 @@ from trainer.job import job as job_lib
 from trainer.reporting import experiments
 from trainer.reporting import report as report_lib
 from trainer.search import adapt
+from trainer.storage import files as storage
+from trainer.storage import lease
 from trainer.storage.job_dir import JobDir
 from trainer.storage.paths import OutputDirs
 
@@ -261,6 +264,19 @@ def _tracker(
     return experiments.VertexExperiment(target, params=experiments.params_of(values))
 
 
+def _lease(
+    config: config_lib.RunConfig, environment: Environment, cluster: cluster_lib.Cluster
+) -> contextlib.AbstractContextManager:
+    """The job dir's lease (`trainer/storage/lease.py`), held by the replica that writes it:
+    the chief, or the one machine; the cluster's other replicas share it."""
+    if not cluster.is_chief:
+        return contextlib.nullcontext()
+    root = JobDir.of(config.outputs).root
+    storage.check_writable(root, flag="--job_dir")  # a bad path is named before the lease
+    job = "/".join(filter(None, (environment.job_id, environment.trial_id)))
+    return lease.take(root, job=job)
+
+
 def _job_complete(config: config_lib.RunConfig) -> str | None:
     """The evaluator's line when its job is complete (the cluster then stops it), else None."""
     if JobDir.of(config.outputs).complete_report() is None:
@@ -303,7 +319,7 @@ def main(argv):
         # Vertex AI restarts this replica. A synchronous cluster's replica cannot checkpoint
         # alone: it just stops.
         synchronous = cluster.is_distributed and not cluster.has_ps
-        with preemption.watch(can_defer=not synchronous):
+        with preemption.watch(can_defer=not synchronous), _lease(config, environment, cluster):
             watched = True
             report = job_lib.run(config, cluster, started=STARTED, tracker=tracker)
         if not cluster.is_chief:

@@ -1,0 +1,134 @@
+"""One writer per job dir (trainer/storage/lease.py): a second trainer refuses while the first
+is alive, and takes over from one that cannot be writing any more; on local disk and on Cloud
+Storage (the emulator), and with two real trainers started together."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.support import HEADER, REPO, load_report, synthetic_rows, task_env, write_csv
+from trainer.errors import InputError
+from trainer.storage import lease
+
+
+def _write_lease(path, **changes) -> None:
+    holder = lease.Holder.here("")
+    document = {**json.loads(holder.text()), **changes}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(document))
+
+
+def test_a_live_holder_is_named_and_the_second_trainer_refused(tmp_path):
+    job = tmp_path / "job"
+    with lease.take(str(job)):
+        held = json.loads((job / lease.NAME).read_text())
+        assert held["pid"] == os.getpid()
+        with pytest.raises(InputError, match=r"is being written by another trainer \(process "):
+            lease.take(str(job))
+        assert json.loads((job / lease.NAME).read_text()) == held  # untouched
+    # Released: no lease, and no folder where nothing else was written.
+    assert not job.exists()
+    with lease.take(str(job)):
+        (job / "run.json").write_text("{}")
+    assert sorted(p.name for p in job.iterdir()) == ["run.json"]
+
+
+@pytest.mark.parametrize(
+    "changes, why",
+    [
+        ({"pid": 2**22 + 12345}, "has ended"),  # above any pid_max: no such process
+        ({"boot": "an-earlier-boot"}, "before this machine restarted"),
+        ({"host": "elsewhere", "job": "123"}, "the same Vertex AI job (123), restarted"),
+        ({"host": "elsewhere", "age": 3 * lease.STALE_SECS}, "gave no heartbeat for"),
+        ({"damaged": True}, "could not be read"),
+    ],
+)
+def test_a_holder_that_cannot_be_writing_is_taken_over(tmp_path, caplog, changes, why):
+    path = tmp_path / "job" / lease.NAME
+    age = changes.pop("age", 0)
+    if changes.pop("damaged", False):
+        path.parent.mkdir()
+        path.write_text('{"owner": "ab')  # a write cut short
+    else:
+        _write_lease(path, **changes)
+    if age:
+        os.utime(path, (time.time() - age, time.time() - age))
+    with lease.take(str(tmp_path / "job"), job="123" if "job" in changes else ""):
+        assert json.loads(path.read_text())["pid"] == os.getpid()
+    assert why in caplog.text and "Took over the lease" in caplog.text
+
+
+def test_a_live_holder_elsewhere_with_a_recent_heartbeat_is_not_taken_over(tmp_path):
+    path = tmp_path / "job" / lease.NAME
+    _write_lease(path, host="elsewhere", pid=7)
+    with pytest.raises(InputError, match=r"process 7 on elsewhere.*last heartbeat \d+ s ago"):
+        lease.take(str(tmp_path / "job"))
+
+
+def test_the_heartbeat_renews_the_lease_and_a_lost_one_is_not_deleted(tmp_path, monkeypatch):
+    monkeypatch.setattr(lease, "BEAT_SECS", 0.05)
+    path = tmp_path / "job" / lease.NAME
+    held = lease.take(str(tmp_path / "job"))
+    os.utime(path, (time.time() - 100, time.time() - 100))
+    deadline = time.time() + 10
+    while time.time() - path.stat().st_mtime > 50 and time.time() < deadline:
+        time.sleep(0.05)
+    assert time.time() - path.stat().st_mtime < 50  # renewed
+    held._stopped.set()  # the heartbeat stops, as a frozen holder's would
+    held._thread.join()
+    _write_lease(path, host="elsewhere")  # another trainer took it over
+    held.release()
+    assert json.loads(path.read_text())["host"] == "elsewhere"  # not this run's to delete
+
+
+def test_a_lease_on_cloud_storage_is_taken_under_generation_preconditions(gcs, bucket):
+    job = f"gs://{bucket}/runs/job"
+    blob = gcs.client().bucket(bucket).blob("runs/job/lease.json")
+    with lease.take(job):
+        assert json.loads(blob.download_as_bytes())["pid"] == os.getpid()
+        with pytest.raises(InputError, match="is being written by another trainer"):
+            lease.take(job)
+    assert not blob.exists()
+    # A lease of a process of this machine that has ended is replaced, generation-checked.
+    blob.upload_from_string(json.dumps({**json.loads(lease.Holder.here("").text()), "pid": 2**23}))
+    with lease.take(job):
+        assert json.loads(blob.download_as_bytes())["pid"] == os.getpid()
+
+
+def _pair(data, job) -> list[subprocess.CompletedProcess]:
+    args = [
+        sys.executable, "-m", "trainer.task", f"--train_data={data}", "--label_column=target",
+        f"--job_dir={job}", "--max_iterations=1", "--max_iteration_steps=20", "--batch_size=32",
+        "--bags=1",
+    ]  # fmt: skip
+    runs = [
+        subprocess.Popen(args, cwd=REPO, env=task_env(), stderr=subprocess.PIPE, text=True)
+        for _ in range(2)
+    ]
+    errors = [r.communicate(timeout=300)[1] for r in runs]  # read while they run: no full pipe
+    return [subprocess.CompletedProcess(r.args, r.returncode, "", e) for r, e in zip(runs, errors)]
+
+
+@pytest.mark.parametrize("pairs", [1, pytest.param(20, marks=pytest.mark.slow)])
+def test_two_trainers_started_together_one_trains_the_other_refuses(tmp_path, pairs):
+    """Before: both trained the whole job; run again, one died with a NotFoundError traceback
+    while the other exported."""
+    data = write_csv(tmp_path / "train.csv", HEADER, synthetic_rows("binary", 300, 1))
+    for n in range(pairs):
+        job = tmp_path / f"job-{n}"
+        runs = _pair(data, job)
+        codes = sorted(r.returncode for r in runs)
+        assert codes == [0, 2], [r.stderr[-2000:] for r in runs]
+        (refused,) = [r for r in runs if r.returncode == 2]
+        (line,) = [x for x in refused.stderr.splitlines() if x.startswith("error:")]
+        assert "is being written by another trainer" in line
+        assert "Traceback" not in refused.stderr
+        assert load_report(job)["status"] == "complete"
+        assert (job / "model" / "saved_model.pb").exists()
+        assert not (job / lease.NAME).exists()

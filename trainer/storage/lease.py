@@ -1,0 +1,321 @@
+"""One writer per job dir: the process that writes it (the chief, or the one machine) holds a
+lease, `JOB_DIR/lease.json`, for the whole run. The cluster's other replicas write nothing
+there but through the chief, so they share its lease and take none.
+
+The lease names its holder (its Vertex AI job and trial, host, boot, process, start) and is
+rewritten every `BEAT_SECS` (the heartbeat). A second trainer on the same job dir:
+- refuses in one line naming the holder, while the holder is alive: two writers of one job dir
+  would each train the whole job and then overwrite each other's checkpoints;
+- takes the lease over, saying why, where the holder cannot be writing any more: the same
+  Vertex AI job (and trial) restarted after a preemption or a failure; a process of this
+  machine that is gone (killed, crashed) or of an earlier boot; a holder whose heartbeat is over
+  `STALE_SECS` old (its machine is gone); a lease file that cannot be read.
+It never waits: a trainer that waited for another run of the same job would then find that
+job finished, or resume it, either of which the user can do by running the command again.
+
+Taking and replacing the lease are atomic where the job dir is: on local disk a complete file
+is linked into place (a link fails when the name exists), and a take-over happens under an
+`flock` of `lease.json.lock`; on Cloud Storage (`gs://`, and `/gcs/` mounts through the same
+objects) by generation preconditions: created only where no object is, replaced or deleted only
+where the generation is the one read. A holder whose heartbeat finds the lease taken over stops
+at once (exit 1, one line): the new holder resumes from what was finished.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import datetime
+import fcntl
+import json
+import os
+import socket
+import sys
+import threading
+import time
+import uuid
+
+from absl import logging
+
+from trainer.errors import InputError
+from trainer.storage.paths import as_gcs, is_fuse, is_gcs, join, split_gcs
+
+NAME = "lease.json"
+BEAT_SECS = 20.0
+STALE_SECS = 120.0  # six missed heartbeats: a holder this quiet is gone
+
+
+@dataclasses.dataclass(frozen=True)
+class Holder:
+    """Who holds a lease."""
+
+    owner: str  # this run's own id
+    job: str  # the Vertex AI job (and trial) id; "" outside Vertex AI
+    host: str
+    boot: str  # the kernel's boot id: a process id means nothing across reboots
+    pid: int
+    since: str  # when the lease was taken (UTC, ISO 8601)
+
+    @classmethod
+    def here(cls, job: str) -> Holder:
+        since = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+        return cls(uuid.uuid4().hex, job, socket.gethostname(), _boot_id(), os.getpid(), since)
+
+    @classmethod
+    def of(cls, document: dict) -> Holder:
+        return cls(**{f.name: document[f.name] for f in dataclasses.fields(cls)})
+
+    def text(self) -> bytes:
+        return json.dumps(dataclasses.asdict(self), indent=2).encode()
+
+    def described(self) -> str:
+        job = f", Vertex AI job {self.job}" if self.job else ""
+        return f"process {self.pid} on {self.host}{job}, since {self.since}"
+
+
+def take(job_dir: str, *, job: str = "") -> Lease:
+    """The lease of `job_dir` for this process, taken or taken over (see the module's
+    docstring); InputError naming the holder when another live trainer holds it."""
+    me = Holder.here(job)
+    store = (
+        _GcsStore(as_gcs(join(job_dir, NAME)))
+        if is_gcs(job_dir) or is_fuse(job_dir)
+        else (_LocalStore(join(job_dir, NAME)))
+    )
+    for _ in range(5):  # each failed try lost a race to a trainer that has since written
+        if store.create(me.text()):
+            return Lease(store, me)
+        found = store.read()
+        if found is None:
+            continue  # released between the two calls
+        document, age, version = found
+        holder = _holder(document)
+        why = _why_taken_over(holder, age, me)
+        if why is None:
+            assert holder is not None
+            raise InputError(
+                f"--job_dir {job_dir} is being written by another trainer ({holder.described()}"
+                f", last heartbeat {age:.0f} s ago): two trainers on one job dir would each "
+                "train the whole job and overwrite each other's checkpoints. Wait for it to "
+                "end, or stop it, then run this command again to resume; or give another "
+                f"--job_dir. (A lease with no heartbeat for {STALE_SECS:.0f} s is taken over.)"
+            )
+        if store.replace(me.text(), version):
+            logging.warning("Took over the lease of --job_dir %s: %s.", job_dir, why)
+            return Lease(store, me)
+    raise InputError(
+        f"--job_dir {job_dir}: could not take its lease ({store.path}): other trainers keep "
+        "taking it. Run one trainer per job dir."
+    )
+
+
+class Lease:
+    """A lease held: its heartbeat runs in a daemon thread until `release`."""
+
+    def __init__(self, store: _LocalStore | _GcsStore, me: Holder):
+        self._store, self._me = store, me
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._beat, name="job-dir-lease", daemon=True)
+        self._thread.start()
+
+    def release(self) -> None:
+        """Stops the heartbeat and deletes the lease, if it is still this run's."""
+        self._stopped.set()
+        self._thread.join()
+        self._store.delete_if(self._me.owner)
+
+    def __enter__(self) -> Lease:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+    def _beat(self) -> None:
+        while not self._stopped.wait(BEAT_SECS):
+            try:
+                kept = self._store.renew(self._me.text(), self._me.owner)
+            except Exception as e:  # a storage hiccup: the next beat tries again
+                logging.warning("The job dir lease's heartbeat failed (%s); retrying.", e)
+                continue
+            if not kept and not self._stopped.is_set():
+                print(
+                    f"error: another trainer took over the lease of this job dir "
+                    f"({self._store.path}) after {STALE_SECS:.0f} s without a heartbeat from "
+                    "this one: stopping, so that one writer remains (it resumes from what "
+                    "was finished).",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                os._exit(1)
+
+
+def _holder(document: bytes | None) -> Holder | None:
+    try:
+        return Holder.of(json.loads(document or b""))
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+def _why_taken_over(holder: Holder | None, age: float, me: Holder) -> str | None:
+    """Why the lease `holder` holds (its heartbeat `age` seconds old) is taken over; None
+    while that holder may still be writing."""
+    if holder is None:
+        return "its lease file could not be read (a damaged or partial write)"
+    if me.job and holder.job == me.job:
+        return f"the same Vertex AI job ({me.job}), restarted"
+    if holder.host == me.host and holder.boot != me.boot:
+        return f"its holder ({holder.described()}) ran before this machine restarted"
+    if holder.host == me.host and not _alive(holder.pid):
+        return f"its holder ({holder.described()}) has ended"
+    if age > STALE_SECS:
+        return f"its holder ({holder.described()}) gave no heartbeat for {age:.0f} s"
+    return None
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
+
+
+def _boot_id() -> str:
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
+class _LocalStore:
+    """The lease as a file on local disk (or a shared file system with `flock`)."""
+
+    def __init__(self, path: str):
+        self.path = path
+
+    def create(self, text: bytes) -> bool:
+        os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
+        temp = self._complete(text)
+        try:
+            os.link(temp, self.path)  # fails if the name exists: the file appears whole
+            return True
+        except FileExistsError:
+            return False
+        finally:
+            os.remove(temp)
+
+    def read(self) -> tuple[bytes, float, object] | None:
+        try:
+            with open(self.path, "rb") as f:
+                stat = os.fstat(f.fileno())
+                return f.read(), time.time() - stat.st_mtime, (stat.st_ino, stat.st_mtime_ns)
+        except FileNotFoundError:
+            return None
+
+    def replace(self, text: bytes, version: object) -> bool:
+        """Replaces the lease read as `version`; False if it changed since."""
+        with self._locked():
+            found = self.read()
+            if found is None or found[2] != version:
+                return False
+            os.replace(self._complete(text), self.path)
+            return True
+
+    def renew(self, text: bytes, owner: str) -> bool:
+        with self._locked():
+            found = self.read()
+            if found is None or _owner(found[0]) != owner:
+                return False
+            os.replace(self._complete(text), self.path)
+            return True
+
+    def delete_if(self, owner: str) -> None:
+        with self._locked():
+            found = self.read()
+            if found is None or _owner(found[0]) != owner:
+                return
+            os.remove(self.path)
+        # A run stopped before it wrote anything leaves no folder behind.
+        with contextlib.suppress(OSError):
+            os.remove(self.path + ".lock")
+            os.rmdir(os.path.dirname(self.path))  # fails unless empty
+
+    def _complete(self, text: bytes) -> str:
+        temp = f"{self.path}.tmp-{uuid.uuid4().hex[:8]}"
+        with open(temp, "wb") as f:
+            f.write(text)
+        return temp
+
+    @contextlib.contextmanager
+    def _locked(self):
+        with open(self.path + ".lock", "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            yield
+
+
+class _GcsStore:
+    """The lease as a Cloud Storage object, changed only under generation preconditions."""
+
+    def __init__(self, uri: str):
+        self.path = uri
+        bucket, name = split_gcs(uri)
+        self._blob = _client().bucket(bucket).blob(name)
+
+    def create(self, text: bytes) -> bool:
+        from google.api_core import exceptions
+
+        try:
+            self._blob.upload_from_string(text, if_generation_match=0)
+            return True
+        except exceptions.PreconditionFailed:
+            return False
+
+    def read(self) -> tuple[bytes, float, object] | None:
+        from google.api_core import exceptions
+
+        try:
+            self._blob.reload()
+            generation, updated = self._blob.generation, self._blob.updated
+            text = self._blob.download_as_bytes(if_generation_match=generation)
+        except (exceptions.NotFound, exceptions.PreconditionFailed):
+            return None
+        return text, time.time() - updated.timestamp(), generation
+
+    def replace(self, text: bytes, version: object) -> bool:
+        from google.api_core import exceptions
+
+        try:
+            self._blob.upload_from_string(text, if_generation_match=version)
+            return True
+        except (exceptions.PreconditionFailed, exceptions.NotFound):
+            return False
+
+    def renew(self, text: bytes, owner: str) -> bool:
+        found = self.read()
+        return found is not None and _owner(found[0]) == owner and self.replace(text, found[2])
+
+    def delete_if(self, owner: str) -> None:
+        from google.api_core import exceptions
+
+        found = self.read()
+        if found is not None and _owner(found[0]) == owner:
+            with contextlib.suppress(exceptions.PreconditionFailed, exceptions.NotFound):
+                self._blob.delete(if_generation_match=found[2])
+
+
+def _owner(text: bytes) -> str | None:
+    holder = _holder(text)
+    return holder.owner if holder else None
+
+
+def _client():
+    from google.cloud import storage  # type: ignore[attr-defined]  # a namespace package
+
+    if os.environ.get("STORAGE_EMULATOR_HOST"):
+        from google.auth.credentials import AnonymousCredentials
+
+        return storage.Client(project="emulator", credentials=AnonymousCredentials())
+    return storage.Client()
