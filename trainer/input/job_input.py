@@ -275,7 +275,7 @@ def prepare(
     seed's disjoint hold-outs (a bag's, `trainer/job/bagging.py`)."""
     schema = None
     if job.exists():
-        schema = Schema.from_json(job_dir_lib.read_text(job.schema), path=job.schema)
+        schema = Schema.from_document(job_dir_lib.read_json(job.schema), path=job.schema)
     elif not scan_if_new and (
         stage_tables or any(_recorded_by_chief(d) for d in (train_data, eval_data))
     ):
@@ -485,4 +485,4 @@ def _wait_for_schema(job: job_dir_lib.JobDir, wait_secs: float) -> Schema:
             logging.INFO, "Waiting for the chief's schema in %s.", 30, job.root
         )
         time.sleep(1.0)
-    return Schema.from_json(job_dir_lib.read_text(job.schema), path=job.schema)
+    return Schema.from_document(job_dir_lib.read_json(job.schema), path=job.schema)

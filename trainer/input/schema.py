@@ -262,7 +262,11 @@ class Schema:
 
     @classmethod
     def from_json(cls, text: str, *, path: str = "schema.json") -> Schema:
-        data = json.loads(text)
+        return cls.from_document(json.loads(text), path=path)
+
+    @classmethod
+    def from_document(cls, data: dict, *, path: str = "schema.json") -> Schema:
+        """The schema of schema.json's parsed JSON (`path` names it in errors)."""
         if data.get("version") != SCHEMA_VERSION:
             raise InputError(
                 f"{path} was written by another version of this trainer (schema "

@@ -127,7 +127,7 @@ def _same_label(schema: Schema, bags: Sequence[str]) -> None:
     """Every bag learned the same label (classes in the same order, the same scaling)."""
     for root in bags:
         path = job_dir_lib.join(root, "schema.json")
-        label = Schema.from_json(job_dir_lib.read_text(path), path=path).label
+        label = Schema.from_document(job_dir_lib.read_json(path), path=path).label
         if label != schema.label:
             raise TrainingError(
                 f"bag {root} learned label {label} but the job's is {schema.label}: its data "

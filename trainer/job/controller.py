@@ -50,7 +50,7 @@ from trainer.search.record import (
     finite_metrics,
 )
 from trainer.search.rules import Search
-from trainer.storage.job_dir import ReplicaWrites
+from trainer.storage.job_dir import PERIODIC, ReplicaWrites, is_damage
 
 # What the objective a search chooses by is measured on, for the "chose" line.
 _OBJECTIVE_OF = {
@@ -112,7 +112,9 @@ class Controller:
             Preempted: SIGTERM; the running iteration was checkpointed where it stopped.
         """
         self.records = record_lib.finished(self.writes.job)
-        self.chosen = self.restore(self.records) if self.records else None
+        self.chosen = self._restore_intact()
+        if self.writes.is_chief:  # records past a damaged one built on it: trained again
+            self.writes.job.set_aside_records(len(self.records))
         if self.records:
             logging.info(
                 "Resuming %s: iterations 0..%d are finished.",
@@ -149,6 +151,58 @@ class Controller:
                 last - 1,
             )
 
+    def _restore_intact(self) -> FrozenEnsemble | None:
+        """The last finished iteration's chosen ensemble whose frozen weights can be read;
+        the iterations after it (their weights damaged) are dropped from `records`, to be
+        trained again."""
+        while self.records:
+            try:
+                return self.restore(self.records)
+            except tf.errors.OpError as e:
+                if not is_damage(e):
+                    raise
+                t = self.records[-1].iteration
+                logging.warning(
+                    "The frozen weights of iteration %d (%s) cannot be read (%s): it is "
+                    "trained again.",
+                    t,
+                    self.writes.job.frozen_prefix(t),
+                    e.message.splitlines()[0][:200],
+                )
+                self.records = self.records[:-1]
+        return None
+
+    def _resume_iteration(self, checkpoint: tf.train.Checkpoint, t: int) -> str | None:
+        """Restores the newest periodic checkpoint of iteration `t` that can be read (an older
+        one where the newest is damaged; the state file that names them is not needed);
+        None: none can, the iteration starts afresh."""
+        directory = self.writes.iteration_checkpoints(t)
+        numbers = []
+        if tf.io.gfile.isdir(directory):
+            names = tf.io.gfile.listdir(directory)
+            numbers = sorted(
+                (int(m.group(1)) for n in names if (m := PERIODIC.match(n))), reverse=True
+            )
+        for number in numbers:
+            prefix = f"{directory}/ckpt-{number}"
+            try:
+                checkpoint.restore(
+                    prefix, options=self.models.checkpoint_options
+                ).assert_existing_objects_matched()
+                return prefix
+            except tf.errors.OpError as e:
+                if not is_damage(e):
+                    raise
+                logging.warning(
+                    "Iteration %d: the checkpoint %s cannot be read (%s); trying an older one.",
+                    t,
+                    prefix,
+                    e.message.splitlines()[0][:200],
+                )
+        if numbers:
+            logging.warning("Iteration %d: no checkpoint of it can be read; it starts afresh.", t)
+        return None
+
     def restore(self, records: list[IterationRecord], *, local: bool = False) -> FrozenEnsemble:
         """The last record's chosen ensemble, rebuilt (under no strategy if `local`)."""
         return self.models.restore(records, self.writes.job, local=local)
@@ -160,14 +214,12 @@ class Controller:
         proposal = self.search.propose(t, [m.builder for m in previous.members] if previous else [])
         iteration = self.models.iteration(proposal, previous)
         checkpoint = iteration.checkpoint()
+        latest = self._resume_iteration(checkpoint, t)
+        self.writes.drop_checkpoint_state(t)  # damaged, or naming a damaged checkpoint
         manager = tf.train.CheckpointManager(
             checkpoint, self.writes.iteration_checkpoints(t), max_to_keep=2
         )  # the latest two: an evaluator may be reading the older one
-        latest = tf.train.latest_checkpoint(self.writes.job.iteration_checkpoints(t))
         if latest:
-            checkpoint.restore(
-                latest, options=self.models.checkpoint_options
-            ).assert_existing_objects_matched()
             logging.info(
                 "Iteration %d: resumed from %s at step %d.", t, latest, int(iteration.step.numpy())
             )

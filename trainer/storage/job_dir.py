@@ -5,6 +5,7 @@ Layout::
     JOB_DIR/
       schema.json               columns, statistics, label (the encoding, written once)
       run.json                  the flags that define the search (checked on resume)
+      lease.json                while a trainer writes the job dir: who (trainer/storage/lease.py)
       checkpoints/
         iteration-<t>/          periodic checkpoints of the running iteration
         frozen-<t>/             the chosen ensemble of iteration t (weights)
@@ -49,12 +50,23 @@ import tempfile
 import uuid
 
 import tensorflow as tf
+from absl import logging
 
 from trainer.errors import InputError
 from trainer.storage import files as storage
 from trainer.storage.paths import OutputDirs, join
 
 _RECORD = re.compile(r"iteration-(\d+)\.json$")
+PERIODIC = re.compile(r"ckpt-(\d+)\.index$")  # a periodic checkpoint of an iteration
+
+
+def is_damage(error: tf.errors.OpError) -> bool:
+    """Whether reading a checkpoint failed for its files (cut short, emptied, missing: "not an
+    sstable", "file is too short"; TensorFlow's reader raises these as any OpError), not for a
+    storage service that may answer next time."""
+    return not isinstance(error, storage.TRANSIENT_ERRORS)
+
+
 _TEMP_MARK = ".tmp-"
 MODEL_MARKER = "saved_model.pb"
 _SAVED_MODEL_ENTRIES = {"variables", "assets", "fingerprint.pb", "keras_metadata.pb"}
@@ -77,8 +89,23 @@ def write_json(path: str, value) -> None:
     write_atomically(path, json.dumps(value, indent=1, sort_keys=False) + "\n")
 
 
+class Damaged(InputError):
+    """A job dir file that cannot be read: empty, cut short or not JSON. Every file is written
+    whole (`write_atomically`), so this is damage from outside the trainer (a copy cut short,
+    a disk fault, an edit)."""
+
+
 def read_json(path: str):
-    return json.loads(read_text(path))
+    """The JSON value of `path`; Damaged, naming it, when it is not JSON."""
+    text = read_text(path)
+    try:
+        return json.loads(text)
+    except ValueError as e:
+        what = "empty" if not text.strip() else f"not JSON: {e}"
+        raise Damaged(
+            f"{path} is damaged ({what}): it was cut short or changed outside the trainer. "
+            "Restore it from a copy, or give a new --job_dir to start afresh."
+        ) from None
 
 
 def read_text(path: str) -> str:
@@ -180,7 +207,11 @@ class JobDir:
         """The report of a job that was complete, with its model (None: it was not)."""
         if not (self.has_model() and tf.io.gfile.exists(self.report)):
             return None
-        report = read_json(self.report)
+        try:
+            report = read_json(self.report)
+        except Damaged as e:  # written again at the job's end
+            logging.warning("%s The job's end runs again to rewrite it.", e)
+            return None
         return report if report.get("status") == "complete" else None
 
     def stamp_model(self, source: dict) -> None:
@@ -191,10 +222,19 @@ class JobDir:
     def exported_from(self) -> dict | None:
         """What the complete model in the model dir was exported from (`stamp_model`); None
         when there is no complete model, or no stamp of it here."""
-        if not (self.has_model() and tf.io.gfile.exists(self.model_stamp)):
+        stamp = self._stamp()
+        return stamp["source"] if stamp and self.has_model() and self._stamped_here(stamp) else None
+
+    def _stamp(self) -> dict | None:
+        """model.json, or None where there is none or it is damaged (the model is then
+        exported again, as one without a stamp is)."""
+        if not tf.io.gfile.exists(self.model_stamp):
             return None
-        stamp = read_json(self.model_stamp)
-        return stamp["source"] if self._stamped_here(stamp) else None
+        try:
+            return read_json(self.model_stamp)
+        except Damaged as e:
+            logging.warning("%s The model is exported again.", e)
+            return None
 
     def _relative(self, path: str) -> str:
         inside = self.root.rstrip("/") + "/"
@@ -246,7 +286,7 @@ class JobDir:
             )
         if not self.has_model():
             return
-        stamp = read_json(self.model_stamp) if tf.io.gfile.exists(self.model_stamp) else None
+        stamp = self._stamp()
         if stamp is None and not self.exists():
             raise InputError(
                 f"{flag} {self.model} holds a model this job did not export (a new job, with "
@@ -284,8 +324,25 @@ class JobDir:
             if t != len(documents):
                 break
             path = self.record_path(t)
-            documents.append((path, read_json(path)))
+            try:
+                documents.append((path, read_json(path)))
+            except Damaged as e:  # the chief sets it aside: `set_aside_records`
+                logging.warning("%s Iterations from %d are trained again.", e, t)
+                break
         return documents
+
+    def set_aside_records(self, first: int) -> None:
+        """Renames the records of iterations from `first` on (a damaged one, and those that
+        built on it) to `iteration-<t>.json.set-aside`, so that the job trains them again
+        and never reads them; nothing is deleted."""
+        if not tf.io.gfile.isdir(self.checkpoints):
+            return
+        for name in sorted(tf.io.gfile.listdir(self.checkpoints)):
+            m = _RECORD.match(name)
+            if m and int(m.group(1)) >= first:
+                path = join(self.checkpoints, name)
+                tf.io.gfile.rename(path, path + ".set-aside", overwrite=True)
+                logging.warning("Set %s aside (as %s.set-aside).", path, name)
 
     def publish_record(self, iteration: int, document: dict) -> None:
         """Publishes a finished iteration's record (its frozen weights are written first: the
@@ -348,6 +405,20 @@ class ReplicaWrites:
     def logs(self) -> str | None:
         """The TensorBoard dir (None: no summaries from this replica)."""
         return self.job.logs if self.is_chief else None
+
+    def drop_checkpoint_state(self, t: int) -> None:
+        """Deletes iteration `t`'s checkpoint state file (`checkpoint`, which names its
+        periodic checkpoints) when it cannot be read: the next save writes it again."""
+        directory = self.iteration_checkpoints(t)
+        try:
+            tf.train.get_checkpoint_state(directory)
+        except Exception as e:  # ValueError or a text_format.ParseError, from the file's text
+            logging.warning(
+                "%s/checkpoint is damaged (%s): deleted; the next checkpoint writes it again.",
+                directory,
+                str(e).splitlines()[0][:200] if str(e) else type(e).__name__,
+            )
+            tf.io.gfile.remove(join(directory, "checkpoint"))
 
     def publish_record(self, iteration: int, document: dict) -> None:
         if self.is_chief:
