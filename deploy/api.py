@@ -192,6 +192,14 @@ def int64(value: int) -> str:
     return str(int(value))
 
 
+def file_stem(display_name: str) -> str:
+    """A display name as part of a file name: letters, digits, `.`, `_` and `-` kept, every
+    other run of characters (`/`, spaces, `..` at the start) a hyphen, so that a display name
+    (any text, to Vertex AI) never names a path outside the folder the file goes in."""
+    stem = re.sub(r"[^A-Za-z0-9._-]+", "-", display_name).lstrip(".-")[:100]
+    return stem or "job"
+
+
 def positive(name: str, value: int) -> int:
     if not isinstance(value, int) or value < 1:
         raise DeployError(f"{name} ({value!r}) must be a positive integer.")

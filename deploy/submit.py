@@ -781,7 +781,7 @@ def submit(
         dist_dir=dist_dir,
     )
     submission = staged.job
-    spec_path = os.path.join(dist_dir, f"custom-job-{display_name}.yaml")
+    spec_path = os.path.join(dist_dir, f"custom-job-{api.file_stem(display_name)}.yaml")
     write_yaml(spec_path, submission.body()["jobSpec"])
     send_or_show(staged, cloud, dry_run=dry_run, out=out)
     print(

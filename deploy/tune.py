@@ -499,7 +499,7 @@ def tune(
         dist_dir=dist_dir,
     )
     job = staged.job
-    spec_path = os.path.join(dist_dir, f"hp-tuning-job-{display_name}.yaml")
+    spec_path = os.path.join(dist_dir, f"hp-tuning-job-{api.file_stem(display_name)}.yaml")
     body = job.body()
     submit.write_yaml(  # the trial counts go on gcloud's command line
         spec_path,

@@ -873,3 +873,19 @@ def test_the_estimates_trainer_defaults_are_the_trainers():
 
     trainers = {name: task.FLAGS[name].default for name in submit.TRAINER_DEFAULTS}
     assert trainers == submit.TRAINER_DEFAULTS
+
+
+def test_a_display_name_never_names_a_path_outside_the_dist_dir(tmp_path, capsys):
+    """Before: `--display_name=../../x` wrote custom-job-../../x.yaml, two folders up."""
+    dist = tmp_path / "a" / "dist"
+    args = [
+        "--project=my-project",
+        "--output_dir=gs://test-bucket/runs/1",
+        f"--dist_dir={dist}",
+        "--display_name=../../escaped census",
+        "--dry_run",
+    ]
+    assert submit.main(args) == 0
+    assert sorted(p.name for p in dist.iterdir()) == ["custom-job-escaped-census.yaml"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a"]
+    assert '"displayName": "../../escaped census"' in capsys.readouterr().out
