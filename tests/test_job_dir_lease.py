@@ -101,6 +101,11 @@ def test_a_lease_on_cloud_storage_is_taken_under_generation_preconditions(gcs, b
         assert json.loads(blob.download_as_bytes())["pid"] == os.getpid()
 
 
+def test_a_lease_that_cannot_be_written_is_one_line(gcs):
+    with pytest.raises(InputError, match=r"cannot take its lease, gs://no-such-bucket-7/job/"):
+        lease.take("gs://no-such-bucket-7/job")
+
+
 def _pair(data, job) -> list[subprocess.CompletedProcess]:
     args = [
         sys.executable, "-m", "trainer.task", f"--train_data={data}", "--label_column=target",

@@ -75,7 +75,22 @@ class Holder:
 
 def take(job_dir: str, *, job: str = "") -> Lease:
     """The lease of `job_dir` for this process, taken or taken over (see the module's
-    docstring); InputError naming the holder when another live trainer holds it."""
+    docstring); InputError naming the holder when another live trainer holds it, or the
+    storage error when the lease cannot be read or written."""
+    try:
+        return _take(job_dir, job)
+    except (InputError, KeyboardInterrupt):
+        raise
+    except Exception as e:  # OSError, or Cloud Storage's (credentials, permissions, network)
+        detail = str(e).splitlines()[0][:300] if str(e) else "no detail"
+        raise InputError(
+            f"--job_dir {job_dir}: cannot take its lease, {join(job_dir, NAME)} "
+            f"({type(e).__name__}: {detail}). Check the path and the credentials "
+            "(GOOGLE_APPLICATION_CREDENTIALS or the job's service account)."
+        ) from None
+
+
+def _take(job_dir: str, job: str) -> Lease:
     me = Holder.here(job)
     store = (
         _GcsStore(as_gcs(join(job_dir, NAME)))
