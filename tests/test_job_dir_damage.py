@@ -138,3 +138,13 @@ def _parses(state_file: Path) -> bool:
         return True
     except Exception:
         return False
+
+
+def test_the_evaluator_waits_out_a_damaged_checkpoint_state_file(tmp_path):
+    from trainer.job import evaluator
+
+    (tmp_path / "checkpoint").write_text('model_checkpoint_path: "ckpt-4')  # cut short
+    assert evaluator._latest_checkpoint(str(tmp_path)) is None
+    (tmp_path / "checkpoint").write_text('model_checkpoint_path: "ckpt-4"\n')
+    (tmp_path / "ckpt-4.index").write_bytes(b"")  # what latest_checkpoint looks for
+    assert evaluator._latest_checkpoint(str(tmp_path)) == str(tmp_path / "ckpt-4")

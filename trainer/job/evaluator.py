@@ -97,7 +97,7 @@ def run(config: RunConfig, *, chief: ChiefWatch | None, poll_secs: float = 5.0) 
                 evaluations.append(evaluation_)
                 _publish(job, i, evaluation_)
         finished = t
-        latest = tf.train.latest_checkpoint(job.iteration_checkpoints(t))
+        latest = _latest_checkpoint(job.iteration_checkpoints(t))
         if latest and latest not in seen:
             seen.add(latest)
             if t not in iterations:
@@ -116,14 +116,26 @@ def run(config: RunConfig, *, chief: ChiefWatch | None, poll_secs: float = 5.0) 
         _wait(poll_secs, chief)
 
 
+def _latest_checkpoint(directory: str) -> str | None:
+    """The newest checkpoint its state file names; None while there is none, or while the
+    state file cannot be read (damaged: the chief's next checkpoint writes it again)."""
+    try:
+        return tf.train.latest_checkpoint(directory)
+    except Exception as e:  # ValueError or a text_format.ParseError, from the file's text
+        logging.info("Evaluator: %s/checkpoint cannot be read (%s); waiting.", directory, e)
+        return None
+
+
 def _evaluate(
     evaluator: _Evaluator, iteration, checkpoint: str, records: list[IterationRecord]
 ) -> dict | None:
     """`iteration` at `checkpoint`, after the finished `records`."""
     try:
         iteration.checkpoint().read(checkpoint).expect_partial()
-    except (tf.errors.NotFoundError, tf.errors.DataLossError) as e:
-        # The chief replaced it meanwhile (it keeps the latest two).
+    except tf.errors.OpError as e:
+        if not job_dir_lib.is_damage(e):
+            raise
+        # The chief replaced it meanwhile (it keeps the latest two), or it is damaged.
         logging.info(
             "Evaluator: could not read %s (%s); waiting for the next.",
             checkpoint,
