@@ -105,7 +105,7 @@ class ConvertedVertexJob:
 
 @dataclasses.dataclass(frozen=True)
 class Conversion:
-    """What `convert_csv` wrote."""
+    """What `convert` wrote."""
 
     instances_dir: str
     files: tuple[str, ...]

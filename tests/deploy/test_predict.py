@@ -16,11 +16,7 @@ from tests.support import REPO
 def test_endpoint_predictions_come_through_raw_predict(cloud_sdk, predictor, census_rows):
     fake, cloud = cloud_sdk
     fake.predictor = predictor.predict
-    published = publish.publish(
-        cloud,
-        publish.Deployment(model_dir="gs://test-bucket/model", display_name="m", endpoint_name="e"),
-    )
-    endpoint_id = published.endpoint.rsplit("/", 1)[1]
+    endpoint_id = _deployed(cloud)
     answer = predict.predict_endpoint(cloud, endpoint_id, census_rows[:3])
     local = predictor.predict(census_rows[:3])
     assert [a["classes"] for a in answer] == [p["classes"] for p in local]
@@ -29,6 +25,15 @@ def test_endpoint_predictions_come_through_raw_predict(cloud_sdk, predictor, cen
     )
     sent = fake.bodies("endpoints.rawPredict")
     assert sent == [predict.predict_request(cloud, endpoint_id, census_rows[:3]).body]
+
+
+def _deployed(cloud) -> str:
+    """The id of an endpoint of the fake service with gs://test-bucket/model deployed."""
+    published = publish.publish(
+        cloud,
+        publish.Deployment(model_dir="gs://test-bucket/model", display_name="m", endpoint_name="e"),
+    )
+    return published.endpoint.rsplit("/", 1)[1]
 
 
 def test_read_instances_takes_jsonl_and_json(tmp_path):
@@ -81,11 +86,7 @@ def test_an_endpoint_gets_every_field_with_a_missing_number_as_nan(
     fake.predictor = serving
     blob = gcs.bucket("test-bucket").blob("model/saved_model.pb")
     blob.upload_from_filename(f"{census_model}/saved_model.pb")  # the signature is read from it
-    published = publish.publish(
-        cloud,
-        publish.Deployment(model_dir="gs://test-bucket/model", display_name="m", endpoint_name="e"),
-    )
-    endpoint_id = published.endpoint.rsplit("/", 1)[1]
+    endpoint_id = _deployed(cloud)
     numbers = [n for n, kind in predictor.fields.kinds.items() if kind == "number"]
     texts = [n for n, kind in predictor.fields.kinds.items() if kind == "string"]
     row = census_rows[0]
@@ -110,11 +111,7 @@ def test_an_endpoint_gets_every_field_with_a_missing_number_as_nan(
 def test_an_endpoint_refusal_is_a_prediction_error_with_its_message(cloud_sdk, predictor):
     fake, cloud = cloud_sdk
     fake.predictor = predictor.predict
-    published = publish.publish(
-        cloud,
-        publish.Deployment(model_dir="gs://test-bucket/model", display_name="m", endpoint_name="e"),
-    )
-    endpoint_id = published.endpoint.rsplit("/", 1)[1]
+    endpoint_id = _deployed(cloud)
     with pytest.raises(predict.PredictionError, match=r"^400: .*instance 0.*'age'"):
         predict.predict_endpoint(cloud, endpoint_id, [{"age": "old"}])
     fake.problems.clear()  # the refusal was the point
