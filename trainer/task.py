@@ -13,6 +13,7 @@ import gc
 import signal
 import sys
 import time
+from collections.abc import Iterator
 
 STARTED = time.monotonic()  # before the imports: a --time_budget_secs counts them
 
@@ -264,17 +265,22 @@ def _tracker(
     return experiments.VertexExperiment(target, params=experiments.params_of(values))
 
 
+@contextlib.contextmanager
 def _lease(
     config: config_lib.RunConfig, environment: Environment, cluster: cluster_lib.Cluster
-) -> contextlib.AbstractContextManager:
-    """The job dir's lease (`trainer/storage/lease.py`), held by the replica that writes it:
-    the chief, or the one machine; the cluster's other replicas share it."""
+) -> Iterator[None]:
+    """The job dir's lease (`trainer/storage/lease.py`), held by the replica that writes it
+    (the chief, or the one machine; the cluster's other replicas share it) and released
+    however the run ends, a signal's immediate exit included."""
     if not cluster.is_chief:
-        return contextlib.nullcontext()
+        yield
+        return
     root = JobDir.of(config.outputs).root
     storage.check_writable(root, flag="--job_dir")  # a bad path is named before the lease
     job = "/".join(filter(None, (environment.job_id, environment.trial_id)))
-    return lease.take(root, job=job)
+    held = lease.take(root, job=job)
+    with held, preemption.before_exit_now(held.release):
+        yield
 
 
 def _job_complete(config: config_lib.RunConfig) -> str | None:

@@ -155,9 +155,26 @@ class Notice:
             _exit_now(signum, "a replica of a synchronous cluster cannot checkpoint alone")
 
 
+_before_exit: list[Callable[[], None]] = []
+
+
+@contextlib.contextmanager
+def before_exit_now(cleanup: Callable[[], None]) -> Iterator[None]:
+    """Runs `cleanup` before a signal ends the process at once (`os._exit`: nothing unwinds),
+    within the span: for what must not outlive the process (the job dir's lease)."""
+    _before_exit.append(cleanup)
+    try:
+        yield
+    finally:
+        _before_exit.remove(cleanup)
+
+
 def _exit_now(signum: int, why: str) -> None:
     print(stopped_line(signum, f"{signal.Signals(signum).name} {why}"), file=sys.stderr, flush=True)
     sys.stdout.flush()
+    for cleanup in reversed(_before_exit):
+        with contextlib.suppress(Exception):  # exiting regardless
+            cleanup()
     os._exit(exit_code(signum))
 
 
