@@ -46,7 +46,7 @@ def test_a_live_holder_is_named_and_the_second_trainer_refused(tmp_path):
         ({"boot": "an-earlier-boot"}, "before this machine restarted"),
         ({"host": "elsewhere", "job": "123"}, "the same Vertex AI job (123), restarted"),
         ({"host": "elsewhere", "age": 3 * lease.STALE_SECS}, "gave no heartbeat for"),
-        ({"damaged": True}, "could not be read"),
+        ({"damaged": True, "age": 60}, "could not be read"),
     ],
 )
 def test_a_holder_that_cannot_be_writing_is_taken_over(tmp_path, caplog, changes, why):
@@ -62,6 +62,27 @@ def test_a_holder_that_cannot_be_writing_is_taken_over(tmp_path, caplog, changes
     with lease.take(str(tmp_path / "job"), job="123" if "job" in changes else ""):
         assert json.loads(path.read_text())["pid"] == os.getpid()
     assert why in caplog.text and "Took over the lease" in caplog.text
+
+
+def test_an_unreadable_lease_a_moment_old_is_one_being_written(tmp_path):
+    path = tmp_path / "job" / lease.NAME
+    path.parent.mkdir()
+    path.write_bytes(b"")
+    with pytest.raises(InputError, match=r"another trainer \(its lease is being written"):
+        lease.take(str(tmp_path / "job"))
+
+
+def test_without_hard_links_the_lease_is_created_exclusively(tmp_path, monkeypatch):
+    def no_links(source, target):
+        raise PermissionError(1, "Operation not permitted")
+
+    monkeypatch.setattr(os, "link", no_links)
+    job = tmp_path / "job"
+    with lease.take(str(job)):
+        assert json.loads((job / lease.NAME).read_text())["pid"] == os.getpid()
+        with pytest.raises(InputError, match="is being written by another trainer"):
+            lease.take(str(job))
+    assert not job.exists()
 
 
 def test_a_live_holder_elsewhere_with_a_recent_heartbeat_is_not_taken_over(tmp_path):

@@ -43,6 +43,9 @@ from trainer.storage.paths import as_gcs, is_fuse, is_gcs, join, split_gcs
 NAME = "lease.json"
 BEAT_SECS = 20.0
 STALE_SECS = 120.0  # six missed heartbeats: a holder this quiet is gone
+# An unreadable lease younger than this may be one another trainer is writing (where a file
+# system has no hard links, a lease is created empty, then written).
+_BEING_WRITTEN_SECS = 10.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -107,9 +110,9 @@ def _take(job_dir: str, job: str) -> Lease:
         holder = _holder(document)
         why = _why_taken_over(holder, age, me)
         if why is None:
-            assert holder is not None
+            described = holder.described() if holder else "its lease is being written"
             raise InputError(
-                f"--job_dir {job_dir} is being written by another trainer ({holder.described()}"
+                f"--job_dir {job_dir} is being written by another trainer ({described}"
                 f", last heartbeat {age:.0f} s ago): two trainers on one job dir would each "
                 "train the whole job and overwrite each other's checkpoints. Wait for it to "
                 "end, or stop it, then run this command again to resume; or give another "
@@ -174,6 +177,8 @@ def _holder(document: bytes | None) -> Holder | None:
 def _why_taken_over(holder: Holder | None, age: float, me: Holder) -> str | None:
     """Why the lease `holder` holds (its heartbeat `age` seconds old) is taken over; None
     while that holder may still be writing."""
+    if holder is None and age < _BEING_WRITTEN_SECS:
+        return None  # another trainer's, created a moment ago and being written
     if holder is None:
         return "its lease file could not be read (a damaged or partial write)"
     if me.job and holder.job == me.job:
@@ -219,8 +224,19 @@ class _LocalStore:
             return True
         except FileExistsError:
             return False
+        except OSError:  # a file system without hard links: created exclusively, then written
+            return self._create_exclusively(text)
         finally:
             os.remove(temp)
+
+    def _create_exclusively(self, text: bytes) -> bool:
+        try:
+            fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        except FileExistsError:
+            return False
+        with os.fdopen(fd, "wb") as f:
+            f.write(text)
+        return True
 
     def read(self) -> tuple[bytes, float, object] | None:
         try:
