@@ -122,6 +122,10 @@ def test_a_damaged_file_is_named_in_one_line_or_the_job_resumes(
     # checkpoints, which the resume does not need: it lists them).
     still_read = name.endswith("/checkpoint") and cut == "half" and _parses(damaged)
     assert said in output or still_read, output[-3000:]
+    if stage == "mid" and "-0" in name:  # iteration 0 set aside: iteration 1, which trained
+        # on its ensemble, starts afresh
+        assert f"Deleted {job / 'checkpoints' / 'iteration-1'}" in output, output[-3000:]
+        assert "Iteration 1: resumed from" not in output, output[-3000:]
     report = load_report(job)
     assert report["status"] == "complete"
     assert [r["iteration"] for r in report["iterations"]] == list(range(ITERATIONS))

@@ -43,6 +43,8 @@ def test_a_live_holder_is_named_and_the_second_trainer_refused(tmp_path):
     "changes, why",
     [
         ({"pid": 2**22 + 12345}, "has ended"),  # above any pid_max: no such process
+        ({"started": "1"}, "has ended"),  # this test's pid, reused by a later process
+        ({"pid": 2**22 + 12345, "pid_space": "", "started": ""}, "has ended"),  # an older lease
         ({"boot": "an-earlier-boot"}, "before this machine restarted"),
         ({"host": "elsewhere", "job": "123"}, "the same Vertex AI job (123), restarted"),
         ({"host": "elsewhere", "age": 3 * lease.STALE_SECS}, "gave no heartbeat for"),
@@ -85,11 +87,47 @@ def test_without_hard_links_the_lease_is_created_exclusively(tmp_path, monkeypat
     assert not job.exists()
 
 
-def test_a_live_holder_elsewhere_with_a_recent_heartbeat_is_not_taken_over(tmp_path):
+@pytest.mark.parametrize(
+    "changes",
+    [{"host": "elsewhere", "pid": 7}, {"pid": 7, "pid_space": "pid:[1]"}],
+    ids=["another-host", "another-container"],  # whose process ids this machine cannot check
+)
+def test_a_live_holder_elsewhere_with_a_recent_heartbeat_is_not_taken_over(tmp_path, changes):
     path = tmp_path / "job" / lease.NAME
-    _write_lease(path, host="elsewhere", pid=7)
-    with pytest.raises(InputError, match=r"process 7 on elsewhere.*last heartbeat \d+ s ago"):
+    _write_lease(path, **changes)
+    with pytest.raises(InputError, match=r"process 7 on .*last heartbeat \d+ s ago"):
         lease.take(str(tmp_path / "job"))
+
+
+def test_a_lease_that_cannot_be_deleted_at_the_end_is_a_warning(tmp_path, caplog, monkeypatch):
+    held = lease.take(str(tmp_path / "job"))
+
+    def fails(owner):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(held._store, "delete_if", fails)
+    held.release()
+    assert "could not be deleted ([Errno 13] Permission denied)" in caplog.text
+
+
+def test_a_holder_that_cannot_renew_its_lease_stops_before_another_may_take_it(tmp_path):
+    """A heartbeat failing for STALE_SECS - 2 x BEAT_SECS ends the process in one line."""
+    program = f"""
+import time
+from trainer.storage import lease
+lease.BEAT_SECS, lease.STALE_SECS = 0.05, 0.5
+held = lease.take({str(tmp_path / "job")!r})
+def fails(text, owner):
+    raise OSError(5, "Input/output error")
+held._store.renew = fails
+time.sleep(30)
+"""
+    result = subprocess.run(
+        [sys.executable, "-c", program], cwd=REPO, capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 1, result.stderr[-2000:]
+    (line,) = [x for x in result.stderr.splitlines() if x.startswith("error:")]
+    assert "could not renew the lease of this job dir" in line and "Input/output error" in line
 
 
 def test_the_heartbeat_renews_the_lease_and_a_lost_one_is_not_deleted(tmp_path, monkeypatch):
@@ -120,6 +158,28 @@ def test_a_lease_on_cloud_storage_is_taken_under_generation_preconditions(gcs, b
     blob.upload_from_string(json.dumps({**json.loads(lease.Holder.here("").text()), "pid": 2**23}))
     with lease.take(job):
         assert json.loads(blob.download_as_bytes())["pid"] == os.getpid()
+
+
+def test_a_lease_upload_retried_after_its_answer_was_lost_is_taken(gcs, bucket, monkeypatch):
+    """The client retries an upload whose first attempt succeeded unseen: the retry's
+    precondition fails on this run's own lease, which is then held, not refused."""
+    from google.api_core import exceptions
+
+    Blob = type(gcs.client().bucket(bucket).blob("any"))
+    upload = Blob.upload_from_string
+
+    def answer_lost(blob, *args, **kwargs):
+        upload(blob, *args, **kwargs)
+        raise exceptions.PreconditionFailed("conditionNotMet (the retry)")
+
+    monkeypatch.setattr(Blob, "upload_from_string", answer_lost)
+    job = f"gs://{bucket}/runs/lost"
+    held = lease.take(job)
+    monkeypatch.setattr(Blob, "upload_from_string", upload)
+    blob = gcs.client().bucket(bucket).blob("runs/lost/lease.json")
+    assert json.loads(blob.download_as_bytes())["pid"] == os.getpid()
+    held.release()
+    assert not blob.exists()
 
 
 def test_a_lease_that_cannot_be_written_is_one_line(gcs):

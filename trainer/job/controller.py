@@ -50,7 +50,7 @@ from trainer.search.record import (
     finite_metrics,
 )
 from trainer.search.rules import Search
-from trainer.storage.job_dir import PERIODIC, ReplicaWrites, is_damage
+from trainer.storage.job_dir import CHECKPOINT_ERRORS, PERIODIC, ReplicaWrites, is_damage
 
 # What the objective a search chooses by is measured on, for the "chose" line.
 _OBJECTIVE_OF = {
@@ -158,7 +158,7 @@ class Controller:
         while self.records:
             try:
                 return self.restore(self.records)
-            except tf.errors.OpError as e:
+            except CHECKPOINT_ERRORS as e:
                 if not is_damage(e):
                     raise
                 t = self.records[-1].iteration
@@ -167,7 +167,7 @@ class Controller:
                     "trained again.",
                     t,
                     self.writes.job.frozen_prefix(t),
-                    e.message.splitlines()[0][:200],
+                    _first_line(e),
                 )
                 self.records = self.records[:-1]
         return None
@@ -190,14 +190,14 @@ class Controller:
                     prefix, options=self.models.checkpoint_options
                 ).assert_existing_objects_matched()
                 return prefix
-            except tf.errors.OpError as e:
+            except CHECKPOINT_ERRORS as e:
                 if not is_damage(e):
                     raise
                 logging.warning(
                     "Iteration %d: the checkpoint %s cannot be read (%s); trying an older one.",
                     t,
                     prefix,
-                    e.message.splitlines()[0][:200],
+                    _first_line(e),
                 )
         if numbers:
             logging.warning("Iteration %d: no checkpoint of it can be read; it starts afresh.", t)
@@ -475,3 +475,7 @@ def _finished(record: IterationRecord, frozen: FrozenEnsemble, seconds: Seconds)
         frozen.weights.describe(),
     )
     return dataclasses.replace(record, architecture=architecture, seconds=seconds)
+
+
+def _first_line(error: Exception) -> str:
+    return str(error).splitlines()[0][:200] if str(error) else type(error).__name__

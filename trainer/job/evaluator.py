@@ -94,8 +94,9 @@ def run(config: RunConfig, *, chief: ChiefWatch | None, poll_secs: float = 5.0) 
         for i in range(finished, t):
             if not _closed(job, i):
                 evaluation_ = _evaluate_frozen(evaluator, records[: i + 1])
-                evaluations.append(evaluation_)
-                _publish(job, i, evaluation_)
+                if evaluation_ is not None:
+                    evaluations.append(evaluation_)
+                    _publish(job, i, evaluation_)
         finished = t
         latest = _latest_checkpoint(job.iteration_checkpoints(t))
         if latest and latest not in seen:
@@ -132,7 +133,7 @@ def _evaluate(
     """`iteration` at `checkpoint`, after the finished `records`."""
     try:
         iteration.checkpoint().read(checkpoint).expect_partial()
-    except tf.errors.OpError as e:
+    except job_dir_lib.CHECKPOINT_ERRORS as e:
         if not job_dir_lib.is_damage(e):
             raise
         # The chief replaced it meanwhile (it keeps the latest two), or it is damaged.
@@ -163,10 +164,21 @@ def _evaluate(
     return result
 
 
-def _evaluate_frozen(evaluator: _Evaluator, records: list[IterationRecord]) -> dict:
-    """The last of `records`' iterations, finished: its chosen ensemble, frozen."""
+def _evaluate_frozen(evaluator: _Evaluator, records: list[IterationRecord]) -> dict | None:
+    """The last of `records`' iterations, finished: its chosen ensemble, frozen (None: its
+    frozen weights are damaged; the chief trains it again)."""
     record = records[-1]
-    frozen = evaluator.models.restore(records, evaluator.job)
+    try:
+        frozen = evaluator.models.restore(records, evaluator.job)
+    except job_dir_lib.CHECKPOINT_ERRORS as e:
+        if not job_dir_lib.is_damage(e):
+            raise
+        logging.warning(
+            "Evaluator: the frozen weights of iteration %d cannot be read (%s); skipped.",
+            record.iteration,
+            str(e).splitlines()[0][:200],
+        )
+        return None
     metrics = evaluation.evaluate_frozen(
         frozen, evaluator.models.head, evaluator.data.eval_encoded()
     )
@@ -214,24 +226,38 @@ def _eval_path(job: job_dir_lib.JobDir, t: int) -> str:
 
 def _closed(job: job_dir_lib.JobDir, t: int) -> bool:
     """Whether finished iteration `t`'s evaluations already end with its frozen choice."""
-    path = _eval_path(job, t)
-    if not tf.io.gfile.exists(path):
-        return False
-    history = job_dir_lib.read_json(path)
+    history = _history(_eval_path(job, t))
     return bool(history) and history[-1]["checkpoint"] == job.frozen_prefix(t)
 
 
 def _publish(job: job_dir_lib.JobDir, t: int, evaluation: dict) -> None:
     tf.io.gfile.makedirs(job.eval)
     path = _eval_path(job, t)
-    history = job_dir_lib.read_json(path) if tf.io.gfile.exists(path) else []
-    job_dir_lib.write_json(path, history + [evaluation])
+    job_dir_lib.write_json(path, _history(path) + [evaluation])
+
+
+def _history(path: str) -> list[dict]:
+    """An iteration's evaluations so far; none where the file is missing, or damaged (said:
+    the next evaluation writes it again, whole)."""
+    if not tf.io.gfile.exists(path):
+        return []
+    try:
+        return job_dir_lib.read_json(path)
+    except job_dir_lib.Damaged as e:
+        logging.warning("Evaluator: %s Its evaluations start again.", e)
+        return []
 
 
 def _is_complete(job: job_dir_lib.JobDir) -> bool:
+    """Whether the chief has written report.json of a complete job (a damaged one is not:
+    the chief writes it again at the end)."""
     if not tf.io.gfile.exists(job.report):
         return False
-    return job_dir_lib.read_json(job.report).get("status") == "complete"
+    try:
+        return job_dir_lib.read_json(job.report).get("status") == "complete"
+    except job_dir_lib.Damaged as e:
+        logging.info("Evaluator: %s Waiting for the chief's next.", e)
+        return False
 
 
 def _wait(seconds: float, chief: ChiefWatch | None) -> None:

@@ -51,6 +51,7 @@ import uuid
 
 import tensorflow as tf
 from absl import logging
+from google.protobuf import text_format
 
 from trainer.errors import InputError
 from trainer.storage import files as storage
@@ -58,13 +59,26 @@ from trainer.storage.paths import OutputDirs, join
 
 _RECORD = re.compile(r"iteration-(\d+)\.json$")
 PERIODIC = re.compile(r"ckpt-(\d+)\.index$")  # a periodic checkpoint of an iteration
+_PERIODIC_DIR = re.compile(r"iteration-(\d+)$")  # the folder of an iteration's periodic ones
 
 
-def is_damage(error: tf.errors.OpError) -> bool:
-    """Whether reading a checkpoint failed for its files (cut short, emptied, missing: "not an
-    sstable", "file is too short"; TensorFlow's reader raises these as any OpError), not for a
-    storage service that may answer next time."""
-    return not isinstance(error, storage.TRANSIENT_ERRORS)
+# What TensorFlow's checkpoint reader says of a file cut short, emptied or missing (as an
+# OpError of code UNKNOWN): an index "file is too short to be an sstable", "not an sstable
+# (bad magic number)"; a data file "No such file or directory".
+_DAMAGE_TEXTS = ("sstable", "No such file or directory", "Read less bytes", "checksum", "corrupt")
+CHECKPOINT_ERRORS = (tf.errors.OpError, IndexError)  # a data file cut short: IndexError
+
+
+def is_damage(error: Exception) -> bool:
+    """Whether reading a checkpoint failed for its files (cut short, emptied, missing), not
+    for storage that refused or may answer next time (permissions, a network error)."""
+    if isinstance(error, (tf.errors.DataLossError, tf.errors.NotFoundError)):
+        return True
+    if isinstance(error, IndexError):  # "Read less bytes than requested"
+        return True
+    return type(error) in (tf.errors.OpError, tf.errors.UnknownError) and any(
+        text in str(error) for text in _DAMAGE_TEXTS
+    )
 
 
 _TEMP_MARK = ".tmp-"
@@ -334,15 +348,23 @@ class JobDir:
     def set_aside_records(self, first: int) -> None:
         """Renames the records of iterations from `first` on (a damaged one, and those that
         built on it) to `iteration-<t>.json.set-aside`, so that the job trains them again
-        and never reads them; nothing is deleted."""
+        and never reads them; and deletes the periodic checkpoints of iterations after
+        `first`, which trained on the ensembles set aside (iteration `first`'s own, where a
+        run stopped in it, trained on the intact ones: it resumes)."""
         if not tf.io.gfile.isdir(self.checkpoints):
             return
         for name in sorted(tf.io.gfile.listdir(self.checkpoints)):
-            m = _RECORD.match(name)
-            if m and int(m.group(1)) >= first:
-                path = join(self.checkpoints, name)
+            path = join(self.checkpoints, name)
+            if (m := _RECORD.match(name)) and int(m.group(1)) >= first:
                 tf.io.gfile.rename(path, path + ".set-aside", overwrite=True)
                 logging.warning("Set %s aside (as %s.set-aside).", path, name)
+            elif (m := _PERIODIC_DIR.match(name.rstrip("/"))) and int(m.group(1)) > first:
+                tf.io.gfile.rmtree(path)
+                logging.warning(
+                    "Deleted %s: iteration %s's checkpoints built on the iterations set aside.",
+                    path,
+                    m.group(1),
+                )
 
     def publish_record(self, iteration: int, document: dict) -> None:
         """Publishes a finished iteration's record (its frozen weights are written first: the
@@ -412,7 +434,7 @@ class ReplicaWrites:
         directory = self.iteration_checkpoints(t)
         try:
             tf.train.get_checkpoint_state(directory)
-        except Exception as e:  # ValueError or a text_format.ParseError, from the file's text
+        except (ValueError, text_format.ParseError) as e:  # from the file's text
             logging.warning(
                 "%s/checkpoint is damaged (%s): deleted; the next checkpoint writes it again.",
                 directory,

@@ -15,10 +15,13 @@ job finished, or resume it, either of which the user can do by running the comma
 
 Taking and replacing the lease are atomic where the job dir is: on local disk a complete file
 is linked into place (a link fails when the name exists), and a take-over happens under an
-`flock` of `lease.json.lock`; on Cloud Storage (`gs://`, and `/gcs/` mounts through the same
-objects) by generation preconditions: created only where no object is, replaced or deleted only
-where the generation is the one read. A holder whose heartbeat finds the lease taken over stops
-at once (exit 1, one line): the new holder resumes from what was finished.
+`flock` of the job dir itself (of `lease.json.lock` where a file system cannot lock a folder,
+NFS: that file is then left in place); on Cloud Storage (`gs://`, and `/gcs/` mounts through
+the same objects) by generation preconditions: created only where no object is, replaced or
+deleted only where the generation is the one read. A holder whose heartbeat finds the lease
+taken over, or that could not renew it for `STALE_SECS - 2 * BEAT_SECS` (another trainer may
+take it over soon), stops at once (exit 1, one line): the new holder resumes from what was
+finished.
 """
 
 from __future__ import annotations
@@ -58,15 +61,36 @@ class Holder:
     boot: str  # the kernel's boot id: a process id means nothing across reboots
     pid: int
     since: str  # when the lease was taken (UTC, ISO 8601)
+    # The process id's namespace (a container's own) and the process's start (clock ticks
+    # after boot): a pid seen alive is the holder only where both match ("": unknown).
+    pid_space: str = ""
+    started: str = ""
 
     @classmethod
     def here(cls, job: str) -> Holder:
         since = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
-        return cls(uuid.uuid4().hex, job, socket.gethostname(), _boot_id(), os.getpid(), since)
+        pid = os.getpid()
+        return cls(
+            uuid.uuid4().hex,
+            job,
+            socket.gethostname(),
+            _boot_id(),
+            pid,
+            since,
+            _pid_space(),
+            _started(pid),
+        )
 
     @classmethod
     def of(cls, document: dict) -> Holder:
-        return cls(**{f.name: document[f.name] for f in dataclasses.fields(cls)})
+        return cls(
+            **{
+                f.name: document[f.name]
+                if f.default is dataclasses.MISSING
+                else document.get(f.name, f.default)
+                for f in dataclasses.fields(cls)
+            }
+        )
 
     def text(self) -> bytes:
         return json.dumps(dataclasses.asdict(self), indent=2).encode()
@@ -137,10 +161,19 @@ class Lease:
         self._thread.start()
 
     def release(self) -> None:
-        """Stops the heartbeat and deletes the lease, if it is still this run's."""
+        """Stops the heartbeat and deletes the lease, if it is still this run's (a lease that
+        cannot be deleted is said, not raised: the next trainer takes it over)."""
         self._stopped.set()
         self._thread.join()
-        self._store.delete_if(self._me.owner)
+        try:
+            self._store.delete_if(self._me.owner)
+        except Exception as e:  # OSError, or Cloud Storage's: the run's work is done
+            logging.warning(
+                "The job dir's lease %s could not be deleted (%s); the next trainer on this "
+                "job dir takes it over.",
+                self._store.path,
+                str(e).splitlines()[0][:200] if str(e) else type(e).__name__,
+            )
 
     def __enter__(self) -> Lease:
         return self
@@ -149,22 +182,38 @@ class Lease:
         self.release()
 
     def _beat(self) -> None:
+        renewed = time.monotonic()
         while not self._stopped.wait(BEAT_SECS):
             try:
                 kept = self._store.renew(self._me.text(), self._me.owner)
             except Exception as e:  # a storage hiccup: the next beat tries again
-                logging.warning("The job dir lease's heartbeat failed (%s); retrying.", e)
-                continue
-            if not kept and not self._stopped.is_set():
-                print(
-                    f"error: another trainer took over the lease of this job dir "
-                    f"({self._store.path}) after {STALE_SECS:.0f} s without a heartbeat from "
-                    "this one: stopping, so that one writer remains (it resumes from what "
-                    "was finished).",
-                    file=sys.stderr,
-                    flush=True,
+                quiet = time.monotonic() - renewed
+                if quiet < STALE_SECS - 2 * BEAT_SECS:
+                    logging.warning("The job dir lease's heartbeat failed (%s); retrying.", e)
+                    continue
+                self._stop(
+                    f"could not renew the lease of this job dir ({self._store.path}) for "
+                    f"{quiet:.0f} s (last: {e}); another trainer may take it over after "
+                    f"{STALE_SECS:.0f} s"
                 )
-                os._exit(1)
+            if kept:
+                renewed = time.monotonic()
+            else:
+                self._stop(
+                    f"another trainer took over the lease of this job dir ({self._store.path}) "
+                    f"after {STALE_SECS:.0f} s without a heartbeat from this one"
+                )
+
+    def _stop(self, why: str) -> None:
+        if self._stopped.is_set():
+            return  # released meanwhile: the run has ended
+        print(
+            f"error: {why}: stopping, so that one writer remains (a run of the same command "
+            "resumes from what was finished).",
+            file=sys.stderr,
+            flush=True,
+        )
+        os._exit(1)
 
 
 def _holder(document: bytes | None) -> Holder | None:
@@ -185,21 +234,43 @@ def _why_taken_over(holder: Holder | None, age: float, me: Holder) -> str | None
         return f"the same Vertex AI job ({me.job}), restarted"
     if holder.host == me.host and holder.boot != me.boot:
         return f"its holder ({holder.described()}) ran before this machine restarted"
-    if holder.host == me.host and not _alive(holder.pid):
+    if holder.host == me.host and _ended(holder, me):
         return f"its holder ({holder.described()}) has ended"
     if age > STALE_SECS:
         return f"its holder ({holder.described()}) gave no heartbeat for {age:.0f} s"
     return None
 
 
-def _alive(pid: int) -> bool:
+def _ended(holder: Holder, me: Holder) -> bool:
+    """Whether `holder`, of this machine and boot, has ended (False: unknown, or alive)."""
+    if holder.pid_space and me.pid_space and holder.pid_space != me.pid_space:
+        return False  # another container's process id: its heartbeat decides
     try:
-        os.kill(pid, 0)
+        os.kill(holder.pid, 0)
     except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process
         return True
-    return True
+    except PermissionError:  # another user's process
+        pass
+    started = _started(holder.pid)
+    # The id alive, but of a later process (a restarted container's pid 1, say): reused.
+    return bool(holder.started and started and started != holder.started)
+
+
+def _pid_space() -> str:
+    try:
+        return os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return ""
+
+
+def _started(pid: int) -> str:
+    """The process's start, in clock ticks after boot ("" where /proc cannot say)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            # After the command name (which may hold spaces and parentheses), field 22.
+            return f.read().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return ""
 
 
 def _boot_id() -> str:
@@ -215,24 +286,31 @@ class _LocalStore:
 
     def __init__(self, path: str):
         self.path = path
+        self._folder = os.path.dirname(path) or "."
 
     def create(self, text: bytes) -> bool:
-        os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
-        temp = self._complete(text)
+        """False: the lease exists, or the folder vanished meanwhile (another trainer, ending
+        before it wrote anything, removed it); the caller reads, then tries again."""
+        os.makedirs(self._folder, exist_ok=True)
+        try:
+            temp = self._complete(text)
+        except FileNotFoundError:
+            return False
         try:
             os.link(temp, self.path)  # fails if the name exists: the file appears whole
             return True
-        except FileExistsError:
+        except (FileExistsError, FileNotFoundError):
             return False
         except OSError:  # a file system without hard links: created exclusively, then written
             return self._create_exclusively(text)
         finally:
-            os.remove(temp)
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(temp)
 
     def _create_exclusively(self, text: bytes) -> bool:
         try:
             fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-        except FileExistsError:
+        except (FileExistsError, FileNotFoundError):
             return False
         with os.fdopen(fd, "wb") as f:
             f.write(text)
@@ -269,10 +347,8 @@ class _LocalStore:
             if found is None or _owner(found[0]) != owner:
                 return
             os.remove(self.path)
-        # A run stopped before it wrote anything leaves no folder behind.
-        with contextlib.suppress(OSError):
-            os.remove(self.path + ".lock")
-            os.rmdir(os.path.dirname(self.path))  # fails unless empty
+        with contextlib.suppress(OSError):  # a run that wrote nothing leaves no folder behind
+            os.rmdir(self._folder)  # fails unless empty
 
     def _complete(self, text: bytes) -> str:
         temp = f"{self.path}.tmp-{uuid.uuid4().hex[:8]}"
@@ -282,9 +358,21 @@ class _LocalStore:
 
     @contextlib.contextmanager
     def _locked(self):
-        with open(self.path + ".lock", "a") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
+        """An exclusive `flock` of the lease's folder; of a lock file beside the lease where
+        folders cannot be locked (NFS), left in place: deleting it would let two trainers lock
+        two files of one name."""
+        folder = os.open(self._folder, os.O_RDONLY)
+        try:
+            try:
+                fcntl.flock(folder, fcntl.LOCK_EX)
+            except OSError:
+                with open(self.path + ".lock", "a") as lock:
+                    fcntl.flock(lock, fcntl.LOCK_EX)
+                    yield
+                return
             yield
+        finally:
+            os.close(folder)
 
 
 class _GcsStore:
@@ -302,7 +390,14 @@ class _GcsStore:
             self._blob.upload_from_string(text, if_generation_match=0)
             return True
         except exceptions.PreconditionFailed:
-            return False
+            return self._written(text)
+
+    def _written(self, text: bytes) -> bool:
+        """Whether the lease is `text`'s owner's after a write refused by its precondition:
+        the client retries an upload whose answer was lost, and the retry finds its own
+        first attempt."""
+        found = self.read()
+        return found is not None and _owner(found[0]) == _owner(text)
 
     def read(self) -> tuple[bytes, float, object] | None:
         from google.api_core import exceptions
@@ -322,7 +417,7 @@ class _GcsStore:
             self._blob.upload_from_string(text, if_generation_match=version)
             return True
         except (exceptions.PreconditionFailed, exceptions.NotFound):
-            return False
+            return self._written(text)
 
     def renew(self, text: bytes, owner: str) -> bool:
         found = self.read()
