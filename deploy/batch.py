@@ -57,8 +57,8 @@ def _read_records(pattern: str) -> list[dict]:
     return [
         json.loads(line)
         for f in files
-        for line in storage.read_bytes(f).decode().splitlines()
-        if line
+        for line in storage.read_bytes(f).decode().split("\n")
+        if line.strip()
     ]
 
 

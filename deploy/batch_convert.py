@@ -152,7 +152,7 @@ def convert(converted: ConvertedVertexJob, fields: Fields) -> Conversion:
     for index, path in enumerate(storage.expand(list(converted.job.sources))):
         text = storage.read_bytes(path).decode("utf-8-sig", errors="replace")
         rows = []
-        for where, instance, reason in read(path, text.splitlines(), fields, excluded):
+        for where, instance, reason in read(path, text.split("\n"), fields, excluded):
             if reason is None:
                 rows.append(fields.for_tf_serving(instance))
             else:

@@ -44,34 +44,53 @@ def predict_endpoint(cloud: api.Cloud, endpoint: str, instances: list) -> list:
     missing number is written as the bare token NaN, which TensorFlow Serving takes. (The
     SDK's `Endpoint.predict` cannot send one: protobuf's JSON has no NaN for a Value.)"""
     import google.auth
+    import requests
     from google.auth.transport.requests import AuthorizedSession
 
     request = predict_request(cloud, endpoint, instances)
     credentials = cloud.credentials
     if credentials is None:
         credentials, _ = google.auth.default(scopes=[_SCOPE])
-    response = AuthorizedSession(credentials).post(
-        request.url,
-        data=json.dumps(request.body).encode(),
-        headers={"Content-Type": "application/json"},
-        timeout=_TIMEOUT_S,
-    )
+    try:
+        response = AuthorizedSession(credentials).post(
+            request.url,
+            data=json.dumps(request.body).encode(),
+            headers={"Content-Type": "application/json"},
+            timeout=_TIMEOUT_S,
+        )
+    except (requests.ConnectionError, requests.Timeout) as e:
+        raise PredictionError(f"cannot reach {request.url} ({type(e).__name__})") from None
     if response.status_code != 200:
         raise PredictionError(f"{response.status_code}: {_error_text(response.content)}")
-    return response.json()["predictions"]
+    return _predictions(response.content, request.url)
+
+
+def _predictions(body: bytes, source: str) -> list:
+    try:
+        return json.loads(body)["predictions"]
+    except (ValueError, KeyError, TypeError):
+        raise PredictionError(
+            f"{source} answered without predictions: {body[:200].decode(errors='replace')}"
+        ) from None
 
 
 def endpoint_fields(cloud: api.Cloud, endpoint: str) -> Fields | None:
-    """The input fields of the models deployed to the endpoint, read from their artifactUri's
-    serving signature (no TensorFlow); None when none is deployed or they differ (the traffic
-    split would decide which model an instance meets)."""
+    """The input fields of the models that take the endpoint's traffic (each the version
+    deployed), read from their artifactUri's serving signature (no TensorFlow); None when none
+    is deployed or they differ (the traffic split would decide which model an instance
+    meets)."""
     from google.cloud import aiplatform
 
     cloud.init_sdk()
-    deployed = aiplatform.Endpoint(cloud.resource("endpoints", endpoint)).list_models()
+    resource = aiplatform.Endpoint(cloud.resource("endpoints", endpoint))
+    split = dict(resource.traffic_split or {})
     found = set()
-    for model in deployed:
-        artifact_uri = aiplatform.Model(model.model).uri
+    for model in resource.list_models():
+        if split and not split.get(model.id):
+            continue  # deployed, but sent no instance
+        version = getattr(model, "model_version_id", "")
+        name = f"{model.model}@{version}" if version and "@" not in model.model else model.model
+        artifact_uri = aiplatform.Model(name).uri
         if not artifact_uri:
             return None
         inputs = signature.read(artifact_uri).inputs
@@ -106,7 +125,7 @@ def predict_at_url(
     )
     try:
         with urllib.request.urlopen(request, timeout=timeout) as response:
-            return json.load(response)["predictions"]
+            body = response.read()
     except urllib.error.HTTPError as e:
         raise PredictionError(f"{e.code}: {_error_text(e.read())}") from None
     except (urllib.error.URLError, OSError) as e:
@@ -114,6 +133,7 @@ def predict_at_url(
         raise PredictionError(
             f"cannot reach {url} ({reason}); is deploy.serve running there?"
         ) from None
+    return _predictions(body, url)
 
 
 def _error_text(body: bytes) -> str:
@@ -142,7 +162,7 @@ def read_instances(uri: str) -> list:
     if isinstance(whole, dict) and isinstance(whole.get("instances"), list):
         return whole["instances"]
     instances = []
-    for number, line in enumerate(text.splitlines(), start=1):
+    for number, line in enumerate(text.split("\n"), start=1):
         if line.strip():
             try:
                 instances.append(json.loads(line))

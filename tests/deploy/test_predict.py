@@ -115,3 +115,56 @@ def test_an_endpoint_refusal_is_a_prediction_error_with_its_message(cloud_sdk, p
     with pytest.raises(predict.PredictionError, match=r"^400: .*instance 0.*'age'"):
         predict.predict_endpoint(cloud, endpoint_id, [{"age": "old"}])
     fake.problems.clear()  # the refusal was the point
+
+
+def test_a_model_deployed_without_traffic_does_not_decide_the_fields(
+    cloud_sdk, predictor, census_model, gcs
+):
+    """Only the models that take traffic meet an instance: one deployed at 0% (here with no
+    model at its artifactUri at all) is not read."""
+    from google.cloud import aiplatform
+
+    _, cloud = cloud_sdk
+    blob = gcs.bucket("test-bucket").blob("model/saved_model.pb")
+    blob.upload_from_filename(f"{census_model}/saved_model.pb")
+    endpoint_id = _deployed(cloud)
+    idle = aiplatform.Model.upload(
+        display_name="idle",
+        artifact_uri="gs://test-bucket/no-model",
+        serving_container_image_uri=publish.SERVING_IMAGE,
+    )
+    endpoint = aiplatform.Endpoint(cloud.resource("endpoints", endpoint_id))
+    endpoint.deploy(idle, traffic_percentage=0, machine_type="n1-standard-2")
+    assert len(endpoint.list_models()) == 2
+    assert predict.endpoint_fields(cloud, endpoint_id) == predictor.fields
+
+
+def test_an_answer_without_predictions_is_a_prediction_error(tmp_path):
+    import http.server
+    import threading
+
+    class NoPredictions(http.server.BaseHTTPRequestHandler):
+        def do_POST(self):
+            self.rfile.read(int(self.headers["Content-Length"]))
+            body = b'{"outputs": []}'
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), NoPredictions)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_port}"
+    try:
+        with pytest.raises(predict.PredictionError, match='without predictions: {"outputs"'):
+            predict.predict_at_url(url, [{"x": 1}])
+    finally:
+        server.shutdown()
+
+
+def test_a_line_separator_inside_a_json_string_is_no_line_break(tmp_path):
+    (tmp_path / "a.jsonl").write_text('{"x": "a\u2028b"}\r\n{"x": "c\x85d"}\n', newline="")
+    assert predict.read_instances(str(tmp_path / "a.jsonl")) == [{"x": "a\u2028b"}, {"x": "c\x85d"}]
