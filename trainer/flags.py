@@ -233,7 +233,8 @@ FLAGS: tuple[Flag, ...] = (
         "generator",
         "list",
         ["dnn", "cross"],
-        "Search spaces: any of dnn, cross, linear, or package.module:factory for your own (a "
+        "Search spaces: any of dnn, cross, linear, kheads (k heads sharing one body), trees "
+        "(boosted trees, at iteration 0), or package.module:factory for your own (a "
         "function of trainer.model.GeneratorOptions, or a Generator class); several propose "
         "the union of their candidates.",
     ),

@@ -103,9 +103,10 @@ def test_propose_returns_a_list_of_the_builders():
     assert propose(DNNGenerator(), context(0)) == [DNNBuilder(0), DNNBuilder(1)]
 
 
-def test_propose_rejects_no_builders():
-    with pytest.raises(ValueError, match="Fixed proposed no subnetwork in iteration 4"):
-        propose(Fixed([]), context(4))
+def test_propose_rejects_no_builders_at_the_start_and_ends_the_search_later():
+    with pytest.raises(ValueError, match="Fixed proposed no subnetwork in iteration 0"):
+        propose(Fixed([]), context(0))
+    assert propose(Fixed([]), context(4)) == []
 
 
 @pytest.mark.parametrize(
@@ -206,6 +207,7 @@ def test_subnetwork_output_shapes(builder, last_dim, logits_dim):
     assert tuple(logits.shape) == (5, logits_dim)
     assert net.last_layer_dim == last_dim
     # logits are a linear layer on the last layer
+    assert net.logits_layer is not None
     kernel, bias = net.logits_layer.kernel.numpy(), net.logits_layer.bias.numpy()
     np.testing.assert_allclose(logits.numpy(), last.numpy() @ kernel + bias, rtol=1e-5, atol=1e-5)
 

@@ -35,7 +35,7 @@ def test_a_spec_makes_its_generator_from_the_flags_options(specs, expected):
 
 
 def test_the_built_in_names_are_the_registrys():
-    assert list(model.GENERATORS) == ["dnn", "cross", "linear"]
+    assert list(model.GENERATORS) == ["dnn", "cross", "linear", "kheads", "trees"]
     for name, cls in model.GENERATORS.items():
         assert model.name_of(cls.from_options(OPTIONS)) == name
     assert model.name_of(wide_generator.WideGenerator()) == "examples.wide_generator:WideGenerator"
@@ -89,7 +89,10 @@ NOT_CALLABLE = 3
 @pytest.mark.parametrize(
     "spec, message",
     [
-        ("tree", "--generator=tree: unknown generator; choose from cross, dnn, linear, or name"),
+        (
+            "tree",
+            "--generator=tree: unknown generator; choose from cross, dnn, kheads, linear, trees,",
+        ),
         ("my module:make", "--generator=my module:make: unknown generator"),
         ("no_such_package_x.gen:make", "module 'no_such_package_x.gen' not found"),
         (

@@ -132,6 +132,10 @@ class Controller:
                     last - 1,
                 )
                 break
+            previous = [m.builder for m in self.chosen.members] if self.chosen else []
+            if not self.search.propose(t, previous).builders:
+                logging.info("The generator proposes nothing at iteration %d: the search ends.", t)
+                break
             record, self.chosen = self.run_iteration(t, self.chosen)
             self.records.append(record)
             # The iteration's models, datasets and traced functions hold reference cycles:
@@ -215,6 +219,11 @@ class Controller:
         iteration = self.models.iteration(proposal, previous)
         checkpoint = iteration.checkpoint()
         latest = self._resume_iteration(checkpoint, t)
+        if latest is None:  # (resumed: the fitted members' arrays are in the checkpoint)
+            for name, fit in iteration.fit_members(
+                self.data.train_encoded(), self.data.train_rows
+            ).items():
+                logging.info("Iteration %d: fitted %s: %s.", t, name, fit)
         self.writes.drop_checkpoint_state(t)  # damaged, or naming a damaged checkpoint
         manager = tf.train.CheckpointManager(
             checkpoint, self.writes.iteration_checkpoints(t), max_to_keep=2

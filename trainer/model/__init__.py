@@ -3,10 +3,12 @@
 
 from trainer.model.cross import CrossBuilder, CrossGenerator
 from trainer.model.dnn import DNNBuilder, DNNGenerator
+from trainer.model.kheads import KHeadBuilder, KHeadGenerator
 from trainer.model.linear import LinearBuilder, LinearGenerator
 from trainer.model.registry import GENERATORS, GeneratorFactory, make_generator, name_of
 from trainer.model.subnetwork import (
     Builder,
+    FitRows,
     Generator,
     GeneratorOptions,
     Inputs,
@@ -16,9 +18,11 @@ from trainer.model.subnetwork import (
     find_builder,
     parts,
 )
+from trainer.model.trees import TreesBuilder, TreesGenerator
 
 __all__ = [
     "Builder",
+    "FitRows",
     "Generator",
     "GeneratorFactory",
     "GeneratorOptions",
@@ -35,6 +39,10 @@ __all__ = [
     "CrossGenerator",
     "DNNBuilder",
     "DNNGenerator",
+    "KHeadBuilder",
+    "KHeadGenerator",
     "LinearBuilder",
     "LinearGenerator",
+    "TreesBuilder",
+    "TreesGenerator",
 ]

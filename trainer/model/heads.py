@@ -33,6 +33,17 @@ class Head:
             loss = tf.square(logits[:, 0] - target)
         return loss if weights is None else loss * weights
 
+    def mean_of_heads(self, logits: tf.Tensor) -> tf.Tensor:
+        """The logits [batch, logits] of the mean of k heads' predictions, from their logits
+        [batch, k, logits]: the mean probability (classification) or value (regression)."""
+        if self.type is HeadType.REGRESSION:
+            return tf.reduce_mean(logits, axis=1)
+        if self.type is HeadType.BINARY:  # logit of the mean probability (log k cancels)
+            positive = tf.reduce_logsumexp(tf.math.log_sigmoid(logits), axis=1)
+            return positive - tf.reduce_logsumexp(tf.math.log_sigmoid(-logits), axis=1)
+        # log of the mean probability, less log k (softmax takes logits up to a constant)
+        return tf.reduce_logsumexp(tf.nn.log_softmax(logits, axis=-1), axis=1)
+
     # -- serving (TF) ---------------------------------------------------------------------
     def predictions(self, logits: tf.Tensor) -> dict[str, tf.Tensor]:
         """Serving outputs: probabilities, class ids and class names, or the predicted value."""

@@ -28,6 +28,7 @@ from collections.abc import Callable, Mapping, Sequence
 from trainer.errors import InputError
 from trainer.model.cross import CrossGenerator
 from trainer.model.dnn import DNNGenerator
+from trainer.model.kheads import KHeadGenerator
 from trainer.model.linear import LinearGenerator
 from trainer.model.subnetwork import (
     Generator,
@@ -36,6 +37,7 @@ from trainer.model.subnetwork import (
     UnionGenerator,
     propose,
 )
+from trainer.model.trees import TreesGenerator
 
 GeneratorFactory = Callable[[GeneratorOptions], Generator]
 
@@ -43,6 +45,8 @@ GENERATORS: Mapping[str, type[Generator]] = {
     "dnn": DNNGenerator,
     "cross": CrossGenerator,
     "linear": LinearGenerator,
+    "kheads": KHeadGenerator,
+    "trees": TreesGenerator,
 }
 
 

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import abc
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import keras
 import numpy as np
@@ -77,6 +77,49 @@ class Builder(abc.ABC):
     def learning_rate_scale(self) -> float:
         """The subnetwork's learning rate as a multiple of --learning_rate."""
         return 1.0
+
+    # -- members that are not one network with one head (defaults: one) --------------------
+    @property
+    def heads(self) -> int:
+        """k: the body returns [batch, k, units], read by k linear heads trained together
+        on the mean of their losses; the member hands the ensemble the mean of its heads'
+        predictions (`Head.mean_of_heads`). 1: the body returns [batch, units]."""
+        return 1
+
+    @property
+    def fitted(self) -> bool:
+        """Whether the member is fitted once by `fit` before its iteration trains (then
+        fixed), not trained by gradient steps; it reads the embedded columns' ids as numbers
+        (`Subnetwork.fit_inputs`)."""
+        return False
+
+    def build_member(
+        self, *, input_dim: int, logits_dimension: int, seed: int
+    ) -> keras.layers.Layer | None:
+        """A layer whose output is the member's logits [batch, logits_dimension] itself (the
+        trainer adds no logits layer); None (the default): `build_body` plus a logits layer."""
+        return None
+
+    def fit(self, member: keras.layers.Layer, rows: FitRows) -> dict:
+        """Fits a `fitted` member (`build_member`'s layer) on the training rows; returns what
+        the report says of it."""
+        raise NotImplementedError(f"{self.name} is not a fitted member")
+
+
+FIT_ROWS = 200_000  # the training rows a fitted member is fitted on, at most
+
+
+@dataclasses.dataclass(frozen=True)
+class FitRows:
+    """The training rows a fitted member is fitted on: `x` its inputs [rows, width] (float64),
+    `labels` as the head reads them (class ids; regression targets standardised, as the
+    head's loss takes them), `weights` the example weights (None: equal), and a seed."""
+
+    x: np.ndarray
+    labels: np.ndarray
+    weights: np.ndarray | None
+    regression: bool
+    seed: int
 
 
 @dataclasses.dataclass(frozen=True)
@@ -139,8 +182,11 @@ def parts(generator: Generator) -> tuple[Generator, ...]:
 
 
 def propose(generator: Generator, context: IterationContext) -> list[Builder]:
-    """Asks the generator for candidates and checks its answer."""
+    """Asks the generator for candidates and checks its answer (none after iteration 0: the
+    search ends there)."""
     builders = list(generator.generate_candidates(context))
+    if not builders and context.iteration > 0:
+        return []  # the search ends: nothing more to try
     if not builders:
         raise ValueError(
             f"{type(generator).__name__} proposed no subnetwork in iteration "
@@ -179,57 +225,110 @@ class Inputs:
     embedded: tuple[Embedded, ...] = ()
     plain: tuple[int, ...] | None = None
 
-    def width(self, plain: bool = False) -> int:
+    def width(self, plain: bool = False, ids_as_numbers: bool = False) -> int:
         """The width of what a builder's body gets: the (plain) dense inputs and the
-        embeddings."""
+        embeddings (or the ids themselves, one number each)."""
         dense = len(self.plain) if plain and self.plain is not None else self.dense_width
+        if ids_as_numbers:
+            return dense + len(self.embedded)
         return dense + sum(e.dim for e in self.embedded)
 
 
 class Subnetwork(tf.Module):
-    """A builder's body plus a linear logits layer: returns (last_layer, logits). Embedded
-    columns are looked up in the subnetwork's own tables (`embedding_tables`, trained by
-    `LazyAdam`, not by the Keras optimizer) and joined to the dense inputs."""
+    """A builder's body plus a linear logits layer (k of them for a k-head body; none where
+    the builder's `build_member` makes the logits itself): returns (last_layer, logits).
+    Embedded columns are looked up in the subnetwork's own tables (`embedding_tables`, trained
+    by `LazyAdam`, not by the Keras optimizer) and joined to the dense inputs; a fitted
+    member reads their ids as numbers instead."""
 
     def __init__(
-        self, builder: Builder, *, inputs: Inputs, logits_dimension: int, seed: int, name: str
+        self,
+        builder: Builder,
+        *,
+        inputs: Inputs,
+        logits_dimension: int,
+        seed: int,
+        name: str,
+        mean_of_heads: Callable[[tf.Tensor], tf.Tensor] | None = None,
     ):
         super().__init__(name=name)
         self.builder = builder
         self.inputs = inputs
-        self._tables = embedding.make_tables(inputs.embedded, seed=seed + 2)
-        self._plain = inputs.plain if builder.plain_inputs else None
-        width = inputs.width(plain=builder.plain_inputs)
-        self.body = builder.build_body(input_dim=width, seed=seed)
-        self.logits_layer = keras.layers.Dense(
-            logits_dimension,
-            kernel_initializer=keras.initializers.GlorotUniform(seed + 1),
-            name="logits",
+        self._ids_as_numbers = builder.fitted
+        self._tables = (
+            [] if builder.fitted else embedding.make_tables(inputs.embedded, seed=seed + 2)
         )
-        self.logits_layer(self.body(tf.zeros([1, width])))  # creates the variables
+        self._plain = inputs.plain if builder.plain_inputs else None
+        width = inputs.width(plain=builder.plain_inputs, ids_as_numbers=builder.fitted)
+        member = builder.build_member(input_dim=width, logits_dimension=logits_dimension, seed=seed)
+        self._mean_of_heads = mean_of_heads
+        if builder.heads > 1 and mean_of_heads is None:
+            raise ValueError(f"{builder.name} has {builder.heads} heads: give mean_of_heads")
+        self.logits_layer: keras.layers.Layer | None = None
+        if member is not None:
+            self.body = member
+        else:
+            self.body = builder.build_body(input_dim=width, seed=seed)
+            self.logits_layer = (
+                HeadsLayer(builder.heads, logits_dimension, seed=seed + 1)
+                if builder.heads > 1
+                else keras.layers.Dense(
+                    logits_dimension,
+                    kernel_initializer=keras.initializers.GlorotUniform(seed + 1),
+                    name="logits",
+                )
+            )
+        last, _, _ = self.forward_inputs(tf.zeros([1, width]))  # creates the variables
+        self._last_layer_dim = int(last.shape[-1])
 
-    def __call__(self, features: Encoded, training: bool = False):
+    def fit_inputs(self, features: Encoded) -> tf.Tensor:
+        """What the body reads of encoded rows: the (plain) dense inputs, then each embedded
+        column's vectors (or, for a fitted member, its id as a number)."""
         x = features["dense"]
         if self._plain is not None:
             x = tf.gather(x, self._plain, axis=1)
+        if self._ids_as_numbers and self.inputs.embedded:
+            x = tf.concat([x, tf.cast(features["ids"], x.dtype)], axis=-1)
         if self._tables:
             x = tf.concat([x, *embedding.lookup(self._tables, features["ids"])], axis=-1)
+        return x
+
+    def forward(self, features: Encoded, training: bool = False):
+        """(last_layer, logits, each head's logits [batch, k, logits] or None for one head)."""
+        return self.forward_inputs(self.fit_inputs(features), training=training)
+
+    def forward_inputs(self, x: tf.Tensor, training: bool = False):
+        if self.logits_layer is None:
+            logits = self.body(x, training=training)
+            return logits, logits, None
         last_layer = self.body(x, training=training)
-        return last_layer, self.logits_layer(last_layer)
+        logits = self.logits_layer(last_layer)
+        if self.builder.heads == 1:
+            return last_layer, logits, None
+        assert self._mean_of_heads is not None
+        return tf.reduce_mean(last_layer, axis=1), self._mean_of_heads(logits), logits
+
+    def __call__(self, features: Encoded, training: bool = False):
+        last_layer, logits, _ = self.forward(features, training=training)
+        return last_layer, logits
 
     @property
     def embedding_tables(self) -> list[tf.Variable]:
         return list(self._tables)
 
     @property
+    def _layers(self) -> list[keras.layers.Layer]:
+        return [self.body] + ([self.logits_layer] if self.logits_layer is not None else [])
+
+    @property
     def dense_variables(self) -> list:
         """The trainable variables the Keras optimizer updates (all but the tables)."""
-        return list(self.body.trainable_variables) + list(self.logits_layer.trainable_variables)
+        return [v for layer in self._layers for v in layer.trainable_variables]
 
     @property
     def keras_variables(self) -> list[keras.Variable]:
         """The Keras layers' variables, trainable or not (all but the tables)."""
-        return list(self.body.variables) + list(self.logits_layer.variables)
+        return [v for layer in self._layers for v in layer.variables]
 
     def checkpoint_variables(self) -> dict[str, tf.Variable]:
         """Every variable, keyed by creation order, for `tf.train.Checkpoint`.
@@ -250,4 +349,28 @@ class Subnetwork(tf.Module):
 
     @property
     def last_layer_dim(self) -> int:
-        return int(self.logits_layer.kernel.shape[0])
+        return self._last_layer_dim
+
+
+class HeadsLayer(keras.layers.Layer):
+    """k linear heads, one per slice of a k-head body's output: [batch, k, units] ->
+    [batch, k, logits]."""
+
+    def __init__(self, heads: int, logits_dimension: int, *, seed: int):
+        super().__init__(name="logits")
+        self.heads, self.logits_dimension, self.seed = heads, logits_dimension, seed
+
+    def build(self, input_shape):
+        units = int(input_shape[-1])
+        limit = float(np.sqrt(6.0 / (units + self.logits_dimension)))  # Glorot, per head
+        self.kernel = self.add_weight(
+            shape=(self.heads, units, self.logits_dimension),
+            initializer=keras.initializers.RandomUniform(-limit, limit, seed=self.seed),
+            name="kernel",
+        )
+        self.bias = self.add_weight(
+            shape=(self.heads, self.logits_dimension), initializer="zeros", name="bias"
+        )
+
+    def call(self, x):
+        return tf.einsum("bku,kul->bkl", x, self.kernel) + self.bias

@@ -10,8 +10,9 @@ epochs and a batch larger than the table. So, for `rows` training rows:
   `MIN_BATCH_SIZE` and the flag's default;
 - steps per iteration: at most `EPOCHS_PER_ITERATION` passes over the rows, at most the
   flag's default;
-- selection: on the held-out data below `SMALL_TABLE_ROWS` training rows (`holdout`; the
-  training objective's moving average rewards the candidate that memorised most), where
+- selection: on the held-out data below `SMALL_TABLE_ROWS` training rows, and on any table
+  where a fitted member (boosted trees) is proposed (`holdout`; the training objective's
+  moving average rewards the candidate that memorised most), where
   `--selection_margin`'s one-standard-error rule keeps the choice from chasing the noise of
   a small hold-out;
 - patience: below `TINY_TABLE_ROWS` (a hold-out of under 100 rows), the search ends at the
@@ -115,6 +116,11 @@ def bags(config: RunConfig, rows: int, *, one_machine: bool) -> tuple[int, str]:
     return count, f"{why}: {count} searches on their own hold-outs and seeds, served as one model"
 
 
+def has_fitted_members(generator: Generator) -> bool:
+    """Whether the generator proposes a fitted member (boosted trees) at iteration 0."""
+    return any(b.fitted for b in model.subnetwork.propose(generator, model.IterationContext(0)))
+
+
 def with_linear(generator: Generator) -> Generator:
     """`generator` with the linear model among its candidates (as it is if it has it)."""
     if any(isinstance(g, model.LinearGenerator) for g in model.parts(generator)):
@@ -159,11 +165,15 @@ def resolve(
         iteration_steps(rows, batch, config.search.max_iteration_steps),
         f"at most {EPOCHS_PER_ITERATION} epochs of {rows} training rows per iteration",
     )
+    fitted = has_fitted_members(config.search.generator)
     selection = choose(
         "selection",
         config.search.selection,
-        Selection.HOLDOUT if small else config.search.selection,
-        f"fewer than {SMALL_TABLE_ROWS:,} training rows: choose on the held-out data",
+        Selection.HOLDOUT if small or fitted else config.search.selection,
+        f"fewer than {SMALL_TABLE_ROWS:,} training rows: choose on the held-out data"
+        if small
+        else "a fitted member (boosted trees) scores the rows it was fitted on too well: "
+        "choose on the held-out data",
     )
     tiny = rows < TINY_TABLE_ROWS
     patience = choose(

@@ -100,6 +100,7 @@ class Models:
                     logits_dimension=self.head.logits_dimension,
                     seed=self.config.training_seed,
                     name=member.key,
+                    mean_of_heads=self.head.mean_of_heads,
                 )
                 members.append(FrozenMember(member.iteration, builder, subnetwork))
             ensembler = self.search.ensembler(architecture.ensembler)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import time
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 
@@ -28,9 +29,11 @@ from trainer.ensemble.objective import (
 )
 from trainer.input.features import PREVIOUS_LOGITS, PREVIOUS_OUTPUTS, WEIGHT, Encoded
 from trainer.input.pipeline import Derived
+from trainer.input.schema import HeadType
 from trainer.model import Builder, Inputs, Subnetwork
 from trainer.model.embedding import LazyAdam
 from trainer.model.heads import Head
+from trainer.model.subnetwork import FIT_ROWS, FitRows
 from trainer.placement import Unit, everything
 from trainer.search.frozen import (
     PREVIOUS,
@@ -123,6 +126,7 @@ class Iteration:
                         logits_dimension=head.logits_dimension,
                         seed=seed + 1000 * number + 10 * i,
                         name=member_key(number, b),
+                        mean_of_heads=head.mean_of_heads,
                     )
                     if subnetwork.embedding_tables:  # moments beside their tables
                         self.embedding_optimizers[i] = LazyAdam(
@@ -167,6 +171,48 @@ class Iteration:
         self.stopped: frozenset[str] = frozenset()
         self._loop: Callable | None = None
         self._predict: Callable | None = None
+        self.seed = seed + 1000 * number
+
+    def fit_members(self, batches: tf.data.Dataset, rows: int) -> dict[str, dict]:
+        """Fits the new fitted members (boosted trees, say) on one pass over the training
+        `batches` (`rows` rows; at most `FIT_ROWS` of them are kept, every n-th, so the
+        sample spans the whole table); returns what each fit reports, by member name."""
+        fitted = [i for i, b in enumerate(self.builders) if b.fitted]
+        if not fitted:
+            return {}
+        stride = max(1, -(-rows // FIT_ROWS))
+        inputs: dict[int, list[np.ndarray]] = {i: [] for i in fitted}
+        labels, weights = [], []
+        seen = 0
+        for features, batch_labels in batches:
+            kept = slice((-seen) % stride, None, stride)
+            seen += int(batch_labels.shape[0])
+            for i in fitted:
+                inputs[i].append(self.subnetworks[i].fit_inputs(features).numpy()[kept])
+            labels.append(batch_labels.numpy()[kept])
+            if WEIGHT in features:
+                weights.append(features[WEIGHT].numpy()[kept])
+        y = np.concatenate(labels)
+        label = self.head.label
+        regression = self.head.type is HeadType.REGRESSION
+        if regression:
+            y = (y.astype(np.float64) - label.mean) / label.std
+        reports = {}
+        for i in fitted:
+            started = time.monotonic()
+            fit_rows = FitRows(
+                np.concatenate(inputs[i]).astype(np.float64),
+                y,
+                np.concatenate(weights) if weights else None,
+                regression,
+                self.seed + 10 * i,
+            )
+            report = self.builders[i].fit(self.subnetworks[i].body, fit_rows)
+            reports[self.subnetworks[i].name] = {
+                **report,
+                "seconds": round(time.monotonic() - started, 2),
+            }
+        return reports
 
     # -- construction ---------------------------------------------------------------------
     def _make_candidates(self, specs, ensemblers) -> tuple[Candidate, ...]:
@@ -230,8 +276,8 @@ class Iteration:
 
     # -- forward --------------------------------------------------------------------------
     def _forward(self, features, *, trained, candidates):
-        """Returns ({subnetwork index: (last, logits)}, {candidate index: logits}, the
-        previous ensemble's members' (last, logits), oldest first).
+        """Returns ({subnetwork index: (last, logits, heads' logits or None)}, {candidate
+        index: logits}, the previous ensemble's members' (last, logits), oldest first).
 
         Subnetworks in `trained` run in training mode; the others that `candidates` need run
         in inference mode (a worker that trains only mixture weights reads them).
@@ -247,8 +293,8 @@ class Iteration:
         needed = sorted(
             set(trained).union(*(self.candidates[c].new_subnetworks for c in candidates))
         )
-        new = {i: self.subnetworks[i](features, training=i in trained) for i in needed}
-        detached = {i: tuple(tf.stop_gradient(t) for t in out) for i, out in new.items()}
+        new = {i: self.subnetworks[i].forward(features, training=i in trained) for i in needed}
+        detached = {i: tuple(tf.stop_gradient(t) for t in out[:2]) for i, out in new.items()}
         logits = {}
         for c in candidates:
             candidate = self.candidates[c]
@@ -322,13 +368,10 @@ class Iteration:
         new, logits, previous = self._forward(features, trained=trained, candidates=candidates)
         global_batch = self.options.batch_size
         weights = features.get(WEIGHT)
-        sub_logits = self._subnetwork_training_logits(previous, {i: new[i][1] for i in trained})
-        sub_losses = [
-            tf.nn.compute_average_loss(
-                self.head.loss(labels, sub_logits[i], weights), global_batch_size=global_batch
-            )
-            for i in trained
-        ]
+        sub_logits = self._subnetwork_training_logits(
+            previous, {i: new[i][1] if new[i][2] is None else new[i][2] for i in trained}
+        )
+        sub_losses = [self._subnetwork_loss(labels, sub_logits[i], weights) for i in trained]
         objectives = [
             training_objective(
                 self.head.loss(labels, logits[c], weights),
@@ -349,6 +392,20 @@ class Iteration:
             tf.stack(objectives) if candidates else tf.zeros([0]),
         )
 
+    def _subnetwork_loss(self, labels, logits, weights) -> tf.Tensor:
+        """A subnetwork's loss: on its logits [batch, logits], or the mean of its heads'
+        losses on their logits [batch, k, logits] (each head a row of its own)."""
+        global_batch = self.options.batch_size
+        if logits.shape.rank == 3:
+            k = int(logits.shape[1])
+            labels = tf.repeat(labels, k, axis=0)
+            weights = None if weights is None else tf.repeat(weights, k, axis=0)
+            logits = tf.reshape(logits, [-1, logits.shape[2]])
+            global_batch *= k
+        return tf.nn.compute_average_loss(
+            self.head.loss(labels, logits, weights), global_batch_size=global_batch
+        )
+
     def _subnetwork_training_logits(self, previous_outputs: list, logits: dict) -> dict:
         """The logits each trained subnetwork's loss is taken on: its own, or with
         `--subnetwork_loss=residual` (and a previous ensemble) those of the previous ensemble
@@ -363,7 +420,10 @@ class Iteration:
         previous = tf.stop_gradient(self.previous.weights(previous_outputs))
         n = len(previous_outputs) + 1
         kept = self.ensemblers[0].kept_share(n)
-        return {i: previous * kept + own / n for i, own in logits.items()}
+        return {
+            i: (previous[:, None, :] if own.shape.rank == 3 else previous) * kept + own / n
+            for i, own in logits.items()
+        }
 
     def _apply_to_tables(self, trained, grads, scale) -> None:
         """The embedding tables' sparse updates, in place (wherever the tables live)."""

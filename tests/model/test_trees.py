@@ -1,0 +1,214 @@
+"""The boosted-tree member (trainer/model/trees.py) and the k-head member
+(trainer/model/kheads.py): the compiled trees score as the library does, to float rounding,
+the member keeps its trees through a checkpoint, and the search keeps whichever member the
+table favours; the exported mixed model serves the same in TensorFlow 2.15."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from sklearn.ensemble import HistGradientBoostingClassifier, HistGradientBoostingRegressor
+
+from tests.support import load_report, run_task, write_csv
+from trainer.input.features import encoded
+from trainer.input.schema import HeadType, Label
+from trainer.model import FitRows, Inputs, KHeadBuilder, Subnetwork, TreesBuilder
+from trainer.model.heads import Head
+from trainer.model.trees import Forest, raw_scores
+
+FEATURES = 6
+
+
+def _rows(rng, n: int) -> np.ndarray:
+    x = rng.normal(size=(n, FEATURES))
+    x[rng.random(x.shape) < 0.1] = np.nan  # missing values, each side learned per split
+    return x
+
+
+def _targets(rng, x: np.ndarray, kind: str) -> np.ndarray:
+    a, b = np.nan_to_num(x[:, 0]), np.nan_to_num(x[:, 1], nan=2.0)
+    if kind == "binary":
+        return (a + 0.5 * rng.normal(size=len(x)) > 0).astype(int)
+    if kind == "multiclass":
+        return (a > 0).astype(int) + (b > 0.5)
+    return np.square(np.nan_to_num(x[:, 2])) + b + rng.normal(size=len(x))
+
+
+@pytest.mark.parametrize("kind", ["binary", "multiclass", "regression"])
+def test_compiled_trees_score_as_the_library_does(kind):
+    rng = np.random.default_rng(0)
+    x = _rows(rng, 3000)
+    model = (
+        HistGradientBoostingRegressor(max_iter=40, random_state=0)
+        if kind == "regression"
+        else HistGradientBoostingClassifier(max_iter=40, random_state=0)
+    )
+    model.fit(x, _targets(rng, x, kind))
+    logits = model.n_trees_per_iteration_
+    forest = Forest.of(model).padded(trees=40 * logits, nodes=40 * logits * 61 + 1)
+    test = _rows(rng, 2000)
+    # Values exactly on each split's threshold, and either side of it by one float step.
+    splits = np.flatnonzero(~forest.is_leaf[: len(Forest.of(model).value)])
+    for row, node in enumerate(splits[:600]):
+        step = [0.0, -1.0, 1.0][row % 3]
+        threshold = forest.threshold[node]
+        test[row, forest.feature[node]] = np.nextafter(threshold, threshold + step)
+    arrays = {k: tf.constant(v) for k, v in vars(forest).items()}
+    got = raw_scores(arrays, tf.constant(test), logits).numpy()
+    np.testing.assert_allclose(got, model._raw_predict(test), rtol=0, atol=1e-5)
+    assert np.isnan(test).any()
+
+
+def _label(kind: str) -> Label:
+    head = {"binary": HeadType.BINARY, "regression": HeadType.REGRESSION}[kind]
+    classes = ("no", "yes") if kind == "binary" else ()
+    return Label("y", head, classes=classes, mean=1.0, std=2.0)
+
+
+def test_a_fitted_tree_member_keeps_its_trees_through_a_checkpoint(tmp_path):
+    rng = np.random.default_rng(1)
+    x = np.nan_to_num(_rows(rng, 2000)).astype(np.float32)
+    y = _targets(rng, x.astype(np.float64), "binary")
+    builder = TreesBuilder(max_trees=30)
+    head = Head(_label("binary"))
+
+    def member():
+        return Subnetwork(
+            builder, inputs=Inputs(FEATURES), logits_dimension=1, seed=0, name="t0_trees"
+        )
+
+    fitted = member()
+    report = builder.fit(
+        fitted.body, FitRows(x.astype(np.float64), y, None, regression=False, seed=3)
+    )
+    assert report["rows"] == 2000 and 1 <= report["trees"] <= 30
+    assert fitted.dense_variables == []  # nothing for the optimizer
+    features = encoded(tf.constant(x[:500]))
+    _, logits = fitted(features)
+    library = HistGradientBoostingClassifier(max_iter=30, random_state=3).fit(x, y)
+    np.testing.assert_allclose(logits.numpy(), library._raw_predict(x[:500]), atol=1e-5)
+    tf.train.Checkpoint(m=fitted.checkpoint_variables()).write(str(tmp_path / "ck"))
+    restored = member()
+    tf.train.Checkpoint(m=restored.checkpoint_variables()).read(
+        str(tmp_path / "ck")
+    ).assert_consumed()
+    np.testing.assert_array_equal(restored(features)[1].numpy(), logits.numpy())
+    assert head.logits_dimension == 1
+
+
+@pytest.mark.parametrize("kind", ["binary", "regression"])
+def test_a_k_head_member_hands_the_ensemble_the_mean_of_its_heads(kind):
+    head = Head(_label(kind))
+    builder = KHeadBuilder(2, layer_size=16, heads_count=4)
+    net = Subnetwork(
+        builder,
+        inputs=Inputs(FEATURES),
+        logits_dimension=1,
+        seed=0,
+        name="k",
+        mean_of_heads=head.mean_of_heads,
+    )
+    features = encoded(tf.constant(np.random.default_rng(2).normal(size=(7, FEATURES)), tf.float32))
+    last, logits, heads = net.forward(features)
+    assert tuple(last.shape) == (7, 16) and tuple(heads.shape) == (7, 4, 1)
+    if kind == "binary":  # the logit of the mean probability
+        mean = tf.reduce_mean(tf.sigmoid(heads[:, :, 0]), axis=1).numpy()
+        np.testing.assert_allclose(tf.sigmoid(logits[:, 0]).numpy(), mean, rtol=1e-5)
+    else:
+        np.testing.assert_allclose(logits[:, 0], tf.reduce_mean(heads[:, :, 0], 1), rtol=1e-5)
+    assert len(net.dense_variables) == 1 + 2 * 2 + 2  # scaling, 2 layers, the heads
+
+
+def _table(path, kind: str, n: int = 2000):
+    """A step function of two columns (trees' table: 16 stripes of x1, flipped by the sign
+    of x2 + 0.3) or a smooth one (networks')."""
+    rng = np.random.default_rng(5)
+    x1, x2 = rng.uniform(-2, 2, n), rng.uniform(-2, 2, n)
+    if kind == "steps":
+        score = 3.0 * (2 * (np.floor(x1 * 4) % 2) - 1) * np.sign(x2 + 0.3)
+    else:
+        score = 2.0 * np.sin(x1) + 1.5 * x2
+    label = np.where(score + 0.4 * rng.normal(size=n) > 0, "yes", "no")
+    rows = [[f"{a:.5f}", f"{b:.5f}", y] for a, b, y in zip(x1, x2, label)]
+    return write_csv(path, ["x1", "x2", "target"], rows)
+
+
+@pytest.mark.parametrize(
+    "kind, kept", [("steps", "trees_"), pytest.param("smooth", "kheads_", marks=pytest.mark.slow)]
+)
+def test_the_search_keeps_the_member_the_table_favours(tmp_path, kind, kept):
+    data = _table(tmp_path / "train.csv", kind)
+    job = tmp_path / "job"
+    result = run_task(
+        [
+            f"--train_data={data}",
+            "--label_column=target",
+            f"--job_dir={job}",
+            "--generator=trees,kheads",
+            "--max_iterations=1",
+            "--bags=1",
+            "--max_iteration_steps=400",
+        ]  # fmt: skip
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = load_report(job)
+    (member,) = report["architecture"]["members"]
+    assert member["builder"].startswith(kept), report["iterations"][0]
+    assert "fitted t0_trees_200x31" in result.stderr
+
+
+PREDICT = """
+import json, sys
+import tensorflow as tf
+fn = tf.saved_model.load(sys.argv[1]).signatures["serving_default"]
+rows = json.load(open(sys.argv[2]))
+out = fn(x1=tf.constant([r[0] for r in rows]), x2=tf.constant([r[1] for r in rows]))
+print(json.dumps({"version": tf.__version__, "logits": out["logits"].numpy().tolist()}))
+"""
+
+
+@pytest.mark.slow
+def test_a_mixed_model_of_trees_and_k_heads_serves_the_same_in_tf_2_15(tmp_path):
+    from tests.deploy import venvs
+
+    data = _table(tmp_path / "train.csv", "steps")
+    job = tmp_path / "job"
+    result = run_task(
+        [
+            f"--train_data={data}",
+            "--label_column=target",
+            f"--job_dir={job}",
+            "--generator=trees,kheads",
+            "--max_iterations=2",
+            "--bags=1",
+            "--force_grow",
+            "--max_iteration_steps=200",
+        ]  # fmt: skip
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    members = [m["builder"] for m in load_report(job)["architecture"]["members"]]
+    assert any(m.startswith("trees_") for m in members), members
+    assert any(m.startswith("kheads_") for m in members), members
+    rows = [[float(a), float(b)] for a, b in np.random.default_rng(9).uniform(-2, 2, (300, 2))]
+    rows[:4] = [[0.25, 0.0], [0.0, -0.3], [1.5, 5.0], [-9.0, 9.0]]  # on the steps, outside
+    (tmp_path / "rows.json").write_text(json.dumps(rows))
+    serve = tf.saved_model.load(str(job / "model")).signatures["serving_default"]
+    here = serve(
+        x1=tf.constant([r[0] for r in rows], tf.float32),
+        x2=tf.constant([r[1] for r in rows], tf.float32),
+    )["logits"].numpy()
+    python = venvs.tf_venv("2.15.1")
+    other = subprocess.run(
+        [str(python), "-c", PREDICT, str(job / "model"), str(tmp_path / "rows.json")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert other.returncode == 0, other.stderr[-4000:]
+    answer = json.loads(other.stdout.strip().splitlines()[-1])
+    assert answer["version"] == "2.15.1"
+    np.testing.assert_allclose(answer["logits"], here, atol=1e-5)
