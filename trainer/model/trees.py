@@ -4,11 +4,20 @@ tensorflow-decision-forests, and loads wherever TensorFlow does (2.15 included).
 
 The fitted trees become constant-shape arrays, one row per node of every tree (`Forest`): the
 feature a node splits on, its threshold, its children, the side a missing value (NaN) takes,
-whether it is a leaf and its value. Prediction walks every tree at once: each row's current
-node per tree, one gather per level, until every row sits on a leaf; the leaves' values summed
-per output plus the baseline are the raw scores (logits), equal to the library's own to float
+and a leaf's value. Prediction walks every tree at once: each row's current node per tree,
+a few gathers per level, as many levels as the deepest leaf; the leaves' values summed per
+output plus the baseline are the raw scores (logits), equal to the library's own to float
 rounding
 (comparisons are made in float64, as the library makes them).
+
+Cross-fitting: the member is `folds` forests, each fitted on the rows of every fold but one
+(a row's fold is a hash of its inputs, `fold_of`, the same in numpy and in the graph). On the
+rows it trains with (`training=True`: the mixture weights of its iteration and of the later
+ones, which read it as a previous member) a row gets the forest that never saw it, so the
+ensemble learns how far to trust the trees from what they predict of rows they did not fit,
+not from their fit of their own rows (which the training loss of 200 boosted trees flatters:
+census 0.246 against 0.277 held out). Everywhere else (selection, evaluation, serving) the
+member is the mean of the forests' raw scores.
 
 The arrays have a fixed capacity (`TreesBuilder.max_trees` x the nodes a tree of
 `max_leaf_nodes` can have), so that a member rebuilt from its builder has the same variables
@@ -37,48 +46,73 @@ from trainer.model.subnetwork import Builder, FitRows, Generator, GeneratorOptio
 
 @dataclasses.dataclass
 class Forest:
-    """Fitted trees as arrays (see the module's docstring); `roots[j]` is tree j's first node
-    and `outputs[j]` the logit it adds to."""
+    """Fitted trees as arrays (see the module's docstring), laid out for a walk of few
+    gathers: a split's two children are adjacent (`left`, then `left + 1` for the right), and
+    a leaf is its own left child with an infinite threshold, so every row takes `depth` steps
+    and stays on its leaf once there. `link` packs a node's left child and the side a
+    missing value takes: `left * 2 + missing_goes_left`."""
 
     feature: np.ndarray  # [nodes] int32
-    threshold: np.ndarray  # [nodes] float64
-    left: np.ndarray  # [nodes] int32
-    right: np.ndarray  # [nodes] int32
-    missing_left: np.ndarray  # [nodes] bool
-    is_leaf: np.ndarray  # [nodes] bool
-    value: np.ndarray  # [nodes] float64
+    threshold: np.ndarray  # [nodes] float64 (+inf at a leaf)
+    link: np.ndarray  # [nodes] int32
+    value: np.ndarray  # [nodes] float64 (0 at a split)
     roots: np.ndarray  # [trees] int32
-    outputs: np.ndarray  # [trees] int32
-    baseline: np.ndarray  # [logits] float64
+    outputs: np.ndarray  # [trees] int32: the score each tree adds to (fold x logits + logit)
+    baseline: np.ndarray  # [scores] float64
+    depth: np.ndarray  # [1] int32: the deepest leaf's depth
 
     @classmethod
-    def of(cls, model) -> Forest:
+    def of(cls, model, *, first_output: int = 0) -> Forest:
         """The trees of a fitted HistGradientBoostingClassifier or -Regressor (with no
-        categorical features)."""
+        categorical features), adding to scores `first_output`... on."""
         if model.is_categorical_ is not None:
             raise ValueError("categorical splits are not compiled; pass categories as numbers")
-        columns: dict[str, list] = {f.name: [] for f in dataclasses.fields(cls)}
-        roots, outputs = [], []
+        columns: dict[str, list] = {"feature": [], "threshold": [], "link": [], "value": []}
+        roots, outputs, depth = [], [], 0
         offset = 0
         for trees in model._predictors:
             for output, tree in enumerate(trees):
                 nodes = tree.nodes
+                order = _children_adjacent(nodes)  # new position -> the library's node
+                position = np.empty(len(nodes), np.int64)
+                position[order] = np.arange(len(nodes))
+                nodes = nodes[order]
+                leaf = nodes["is_leaf"].astype(bool)
+                here = np.arange(len(nodes)) + offset
+                left = np.where(leaf, here, position[nodes["left"]] + offset)
+                missing_left = np.where(leaf, 1, nodes["missing_go_to_left"])
+                columns["feature"].append(np.where(leaf, 0, nodes["feature_idx"]))
+                columns["threshold"].append(np.where(leaf, np.inf, nodes["num_threshold"]))
+                columns["link"].append(left * 2 + missing_left)
+                columns["value"].append(np.where(leaf, nodes["value"], 0.0))
                 roots.append(offset)
-                outputs.append(output)
-                columns["feature"].append(nodes["feature_idx"].astype(np.int32))
-                columns["threshold"].append(nodes["num_threshold"].astype(np.float64))
-                columns["left"].append(nodes["left"].astype(np.int32) + offset)
-                columns["right"].append(nodes["right"].astype(np.int32) + offset)
-                columns["missing_left"].append(nodes["missing_go_to_left"].astype(bool))
-                columns["is_leaf"].append(nodes["is_leaf"].astype(bool))
-                columns["value"].append(nodes["value"].astype(np.float64))
+                outputs.append(first_output + output)
+                depth = max(depth, int(nodes["depth"].max()))
                 offset += len(nodes)
-        per_node = {name: np.concatenate(parts) for name, parts in columns.items() if parts}
         return cls(
-            **per_node,
+            feature=np.concatenate(columns["feature"]).astype(np.int32),
+            threshold=np.concatenate(columns["threshold"]).astype(np.float64),
+            link=np.concatenate(columns["link"]).astype(np.int32),
+            value=np.concatenate(columns["value"]).astype(np.float64),
             roots=np.asarray(roots, np.int32),
             outputs=np.asarray(outputs, np.int32),
             baseline=np.asarray(model._baseline_prediction, np.float64).reshape(-1),
+            depth=np.asarray([depth], np.int32),
+        )
+
+    @classmethod
+    def joined(cls, forests: Sequence[Forest]) -> Forest:
+        """Several forests as one (their scores side by side, as their `first_output` says)."""
+        offsets = np.cumsum([0] + [len(f.value) for f in forests[:-1]]).astype(np.int32)
+        return cls(
+            feature=np.concatenate([f.feature for f in forests]),
+            threshold=np.concatenate([f.threshold for f in forests]),
+            link=np.concatenate([f.link + 2 * o for f, o in zip(forests, offsets)]),
+            value=np.concatenate([f.value for f in forests]),
+            roots=np.concatenate([f.roots + o for f, o in zip(forests, offsets)]),
+            outputs=np.concatenate([f.outputs for f in forests]),
+            baseline=np.concatenate([f.baseline for f in forests]),
+            depth=np.max([f.depth for f in forests], axis=0),
         )
 
     def padded(self, *, trees: int, nodes: int) -> Forest:
@@ -88,85 +122,106 @@ class Forest:
                 f"{len(self.roots)} trees of {len(self.value)} nodes do not fit the capacity "
                 f"({trees} trees, {nodes - 1} nodes)"
             )
-        empty = len(self.value)  # the leaf the unused trees are
+        empty = len(self.value)  # a leaf of 0: the unused trees, and the unused nodes
 
-        def grow(array, size, fill=0):
-            out = np.full((size, *array.shape[1:]), fill, array.dtype)
+        def grow(array, size, fill):
+            out = np.full(size, fill, array.dtype)
             out[: len(array)] = array
             return out
 
         return Forest(
-            feature=grow(self.feature, nodes),
-            threshold=grow(self.threshold, nodes),
-            left=grow(self.left, nodes, empty),
-            right=grow(self.right, nodes, empty),
-            missing_left=grow(self.missing_left, nodes),
-            is_leaf=grow(self.is_leaf, nodes, True),
-            value=grow(self.value, nodes),
+            feature=grow(self.feature, nodes, 0),
+            threshold=grow(self.threshold, nodes, np.inf),
+            link=grow(self.link, nodes, empty * 2 + 1),
+            value=grow(self.value, nodes, 0.0),
             roots=grow(self.roots, trees, empty),
-            outputs=grow(self.outputs, trees),
+            outputs=grow(self.outputs, trees, 0),
             baseline=self.baseline,
+            depth=self.depth,
         )
 
 
-def raw_scores(forest: dict[str, tf.Tensor], x: tf.Tensor, logits_dimension: int) -> tf.Tensor:
-    """The trees' raw scores [batch, logits_dimension] of rows `x` [batch, features] (float64),
-    `forest` holding a `Forest`'s arrays as tensors."""
+def _children_adjacent(nodes: np.ndarray) -> np.ndarray:
+    """An order of a tree's nodes (the library's indices), root first, in which each split's
+    right child comes right after its left one."""
+    order, queue = [0], [0]
+    while queue:
+        node = queue.pop()
+        if not nodes["is_leaf"][node]:
+            order += [int(nodes["left"][node]), int(nodes["right"][node])]
+            queue += [int(nodes["left"][node]), int(nodes["right"][node])]
+    return np.asarray(order, np.int64)
+
+
+def fold_of(x, folds: int, *, xp=np):
+    """Each row's fold, 0..folds-1: a hash of its inputs `x` [rows, features] (float64; a
+    missing value counts as 0), the same in numpy (`xp=np`) and TensorFlow (`xp=tf`)."""
+    width = int(x.shape[1])
+    weights = np.random.default_rng(width).uniform(0.5, 1.5, width) * 7919.0
+    if xp is np:
+        mixed = np.nan_to_num(x, nan=0.0) @ weights
+        return np.floor((mixed - np.floor(mixed)) * folds).astype(np.int64).clip(0, folds - 1)
+    clean = tf.where(tf.math.is_nan(x), tf.zeros_like(x), x)
+    mixed = tf.linalg.matvec(clean, tf.constant(weights, tf.float64))
+    fold = tf.cast(tf.floor((mixed - tf.floor(mixed)) * folds), tf.int64)
+    return tf.clip_by_value(fold, 0, folds - 1)
+
+
+def raw_scores(forest: dict[str, tf.Tensor], x: tf.Tensor, scores: int) -> tf.Tensor:
+    """The trees' raw scores [batch, scores] of rows `x` [batch, features] (float64),
+    `forest` holding a `Forest`'s arrays as tensors: `depth` steps of three gathers of node
+    arrays and one of the rows' values."""
     batch = tf.shape(x)[0]
     start = tf.tile(forest["roots"][None, :], [batch, 1])  # [batch, trees]
 
-    def not_done(node):
-        return tf.logical_not(tf.reduce_all(tf.gather(forest["is_leaf"], node)))
-
-    def step(node):
-        feature = tf.gather(forest["feature"], node)
-        value = tf.gather(x, feature, batch_dims=1)  # [batch, trees]
-        goes_left = tf.where(
+    def step(i, node):
+        value = tf.gather(x, tf.gather(forest["feature"], node), batch_dims=1)  # [batch, trees]
+        link = tf.gather(forest["link"], node)
+        goes_right = tf.where(
             tf.math.is_nan(value),
-            tf.gather(forest["missing_left"], node),
-            value <= tf.gather(forest["threshold"], node),
+            tf.equal(tf.bitwise.bitwise_and(link, 1), 0),
+            value > tf.gather(forest["threshold"], node),
         )
-        child = tf.where(
-            goes_left, tf.gather(forest["left"], node), tf.gather(forest["right"], node)
-        )
-        return (tf.where(tf.gather(forest["is_leaf"], node), node, child),)
+        return i + 1, tf.bitwise.right_shift(link, 1) + tf.cast(goes_right, tf.int32)
 
-    (leaves,) = tf.while_loop(not_done, step, (start,))
+    _, leaves = tf.while_loop(
+        lambda i, _: i < forest["depth"][0], step, (tf.constant(0, tf.int32), start)
+    )
     values = tf.gather(forest["value"], leaves)  # [batch, trees]
     per_output = tf.math.unsorted_segment_sum(
-        tf.transpose(values), forest["outputs"], logits_dimension
-    )  # [logits, batch]
+        tf.transpose(values), forest["outputs"], scores
+    )  # [scores, batch]
     return tf.transpose(per_output) + forest["baseline"][None, :]
 
 
 class TreesLayer(keras.layers.Layer):
     """The compiled trees as a Keras layer: its weights are a `Forest`'s arrays (not trained;
-    in the checkpoint), its output the raw scores [batch, logits_dimension] in float32."""
+    in the checkpoint) of `folds` forests, its output the raw scores [batch, logits] in
+    float32: of the forest that did not see the row in training, their mean otherwise."""
 
-    def __init__(self, *, trees: int, nodes: int, logits: int):
+    def __init__(self, *, trees: int, nodes: int, logits: int, folds: int):
         super().__init__(name="trees")
-        self.logits = logits
+        self.logits, self.folds = logits, folds
         shapes = {
             "feature": ([nodes], "int32"),
             "threshold": ([nodes], "float64"),
-            "left": ([nodes], "int32"),
-            "right": ([nodes], "int32"),
-            "missing_left": ([nodes], "bool"),
-            "is_leaf": ([nodes], "bool"),
+            "link": ([nodes], "int32"),
             "value": ([nodes], "float64"),
             "roots": ([trees], "int32"),
             "outputs": ([trees], "int32"),
-            "baseline": ([logits], "float64"),
+            "baseline": ([folds * logits], "float64"),
+            "depth": ([1], "int32"),
         }
-        empty = Forest(
-            **{k: np.zeros(shape, dtype) for k, (shape, dtype) in shapes.items()}
-        )  # until fitted: every tree one leaf of 0
-        empty.is_leaf[:] = True
+        nothing = Forest(  # until fitted: every tree the one leaf of 0
+            **{k: np.zeros(shape, dtype) for k, (shape, dtype) in shapes.items() if k != "link"},
+            link=np.ones(nodes, np.int32),
+        )
+        nothing.threshold[:] = np.inf
         self.arrays = {
             name: self.add_weight(
                 shape=shape,
                 dtype=dtype,
-                initializer=_constant(getattr(empty, name)),
+                initializer=_constant(getattr(nothing, name)),
                 trainable=False,
                 name=name,
             )
@@ -182,9 +237,16 @@ class TreesLayer(keras.layers.Layer):
         """(trees, nodes) the arrays hold."""
         return int(self.arrays["roots"].shape[0]), int(self.arrays["value"].shape[0])
 
-    def call(self, x):
+    def call(self, x, training=False):
         forest = {name: v.value for name, v in self.arrays.items()}
-        return tf.cast(raw_scores(forest, tf.cast(x, tf.float64), self.logits), tf.float32)
+        x = tf.cast(x, tf.float64)
+        scores = raw_scores(forest, x, self.folds * self.logits)
+        scores = tf.reshape(scores, [-1, self.folds, self.logits])
+        if training:  # each row's own held-out forest
+            scores = tf.gather(scores, fold_of(x, self.folds, xp=tf), batch_dims=1)
+        else:
+            scores = tf.reduce_mean(scores, axis=1)
+        return tf.cast(scores, tf.float32)
 
 
 def _constant(value: np.ndarray):
@@ -205,6 +267,7 @@ class TreesBuilder(Builder):
     max_leaf_nodes: int = 31
     learning_rate: float = 0.1
     l2_regularization: float = 0.0
+    folds: int = 5
 
     @property
     def name(self) -> str:
@@ -226,27 +289,35 @@ class TreesBuilder(Builder):
         raise NotImplementedError("a TreesBuilder's member is build_member's")
 
     def build_member(self, *, input_dim: int, logits_dimension: int, seed: int) -> TreesLayer:
-        trees = self.max_trees * logits_dimension
+        trees = self.folds * self.max_trees * logits_dimension
         nodes = trees * (2 * self.max_leaf_nodes - 1) + 1
-        return TreesLayer(trees=trees, nodes=nodes, logits=logits_dimension)
+        return TreesLayer(trees=trees, nodes=nodes, logits=logits_dimension, folds=self.folds)
 
     def fit(self, member: keras.layers.Layer, rows: FitRows) -> dict:
-        """Fits the trees on the rows and writes them into the member's arrays."""
+        """Fits a forest per fold on the rows of the other folds (`fold_of`) and writes them
+        into the member's arrays."""
         from sklearn.ensemble import HistGradientBoostingClassifier, HistGradientBoostingRegressor
 
         assert isinstance(member, TreesLayer)
         kind = HistGradientBoostingRegressor if rows.regression else HistGradientBoostingClassifier
-        model = kind(
-            max_iter=self.max_trees,
-            max_leaf_nodes=self.max_leaf_nodes,
-            learning_rate=self.learning_rate,
-            l2_regularization=self.l2_regularization,
-            random_state=rows.seed,
-        )
-        model.fit(rows.x, rows.labels, sample_weight=rows.weights)
+        folds = fold_of(rows.x, self.folds)
+        forests, counts = [], []
+        for k in range(self.folds):
+            kept = folds != k
+            model = kind(
+                max_iter=self.max_trees,
+                max_leaf_nodes=self.max_leaf_nodes,
+                learning_rate=self.learning_rate,
+                l2_regularization=self.l2_regularization,
+                random_state=rows.seed + k,
+            )
+            weights = rows.weights[kept] if rows.weights is not None else None
+            model.fit(rows.x[kept], rows.labels[kept], sample_weight=weights)
+            forests.append(Forest.of(model, first_output=k * member.logits))
+            counts.append(int(model.n_iter_))
         trees, nodes = member.capacity
-        member.assign(Forest.of(model).padded(trees=trees, nodes=nodes))
-        return {"trees": int(model.n_iter_), "rows": len(rows.x)}
+        member.assign(Forest.joined(forests).padded(trees=trees, nodes=nodes))
+        return {"rows": len(rows.x), "folds": self.folds, "trees": counts}
 
 
 @dataclasses.dataclass(frozen=True)

@@ -27,7 +27,7 @@ from trainer.ensemble.objective import (
     moving_average_update,
     training_objective,
 )
-from trainer.input.features import PREVIOUS_LOGITS, PREVIOUS_OUTPUTS, WEIGHT, Encoded
+from trainer.input.features import FITTED_LOGITS, PREVIOUS_LOGITS, PREVIOUS_OUTPUTS, WEIGHT, Encoded
 from trainer.input.pipeline import Derived
 from trainer.input.schema import HeadType
 from trainer.model import Builder, Inputs, Subnetwork
@@ -177,7 +177,7 @@ class Iteration:
         """Fits the new fitted members (boosted trees, say) on one pass over the training
         `batches` (`rows` rows; at most `FIT_ROWS` of them are kept, every n-th, so the
         sample spans the whole table); returns what each fit reports, by member name."""
-        fitted = [i for i, b in enumerate(self.builders) if b.fitted]
+        fitted = self._fitted()
         if not fitted:
             return {}
         stride = max(1, -(-rows // FIT_ROWS))
@@ -275,25 +275,38 @@ class Iteration:
         )
 
     # -- forward --------------------------------------------------------------------------
-    def _forward(self, features, *, trained, candidates):
+    def _forward(self, features, *, trained, candidates, training_rows=False):
         """Returns ({subnetwork index: (last, logits, heads' logits or None)}, {candidate
         index: logits}, the previous ensemble's members' (last, logits), oldest first).
 
         Subnetworks in `trained` run in training mode; the others that `candidates` need run
-        in inference mode (a worker that trains only mixture weights reads them).
+        in inference mode (a worker that trains only mixture weights reads them). On
+        `training_rows` a fitted member, new or previous, gives each row the scores of what
+        was fitted without it (see trainer/model/trees.py).
         """
         if PREVIOUS_OUTPUTS in features:  # computed once for a table in memory
             previous = list(features[PREVIOUS_OUTPUTS])
         elif PREVIOUS_LOGITS in features:  # (no mixture weights read a last layer)
             previous = [(None, logits) for logits in features[PREVIOUS_LOGITS]]
         elif self.previous:
-            previous = [m.subnetwork(features, training=False) for m in self.previous.members]
+            previous = [
+                m.subnetwork(features, training=training_rows and m.builder.fitted)
+                for m in self.previous.members
+            ]
         else:
             previous = []
         needed = sorted(
             set(trained).union(*(self.candidates[c].new_subnetworks for c in candidates))
         )
-        new = {i: self.subnetworks[i].forward(features, training=i in trained) for i in needed}
+        fitted = dict(zip(self._fitted(), features.get(FITTED_LOGITS, ())))
+        new = {
+            i: (fitted[i], fitted[i], None)
+            if i in fitted and training_rows
+            else self.subnetworks[i].forward(
+                features, training=i in trained or (training_rows and self.builders[i].fitted)
+            )
+            for i in needed
+        }
         detached = {i: tuple(tf.stop_gradient(t) for t in out[:2]) for i, out in new.items()}
         logits = {}
         for c in candidates:
@@ -304,24 +317,37 @@ class Iteration:
             logits[c] = candidate.weights(outputs)
         return new, logits, previous
 
+    def _fitted(self) -> list[int]:
+        """The new subnetworks that are fitted members."""
+        return [i for i, b in enumerate(self.builders) if b.fitted]
+
     def previous_outputs(self) -> Derived | None:
-        """The frozen previous members' outputs on encoded rows, as columns a training table
-        held in memory computes once (they never change within an iteration): a step then
-        runs only the new subnetworks, and a late iteration costs about what the first did.
-        None without a previous ensemble."""
-        if self.previous is None:
+        """The outputs that never change within an iteration, on encoded rows: the frozen
+        previous members' and the new fitted members' (each row's held-out scores), as
+        columns a training table held in memory computes once: a step then runs only the
+        trained subnetworks, and a late iteration costs about what the first did. None
+        without a previous ensemble or a fitted member."""
+        fitted = [self.subnetworks[i] for i in self._fitted()]
+        if self.previous is None and not fitted:
             return None
-        members = [m.subnetwork for m in self.previous.members]
+        members = [m.subnetwork for m in self.previous.members] if self.previous else []
         lasts = any(c.weights.reads_last_layers for c in self.candidates if c.keep_previous)
 
         def outputs(features):
-            both = tuple(m(features) for m in members)
-            if lasts:
-                return {PREVIOUS_OUTPUTS: both}
-            return {PREVIOUS_LOGITS: tuple(logits for _, logits in both)}
+            columns = {}
+            if members:
+                both = tuple(m(features, training=m.builder.fitted) for m in members)
+                if lasts:
+                    columns[PREVIOUS_OUTPUTS] = both
+                else:
+                    columns[PREVIOUS_LOGITS] = tuple(logits for _, logits in both)
+            if fitted:
+                columns[FITTED_LOGITS] = tuple(s(features, training=True)[1] for s in fitted)
+            return columns
 
-        width = sum(
-            (m.last_layer_dim if lasts else 0) + self.head.logits_dimension for m in members
+        width = (
+            sum((m.last_layer_dim if lasts else 0) + self.head.logits_dimension for m in members)
+            + len(fitted) * self.head.logits_dimension
         )
         # (compiled: traced once, not run op by op on every chunk)
         return Derived(compile_encoded(outputs, self.inputs), bytes_per_example=4 * width)
@@ -365,7 +391,9 @@ class Iteration:
         trained). With example weights each example's loss is weighted (the weights are
         scaled to a mean of 1 over the training data, so the sum over the global batch size
         estimates the weighted mean)."""
-        new, logits, previous = self._forward(features, trained=trained, candidates=candidates)
+        new, logits, previous = self._forward(
+            features, trained=trained, candidates=candidates, training_rows=True
+        )
         global_batch = self.options.batch_size
         weights = features.get(WEIGHT)
         sub_logits = self._subnetwork_training_logits(
