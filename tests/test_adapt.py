@@ -54,21 +54,27 @@ def test_defaults_left_to_the_data_are_chosen_for_a_small_table():
 
 
 def test_a_large_table_keeps_the_defaults():
-    flags_config = _config([])
+    flags_config = _config(["--generator=dnn,cross"])
     config, changes = adapt.resolve(flags_config, rows=100_000, head=HeadType.REGRESSION)
     assert config == flags_config and changes == {}
+
+
+def test_a_search_with_trees_chooses_on_held_out_rows_at_any_size():
+    config, changes = adapt.resolve(_config([]), rows=100_000, head=HeadType.REGRESSION)
+    assert config.search.selection is Selection.HOLDOUT
+    assert "fitted member" in changes["selection"]["why"] and list(changes) == ["selection"]
 
 
 def test_a_small_regression_table_gets_the_linear_model_among_its_candidates():
     config, changes = adapt.resolve(_config([]), rows=331, head=HeadType.REGRESSION)
     proposed = model.parts(config.search.generator)
     assert [type(g) for g in proposed] == [
-        model.DNNGenerator,
-        model.CrossGenerator,
+        model.TreesGenerator,
+        model.KHeadGenerator,
         model.LinearGenerator,
     ]
-    assert changes["generator"]["value"] == "dnn,cross,linear"
-    assert changes["generator"]["default"] == "dnn,cross"
+    assert changes["generator"]["value"] == "trees,kheads,linear"
+    assert changes["generator"]["default"] == "trees,kheads"
     # a generator the user named is kept, and one that has the linear model is not doubled
     kept, changes = adapt.resolve(_config(["--generator=dnn"]), 331, HeadType.REGRESSION)
     assert model.parts(kept.search.generator) == (model.DNNGenerator(),)

@@ -256,7 +256,7 @@ def test_a_run_logs_flags_iterations_and_final_metrics(tmp_path, vertex):
     assert params["max_iteration_steps"] == 100
     assert params["batch_size"] == 32
     assert params["learning_rate"] == 0.01
-    assert params["generator"] == "dnn,cross"
+    assert params["generator"] == "trees,kheads"
     assert params["force_grow"] == "false"
     assert not [p for p in params if p.startswith("experiment")]
 

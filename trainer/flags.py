@@ -232,7 +232,7 @@ FLAGS: tuple[Flag, ...] = (
     Flag(
         "generator",
         "list",
-        ["dnn", "cross"],
+        ["trees", "kheads"],
         "Search spaces: any of dnn, cross, linear, kheads (k heads sharing one body), trees "
         "(boosted trees, at iteration 0), or package.module:factory for your own (a "
         "function of trainer.model.GeneratorOptions, or a Generator class); several propose "

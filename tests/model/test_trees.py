@@ -109,6 +109,13 @@ def test_a_fitted_tree_member_is_cross_fitted_and_keeps_its_trees_through_a_chec
     np.testing.assert_array_equal(restored(features)[1].numpy(), served.numpy())
 
 
+def test_multiclass_heads_are_mixed_as_the_mean_of_their_probabilities():
+    head = Head(Label("y", HeadType.MULTICLASS, classes=("a", "b", "c")))
+    heads = tf.constant(np.random.default_rng(3).normal(size=(5, 4, 3)) * 3, tf.float32)
+    mixed = tf.nn.softmax(head.mean_of_heads(heads)).numpy()
+    np.testing.assert_allclose(mixed, tf.reduce_mean(tf.nn.softmax(heads), 1), rtol=1e-5)
+
+
 @pytest.mark.parametrize("kind", ["binary", "regression"])
 def test_a_k_head_member_hands_the_ensemble_the_mean_of_its_heads(kind):
     head = Head(_label(kind))
@@ -146,28 +153,25 @@ def _table(path, kind: str, n: int = 2000):
     return write_csv(path, ["x1", "x2", "target"], rows)
 
 
+def _search(tmp_path, kind: str, *flags: str):
+    """A search of trees and k-head members on `_table(kind)`: (its job dir, its stderr)."""
+    data = _table(tmp_path / "train.csv", kind)
+    job = tmp_path / "job"
+    args = [f"--train_data={data}", "--label_column=target", f"--job_dir={job}"]
+    result = run_task([*args, "--generator=trees,kheads", "--bags=1", *flags])
+    assert result.returncode == 0, result.stderr[-3000:]
+    return job, result.stderr
+
+
 @pytest.mark.parametrize(
     "kind, kept", [("steps", "trees_"), pytest.param("smooth", "kheads_", marks=pytest.mark.slow)]
 )
 def test_the_search_keeps_the_member_the_table_favours(tmp_path, kind, kept):
-    data = _table(tmp_path / "train.csv", kind)
-    job = tmp_path / "job"
-    result = run_task(
-        [
-            f"--train_data={data}",
-            "--label_column=target",
-            f"--job_dir={job}",
-            "--generator=trees,kheads",
-            "--max_iterations=1",
-            "--bags=1",
-            "--max_iteration_steps=400",
-        ]  # fmt: skip
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
+    job, log = _search(tmp_path, kind, "--max_iterations=1", "--max_iteration_steps=400")
     report = load_report(job)
     (member,) = report["architecture"]["members"]
     assert member["builder"].startswith(kept), report["iterations"][0]
-    assert "fitted t0_trees_200x31" in result.stderr
+    assert "fitted t0_trees_200x31" in log
 
 
 PREDICT = """
@@ -184,21 +188,9 @@ print(json.dumps({"version": tf.__version__, "logits": out["logits"].numpy().tol
 def test_a_mixed_model_of_trees_and_k_heads_serves_the_same_in_tf_2_15(tmp_path):
     from tests.deploy import venvs
 
-    data = _table(tmp_path / "train.csv", "steps")
-    job = tmp_path / "job"
-    result = run_task(
-        [
-            f"--train_data={data}",
-            "--label_column=target",
-            f"--job_dir={job}",
-            "--generator=trees,kheads",
-            "--max_iterations=2",
-            "--bags=1",
-            "--force_grow",
-            "--max_iteration_steps=200",
-        ]  # fmt: skip
+    job, _ = _search(
+        tmp_path, "steps", "--max_iterations=2", "--force_grow", "--max_iteration_steps=200"
     )
-    assert result.returncode == 0, result.stderr[-3000:]
     members = [m["builder"] for m in load_report(job)["architecture"]["members"]]
     assert any(m.startswith("trees_") for m in members), members
     assert any(m.startswith("kheads_") for m in members), members

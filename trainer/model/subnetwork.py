@@ -343,7 +343,11 @@ class Subnetwork(tf.Module):
 
     @property
     def parameters(self) -> int:
-        """How many trainable numbers it holds (embedding tables included)."""
+        """How many trainable numbers it holds (embedding tables included); for a fitted
+        member, the numbers its fit chose (`parameters` of its layer, e.g. the trees' split
+        features, thresholds and leaf values)."""
+        if self.builder.fitted and hasattr(self.body, "parameters"):
+            return int(self.body.parameters)
         variables = self._tables + self.dense_variables
         return sum(int(np.prod(v.shape)) for v in variables)
 

@@ -233,6 +233,15 @@ class TreesLayer(keras.layers.Layer):
             variable.assign(getattr(forest, name))
 
     @property
+    def parameters(self) -> int:
+        """The numbers the fit chose: each split's feature and threshold, each leaf's value
+        (the arrays' padding aside)."""
+        splits = int(tf.reduce_sum(tf.cast(tf.math.is_finite(self.arrays["threshold"]), tf.int32)))
+        padding = int(self.arrays["value"].shape[0]) - 1  # the leaf unused trees point to
+        trees = int(tf.reduce_sum(tf.cast(self.arrays["roots"] != padding, tf.int32)))
+        return 2 * splits + splits + trees  # a binary tree has one leaf more than splits
+
+    @property
     def capacity(self) -> tuple[int, int]:
         """(trees, nodes) the arrays hold."""
         return int(self.arrays["roots"].shape[0]), int(self.arrays["value"].shape[0])
