@@ -47,6 +47,7 @@ setuptools.setup(
         # --generator=trees: the boosted-tree member is fitted by HistGradientBoosting, then
         # compiled into TensorFlow ops (the exported model does not need it)
         "scikit-learn>=1.3",
+        "threadpoolctl>=3.1",  # the fit's threads (scikit-learn installs it too)
     ],
     extras_require={
         # What only some jobs use: --experiment (Vertex AI Experiments) and bq:// input (the
