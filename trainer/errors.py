@@ -17,6 +17,13 @@ class TrainingError(RuntimeError):
     """Training cannot continue; what was finished is kept (see the module doc)."""
 
 
+def first_line(error: BaseException, limit: int = 200) -> str:
+    """An error's message in one line for a log or a one-line error: its first line, at most
+    `limit` characters; the error's type where it has no message."""
+    text = str(error)
+    return text.splitlines()[0][:limit] if text.strip() else type(error).__name__
+
+
 # The names TensorFlow 2 is installed under.
 _TENSORFLOWS = ("tensorflow", "tensorflow-cpu", "tensorflow-gpu", "tensorflow-intel")
 

@@ -23,6 +23,7 @@ import tensorflow as tf
 from absl import logging
 
 from trainer.distribute import runtime as distributed
+from trainer.errors import first_line
 from trainer.input.job_input import JobInput
 from trainer.input.pipeline import Derived, Shard
 from trainer.search.iteration import Iteration
@@ -259,7 +260,7 @@ class CoordinatedLoop:
                     "A chunk failed with a lost worker; its steps are scheduled again (%s: %s).",
                     10,
                     type(e).__name__,
-                    str(e).splitlines()[0][:200],
+                    first_line(e),
                 )
             return Chunk(self._progress[0][0], (), self.done)
         if target < len(self.units):

@@ -29,6 +29,7 @@ from trainer.distribute import preemption
 from trainer.distribute.loops import LoopMaker, TrainLoop
 from trainer.distribute.preemption import NOTICE_SECS, Notice, Preempted
 from trainer.ensemble.objective import selection_objective
+from trainer.errors import first_line
 from trainer.evaluation import streaming as evaluation
 from trainer.input.job_input import JobInput
 from trainer.reporting.progress import Progress, SummaryWriters, TrainingTime
@@ -49,7 +50,7 @@ from trainer.search.record import (
     finite,
     finite_metrics,
 )
-from trainer.search.rules import Search
+from trainer.search.rules import Proposal, Search
 from trainer.storage.job_dir import CHECKPOINT_ERRORS, PERIODIC, ReplicaWrites, is_damage
 
 # What the objective a search chooses by is measured on, for the "chose" line.
@@ -133,10 +134,11 @@ class Controller:
                 )
                 break
             previous = [m.builder for m in self.chosen.members] if self.chosen else []
-            if not self.search.propose(t, previous).builders:
+            proposal = self.search.propose(t, previous)
+            if not proposal.builders:
                 logging.info("The generator proposes nothing at iteration %d: the search ends.", t)
                 break
-            record, self.chosen = self.run_iteration(t, self.chosen)
+            record, self.chosen = self.run_iteration(proposal, self.chosen)
             self.records.append(record)
             # The iteration's models, datasets and traced functions hold reference cycles:
             # freed now, not at the next full collection (ames, 74 columns: 50-60 MB each).
@@ -171,7 +173,7 @@ class Controller:
                     "trained again.",
                     t,
                     self.writes.job.frozen_prefix(t),
-                    _first_line(e),
+                    first_line(e),
                 )
                 self.records = self.records[:-1]
         return None
@@ -201,7 +203,7 @@ class Controller:
                     "Iteration %d: the checkpoint %s cannot be read (%s); trying an older one.",
                     t,
                     prefix,
-                    _first_line(e),
+                    first_line(e),
                 )
         if numbers:
             logging.warning("Iteration %d: no checkpoint of it can be read; it starts afresh.", t)
@@ -212,10 +214,11 @@ class Controller:
         return self.models.restore(records, self.writes.job, local=local)
 
     def run_iteration(
-        self, t: int, previous: FrozenEnsemble | None
+        self, proposal: Proposal, previous: FrozenEnsemble | None
     ) -> tuple[IterationRecord, FrozenEnsemble]:
+        """Trains (or resumes) the iteration of `proposal`, grown from `previous`."""
         started = time.monotonic()
-        proposal = self.search.propose(t, [m.builder for m in previous.members] if previous else [])
+        t = proposal.number
         iteration = self.models.iteration(proposal, previous)
         checkpoint = iteration.checkpoint()
         latest = self._resume_iteration(checkpoint, t)
@@ -484,7 +487,3 @@ def _finished(record: IterationRecord, frozen: FrozenEnsemble, seconds: Seconds)
         frozen.weights.describe(),
     )
     return dataclasses.replace(record, architecture=architecture, seconds=seconds)
-
-
-def _first_line(error: Exception) -> str:
-    return str(error).splitlines()[0][:200] if str(error) else type(error).__name__

@@ -30,7 +30,7 @@ from absl import logging
 
 from trainer.config import RunConfig
 from trainer.distribute.cluster import ChiefWatch
-from trainer.errors import TrainingError
+from trainer.errors import TrainingError, first_line
 from trainer.evaluation import streaming as evaluation
 from trainer.input.job_input import JobInput
 from trainer.job import job as job_lib
@@ -138,9 +138,7 @@ def _evaluate(
             raise
         # The chief replaced it meanwhile (it keeps the latest two), or it is damaged.
         logging.info(
-            "Evaluator: could not read %s (%s); waiting for the next.",
-            checkpoint,
-            str(e).splitlines()[0][:200],
+            "Evaluator: could not read %s (%s); waiting for the next.", checkpoint, first_line(e)
         )
         return None
     evaluated = evaluation.evaluate_iteration(iteration, evaluator.data.eval_encoded())
@@ -176,7 +174,7 @@ def _evaluate_frozen(evaluator: _Evaluator, records: list[IterationRecord]) -> d
         logging.warning(
             "Evaluator: the frozen weights of iteration %d cannot be read (%s); skipped.",
             record.iteration,
-            str(e).splitlines()[0][:200],
+            first_line(e),
         )
         return None
     metrics = evaluation.evaluate_frozen(

@@ -29,9 +29,13 @@ class Head:
         elif self.type is HeadType.MULTICLASS:
             loss = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits)
         else:
-            target = (labels - self.label.mean) / self.label.std
+            target = self.standardised(labels)
             loss = tf.square(logits[:, 0] - target)
         return loss if weights is None else loss * weights
+
+    def standardised(self, labels):
+        """Regression targets as the loss takes them (numpy or TF): (label - mean) / std."""
+        return (labels - self.label.mean) / self.label.std
 
     def mean_of_heads(self, logits: tf.Tensor) -> tf.Tensor:
         """The logits [batch, logits] of the mean of k heads' predictions, from their logits
@@ -72,7 +76,7 @@ class Head:
             shifted = logits - logits.max(axis=1, keepdims=True)
             log_z = np.log(np.exp(shifted).sum(axis=1))
             return log_z - shifted[np.arange(len(labels)), labels]
-        target = (labels - self.label.mean) / self.label.std
+        target = self.standardised(labels)
         return np.square(logits[:, 0] - target)
 
     def metrics(

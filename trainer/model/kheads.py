@@ -16,7 +16,7 @@ from collections.abc import Sequence
 import keras
 import numpy as np
 
-from trainer.model.subnetwork import Builder, Generator, GeneratorOptions, IterationContext
+from trainer.model.subnetwork import Builder, Generator, IterationContext
 
 
 class KHeadBody(keras.layers.Layer):
@@ -107,10 +107,6 @@ class KHeadGenerator(Generator):
     layer_size: int = 128
     heads_count: int = 8
     dropout: float = 0.1
-
-    @classmethod
-    def from_options(cls, options: GeneratorOptions) -> KHeadGenerator:
-        return cls()
 
     def generate_candidates(self, context: IterationContext) -> Sequence[Builder]:
         members = [b for b in context.previous_ensemble if isinstance(b, KHeadBuilder)]

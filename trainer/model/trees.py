@@ -42,7 +42,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from trainer.model.subnetwork import Builder, FitRows, Generator, GeneratorOptions, IterationContext
+from trainer.model.subnetwork import Builder, FitRows, Generator, IterationContext
 
 
 @dataclasses.dataclass
@@ -347,10 +347,6 @@ class TreesGenerator(Generator):
 
     max_trees: int = 200
     max_leaf_nodes: int = 31
-
-    @classmethod
-    def from_options(cls, options: GeneratorOptions) -> TreesGenerator:
-        return cls()
 
     def generate_candidates(self, context: IterationContext) -> Sequence[Builder]:
         if context.iteration > 0:

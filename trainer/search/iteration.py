@@ -116,6 +116,7 @@ class Iteration:
         self.builders = tuple(builders)
         self.ensemblers = tuple(ensemblers)
         self.units = layout.units or (everything(len(builders)),)
+        self.seed = seed + 1000 * number  # the iteration's: its members' come from it
         with strategy.scope():
             subnetworks, self.embedding_optimizers = [], {}
             for i, b in enumerate(builders):
@@ -124,7 +125,7 @@ class Iteration:
                         b,
                         inputs=inputs,
                         logits_dimension=head.logits_dimension,
-                        seed=seed + 1000 * number + 10 * i,
+                        seed=self.seed + 10 * i,
                         name=member_key(number, b),
                         mean_of_heads=head.mean_of_heads,
                     )
@@ -171,7 +172,6 @@ class Iteration:
         self.stopped: frozenset[str] = frozenset()
         self._loop: Callable | None = None
         self._predict: Callable | None = None
-        self.seed = seed + 1000 * number
 
     def fit_members(self, batches: tf.data.Dataset, rows: int) -> dict[str, dict]:
         """Fits the new fitted members (boosted trees, say) on one pass over the training
@@ -193,10 +193,9 @@ class Iteration:
             if WEIGHT in features:
                 weights.append(features[WEIGHT].numpy()[kept])
         y = np.concatenate(labels)
-        label = self.head.label
         regression = self.head.type is HeadType.REGRESSION
         if regression:
-            y = (y.astype(np.float64) - label.mean) / label.std
+            y = self.head.standardised(y.astype(np.float64))
         reports = {}
         for i in fitted:
             started = time.monotonic()

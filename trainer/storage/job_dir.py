@@ -53,7 +53,7 @@ import tensorflow as tf
 from absl import logging
 from google.protobuf import text_format
 
-from trainer.errors import InputError
+from trainer.errors import InputError, first_line
 from trainer.storage import files as storage
 from trainer.storage.paths import OutputDirs, join
 
@@ -438,7 +438,7 @@ class ReplicaWrites:
             logging.warning(
                 "%s/checkpoint is damaged (%s): deleted; the next checkpoint writes it again.",
                 directory,
-                str(e).splitlines()[0][:200] if str(e) else type(e).__name__,
+                first_line(e),
             )
             tf.io.gfile.remove(join(directory, "checkpoint"))
 

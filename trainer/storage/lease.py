@@ -40,7 +40,7 @@ import uuid
 
 from absl import logging
 
-from trainer.errors import InputError
+from trainer.errors import InputError, first_line
 from trainer.storage.paths import as_gcs, is_fuse, is_gcs, join, split_gcs
 
 NAME = "lease.json"
@@ -172,7 +172,7 @@ class Lease:
                 "The job dir's lease %s could not be deleted (%s); the next trainer on this "
                 "job dir takes it over.",
                 self._store.path,
-                str(e).splitlines()[0][:200] if str(e) else type(e).__name__,
+                first_line(e),
             )
 
     def __enter__(self) -> Lease:
