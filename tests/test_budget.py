@@ -33,6 +33,15 @@ def test_iteration_zero_always_starts_and_a_later_one_when_half_of_the_last_fits
     assert budget.may_start(0, []) and not budget.may_start(2, [_Record(1.0, 1.0)])
 
 
+def test_a_fitted_member_may_take_half_of_what_is_left_before_the_reserve(monkeypatch):
+    now = [10.0]
+    monkeypatch.setattr(time, "monotonic", lambda: now[0])
+    budget = budget_lib.TimeBudget(100.0, started=0.0)  # reserve 5 s: 85 s left before it
+    assert budget.fit_deadline() == pytest.approx(10.0 + 42.5)
+    now[0] = 99.0  # inside the reserve: no time (the fit grows one check's rounds)
+    assert budget.fit_deadline() == 99.0
+
+
 def test_training_stops_when_selection_and_the_reserve_are_all_that_fit(monkeypatch):
     now = [0.0]
     monkeypatch.setattr(time, "monotonic", lambda: now[0])
@@ -73,10 +82,7 @@ def test_a_search_longer_than_its_budget_ends_within_it_with_a_model(binary_data
             "--max_iterations=20",
             "--max_iteration_steps=1000000",  # far more than 30 s of training
             "--batch_size=32",
-            f"--time_budget_secs={seconds}",
-            # Networks only: the boosted-tree member's fit is not bounded by the budget (it
-            # runs before iteration 0's training, which always runs; see issue 44's notes).
-            "--generator=dnn,cross",
+            f"--time_budget_secs={seconds}",  # the default search: trees' fit included
         ]
     )
     wall = time.monotonic() - started

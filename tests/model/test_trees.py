@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 
 import numpy as np
 import pytest
@@ -18,7 +19,7 @@ from trainer.input.features import encoded
 from trainer.input.schema import HeadType, Label
 from trainer.model import FitRows, Inputs, KHeadBuilder, Subnetwork, TreesBuilder
 from trainer.model.heads import Head
-from trainer.model.trees import Forest, fold_of, raw_scores
+from trainer.model.trees import ROUNDS_PER_CHECK, Forest, fold_of, raw_scores
 
 FEATURES = 6
 
@@ -213,3 +214,32 @@ def test_a_mixed_model_of_trees_and_k_heads_serves_the_same_in_tf_2_15(tmp_path)
     answer = json.loads(other.stdout.strip().splitlines()[-1])
     assert answer["version"] == "2.15.1"
     np.testing.assert_allclose(answer["logits"], here, atol=1e-5)
+
+
+def test_the_fold_models_stop_where_the_out_of_fold_loss_is_lowest_or_the_deadline_falls():
+    """Cross-validated early stopping: every fold model cut to the rounds whose summed loss
+    on the left-out folds is lowest, the same trees as the library's fit of that many rounds;
+    past the deadline one check's rounds grow, and the report says the budget stopped it."""
+    rng = np.random.default_rng(4)
+    # float32 values, as the member's inputs are (a Keras layer casts its input to float32)
+    x64 = np.nan_to_num(_rows(rng, 600)).astype(np.float32).astype(np.float64)
+    y = (rng.uniform(size=600) < 0.5).astype(np.int64)  # noise: more rounds only overfit
+    builder = TreesBuilder(max_trees=200, folds=3)
+    layer = builder.build_member(input_dim=x64.shape[1], logits_dimension=1, seed=0)
+    report = builder.fit(layer, FitRows(x64, y, None, regression=False, seed=3))
+    assert report["rounds"] < 20 and report["grown"] < 200 and "stopped" not in report
+    folds = fold_of(x64, 3)
+    library = [
+        HistGradientBoostingClassifier(max_iter=report["rounds"], random_state=3 + k)
+        .fit(x64[folds != k], y[folds != k])
+        ._raw_predict(x64)[:, 0]
+        for k in range(3)
+    ]
+    served = layer(tf.constant(x64)).numpy()[:, 0]
+    np.testing.assert_allclose(served, np.mean(library, axis=0), atol=1e-5)
+    assert layer.parameters < 3 * 20 * 3 * 31  # the fitted trees alone, not the capacity
+
+    signal = (x64[:, 0] > 0).astype(np.int64)  # learnable: the loss keeps falling for a while
+    late = FitRows(x64, signal, None, regression=False, seed=3, deadline=time.monotonic() - 1)
+    stopped = builder.fit(layer, late)
+    assert stopped["grown"] == ROUNDS_PER_CHECK and stopped["stopped"] == "the time budget"

@@ -223,8 +223,9 @@ class Controller:
         checkpoint = iteration.checkpoint()
         latest = self._resume_iteration(checkpoint, t)
         if latest is None:  # (resumed: the fitted members' arrays are in the checkpoint)
+            deadline = self.budget.fit_deadline() if self.budget else None
             for name, fit in iteration.fit_members(
-                self.data.train_encoded(), self.data.train_rows
+                self.data.train_encoded(), self.data.train_rows, deadline=deadline
             ).items():
                 logging.info("Iteration %d: fitted %s: %s.", t, name, fit)
         self.writes.drop_checkpoint_state(t)  # damaged, or naming a damaged checkpoint

@@ -74,6 +74,14 @@ class Builder(abc.ABC):
         return False
 
     @property
+    def complexity_scale(self) -> str:
+        """The family whose members' complexities compare: the one-standard-error rule
+        (`trainer.ensemble.selection`) prefers a simpler candidate only over one of the same
+        scale. Networks (depth-based: DNNs, k-head and cross networks, the linear model) share
+        "network"."""
+        return "network"
+
+    @property
     def learning_rate_scale(self) -> float:
         """The subnetwork's learning rate as a multiple of --learning_rate."""
         return 1.0
@@ -113,13 +121,15 @@ FIT_ROWS = 200_000  # the training rows a fitted member is fitted on, at most
 class FitRows:
     """The training rows a fitted member is fitted on: `x` its inputs [rows, width] (float64),
     `labels` as the head reads them (class ids; regression targets standardised, as the
-    head's loss takes them), `weights` the example weights (None: equal), and a seed."""
+    head's loss takes them), `weights` the example weights (None: equal), a seed, and when
+    (time.monotonic()) a fit that can stop early should (None: no limit)."""
 
     x: np.ndarray
     labels: np.ndarray
     weights: np.ndarray | None
     regression: bool
     seed: int
+    deadline: float | None = None
 
 
 @dataclasses.dataclass(frozen=True)

@@ -3,7 +3,8 @@ model, within it (the way AutoGluon's `time_limit` plans its fits).
 
 The budget counts from the trainer's start. It keeps back `reserve` seconds for the export
 and the exported model's evaluation. Iteration 0 always runs (there must be a model to
-export); a later iteration starts only when the time left can pay for an iteration as long as
+export; a fitted member's fit in it stops growing after half the time left); a later
+iteration starts only when the time left can pay for an iteration as long as
 half the last one, and any iteration stops training at the point where the rest of it
 (selecting, freezing) and the reserve still fit. What was cut goes to report.json (`budget`).
 """
@@ -22,6 +23,8 @@ RESERVE_FRACTION = 0.05
 # A later iteration starts when at least this share of one as long as the last one fits (its
 # training is cut short to fit; the search keeps the previous ensemble if that is better).
 MIN_SHARE_TO_START = 0.5
+# A fitted member's fit may take this share of the time left (`TimeBudget.fit_deadline`).
+FIT_SHARE = 0.5
 SELECTION_GUESS_SECS = 2.0  # selecting and freezing, before an iteration has measured it
 
 
@@ -60,6 +63,13 @@ class TimeBudget:
         if t == 0 or not records:
             return True
         return self.left() - self.reserve >= MIN_SHARE_TO_START * records[-1].seconds.total
+
+    def fit_deadline(self) -> float:
+        """When (time.monotonic()) a fitted member (boosted trees) stops growing: after
+        FIT_SHARE of the time left before the reserve, so that the networks of its iteration
+        still train."""
+        now = time.monotonic()
+        return now + FIT_SHARE * max(0.0, self.left(now) - self.reserve)
 
     def training_over(self, records: Sequence[Timed]) -> bool:
         """Whether the running iteration must stop training now, so that selecting and

@@ -173,10 +173,13 @@ class Iteration:
         self._loop: Callable | None = None
         self._predict: Callable | None = None
 
-    def fit_members(self, batches: tf.data.Dataset, rows: int) -> dict[str, dict]:
+    def fit_members(
+        self, batches: tf.data.Dataset, rows: int, *, deadline: float | None = None
+    ) -> dict[str, dict]:
         """Fits the new fitted members (boosted trees, say) on one pass over the training
         `batches` (`rows` rows; at most `FIT_ROWS` of them are kept, every n-th, so the
-        sample spans the whole table); returns what each fit reports, by member name."""
+        sample spans the whole table), each by `deadline` (time.monotonic(); a time budget's)
+        where it can stop early; returns what each fit reports, by member name."""
         fitted = self._fitted()
         if not fitted:
             return {}
@@ -205,6 +208,7 @@ class Iteration:
                 np.concatenate(weights) if weights else None,
                 regression,
                 self.seed + 10 * i,
+                deadline,
             )
             report = self.builders[i].fit(self.subnetworks[i].body, fit_rows)
             reports[self.subnetworks[i].name] = {
@@ -720,6 +724,7 @@ class Iteration:
                 bool(d),
                 sum(self.builders[i].complexity for i in c.new_subnetworks),
                 sum(self.subnetworks[i].parameters for i in c.new_subnetworks),
+                "+".join(sorted({self.builders[i].complexity_scale for i in c.new_subnetworks})),
             )
             for c, o, d in zip(self.candidates, objectives, diverged)
         ]
