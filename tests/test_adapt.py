@@ -36,8 +36,8 @@ def test_defaults_left_to_the_data_are_chosen_for_a_small_table():
     assert config.search.selection is Selection.HOLDOUT
     assert config.search.patience == 1
     assert config.search.generator == _config([]).search.generator  # a binary table
-    assert config.bags == 5
-    assert set(changes) == {"batch_size", "max_iteration_steps", "selection", "patience", "bags"}
+    assert config.bags == 1  # the default search's k-head members are not bagged
+    assert set(changes) == {"batch_size", "max_iteration_steps", "selection", "patience"}
     # from 1,000 rows the hold-out is large enough to let the search go on one more
     # iteration, alone; from 10,000 rows it runs them all
     larger, larger_changes = adapt.resolve(_config([]), rows=1_347, head=HeadType.MULTICLASS)
@@ -83,16 +83,20 @@ def test_a_small_regression_table_gets_the_linear_model_among_its_candidates():
     assert adapt.with_linear(linear) is linear
 
 
+NETS = ["--generator=dnn,cross"]  # a search without k-head members
+
+
 @pytest.mark.parametrize(
     "args, one_machine, expected, why",
     [
-        ([], True, 5, "fewer than 1,000 training rows"),
-        ([], False, 1, None),  # a cluster trains one search
-        (["--holdout_fraction=0.3"], True, 3, "3 disjoint hold-outs"),
+        ([], True, 1, None),  # the default search's k-head members are ensembles already
+        (NETS, True, 5, "fewer than 1,000 training rows"),
+        (NETS, False, 1, None),  # a cluster trains one search
+        ([*NETS, "--holdout_fraction=0.3"], True, 3, "3 disjoint hold-outs"),
         # with --eval_data too: each bag selects on its own hold-out
-        (["--eval_data=e.csv", "--holdout_fraction=0.5"], True, 2, "2 disjoint hold-outs"),
-        (["--time_budget_secs=50"], True, 2, "20 s each in the 50 s budget"),
-        (["--time_budget_secs=10"], True, 1, None),
+        ([*NETS, "--eval_data=e.csv", "--holdout_fraction=0.5"], True, 2, "2 disjoint hold-outs"),
+        ([*NETS, "--time_budget_secs=50"], True, 2, "20 s each in the 50 s budget"),
+        ([*NETS, "--time_budget_secs=10"], True, 1, None),
         (["--bags=2"], True, 2, None),  # the user's
     ],
 )

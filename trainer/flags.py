@@ -366,8 +366,8 @@ FLAGS: tuple[Flag, ...] = (
         "mean of their probabilities (regression: of each row's predictions without its "
         "highest and lowest, from 3 bags on); the report scores it out of bag (each hold-out "
         "row by the bag that never trained on it; with --eval_data, on it). Default: 5 on one "
-        "machine below 1,000 training rows (fewer if the hold-outs or --time_budget_secs "
-        "cannot pay for 5), else 1.",
+        "machine below 1,000 training rows for a search without k-head members (fewer if "
+        "the hold-outs or --time_budget_secs cannot pay for 5), else 1.",
         range=AT_LEAST_1,
         note="1: no bagging",
     ),

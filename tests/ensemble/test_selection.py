@@ -1,5 +1,6 @@
 """choose(): the lowest finite objective wins; diverged candidates never do."""
 
+import dataclasses
 import math
 
 import pytest
@@ -168,3 +169,25 @@ def test_at_equal_complexity_the_candidate_with_fewer_parameters_is_simpler():
     # complexity still comes first: a bigger network of lower complexity is simpler
     rows[1] = Score("grow_linear", 0.48, complexity=1.4, parameters=11)
     assert choose(rows, force_grow=False, standard_errors=_errors(3, 0.05), margin=1.0) == 0
+
+
+def test_a_simpler_candidate_of_another_complexity_scale_does_not_win_within_the_margin():
+    # churn: the trees' held-out loss 0.197, a 2-layer k-head network's 0.227 within one
+    # standard error; the network's 1.41 is not "simpler" than a forest's 2.2
+    rows = [
+        Score("grow_trees", 0.197, complexity=2.2, parameters=90_000, scale="boosted trees"),
+        Score("grow_kheads", 0.227, complexity=1.41, parameters=260_000, scale="network"),
+        Score("grow_kheads_small", 0.22, complexity=1.0, parameters=250_000, scale="network"),
+    ]
+    errors = _errors(3, 0.031)
+    assert choose(rows, force_grow=False, standard_errors=errors, margin=1.0) == 0
+    # the lowest a network: the simpler network within the margin wins, never the trees
+    rows[0] = dataclasses.replace(rows[0], objective=0.225, complexity=0.5)
+    rows[1] = dataclasses.replace(rows[1], objective=0.2)
+    assert choose(rows, force_grow=False, standard_errors=errors, margin=1.0) == 2
+    # the previous ensemble is the simplest of every scale
+    previous = Score("previous", 0.21, is_previous=True, scale="")
+    assert (
+        choose([*rows, previous], force_grow=False, standard_errors=_errors(4, 0.031), margin=1.0)
+        == 3
+    )

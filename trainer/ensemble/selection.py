@@ -7,7 +7,9 @@ Trees", 1984) applies: the simplest candidate whose objective is within `margin`
 errors of the lowest one's is chosen; the previous ensemble, which adds nothing, is the
 simplest, then candidates by the complexity of their new subnetworks, and at equal complexity
 by their trainable parameters (a linear model of the plain columns before one of their
-piecewise-linear bins).
+piecewise-linear bins). Complexities compare within one scale only (`Score.scale`: networks'
+depths, boosted trees' leaves): a candidate of another scale than the lowest objective's is
+not "simpler" (the previous ensemble always is).
 
 Differences under `TIE` are ties whatever their standard error: once every candidate's
 held-out loss is near zero (a table the first member already separates), the errors of the
@@ -50,6 +52,7 @@ class Score:
     diverged: bool = False
     complexity: float = 0.0  # of the new subnetworks the candidate adds
     parameters: int = 0  # trainable numbers of the new subnetworks the candidate adds
+    scale: str = ""  # the complexity scale of the new subnetworks (`Builder.complexity_scale`)
 
     @property
     def simplicity_order(self) -> tuple[bool, float, int]:
@@ -68,8 +71,8 @@ def choose(
     margin: float = 0.0,
 ) -> int:
     """Index of the candidate with the lowest objective, or (with `standard_errors` and a
-    positive `margin`) of the simplest one within `margin` standard errors of it (or within
-    `TIE`).
+    positive `margin`) of the simplest one of its complexity scale (or the previous ensemble)
+    within `margin` standard errors of it (or within `TIE`).
 
     `standard_errors[i][j]` is the standard error of candidate i's objective minus j's (NaN
     where unknown: then only the lowest objective counts). Never a diverged candidate (NaN or
@@ -96,5 +99,8 @@ def choose(
             scores[best].objective + max(margin * error, TIE)
         )
 
-    within = [i for i in eligible if i == best or close_enough(i)]
+    def comparable(i: int) -> bool:
+        return scores[i].is_previous or scores[i].scale == scores[best].scale
+
+    within = [i for i in eligible if i == best or (close_enough(i) and comparable(i))]
     return min(within, key=lambda i: (scores[i].simplicity_order, scores[i].objective, i))
