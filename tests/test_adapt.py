@@ -38,11 +38,15 @@ def test_defaults_left_to_the_data_are_chosen_for_a_small_table():
     assert config.search.generator == _config([]).search.generator  # a binary table
     assert config.bags == 1  # the default search's k-head members are not bagged
     assert set(changes) == {"batch_size", "max_iteration_steps", "selection", "patience"}
-    # from 1,000 rows the hold-out is large enough to let the search go on one more
-    # iteration, alone; from 10,000 rows it runs them all
+    # from 1,000 rows the hold-out is large enough to let a search of plain networks go on
+    # one more iteration, alone; k-head members stop at once; from 10,000 rows it runs them all
     larger, larger_changes = adapt.resolve(_config([]), rows=1_347, head=HeadType.MULTICLASS)
-    assert larger.search.patience == 2
-    assert "stops growing for 2 iterations" in larger_changes["patience"]["why"]
+    assert larger.search.patience == 1 and "k-head members" in larger_changes["patience"]["why"]
+    nets, nets_changes = adapt.resolve(
+        _config(["--generator=dnn,cross"]), rows=1_347, head=HeadType.MULTICLASS
+    )
+    assert nets.search.patience == 2
+    assert "stops growing for 2 iterations" in nets_changes["patience"]["why"]
     largest, _ = adapt.resolve(_config([]), rows=10_000, head=HeadType.MULTICLASS)
     assert largest.search.patience == 0
     assert larger.bags == 1 and "bags" not in larger_changes
