@@ -39,7 +39,7 @@ def test_defaults_left_to_the_data_are_chosen_for_a_small_table():
     assert config.bags == 1  # the default search's k-head members are not bagged
     assert set(changes) == {"batch_size", "max_iteration_steps", "selection", "patience"}
     # from 1,000 rows the hold-out is large enough to let a search of plain networks go on
-    # one more iteration, alone; k-head members stop at once; from 10,000 rows it runs them all
+    # one more iteration, alone, and from 10,000 rows run them all; k-head members stop at once
     larger, larger_changes = adapt.resolve(_config([]), rows=1_347, head=HeadType.MULTICLASS)
     assert larger.search.patience == 1 and "k-head members" in larger_changes["patience"]["why"]
     nets, nets_changes = adapt.resolve(
@@ -48,7 +48,11 @@ def test_defaults_left_to_the_data_are_chosen_for_a_small_table():
     assert nets.search.patience == 2
     assert "stops growing for 2 iterations" in nets_changes["patience"]["why"]
     largest, _ = adapt.resolve(_config([]), rows=10_000, head=HeadType.MULTICLASS)
-    assert largest.search.patience == 0
+    assert largest.search.patience == 1
+    nets_largest, _ = adapt.resolve(
+        _config(["--generator=dnn,cross"]), rows=10_000, head=HeadType.MULTICLASS
+    )
+    assert nets_largest.search.patience == 0
     assert larger.bags == 1 and "bags" not in larger_changes
     assert larger.search.selection is Selection.HOLDOUT
     assert (
@@ -66,7 +70,8 @@ def test_a_large_table_keeps_the_defaults():
 def test_a_search_with_trees_chooses_on_held_out_rows_at_any_size():
     config, changes = adapt.resolve(_config([]), rows=100_000, head=HeadType.REGRESSION)
     assert config.search.selection is Selection.HOLDOUT
-    assert "fitted member" in changes["selection"]["why"] and list(changes) == ["selection"]
+    assert "fitted member" in changes["selection"]["why"]
+    assert list(changes) == ["selection", "patience"]  # and k-head members: patience 1
 
 
 def test_a_small_regression_table_gets_the_linear_model_among_its_candidates():
