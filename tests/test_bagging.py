@@ -265,8 +265,9 @@ def test_a_job_begun_as_one_search_resumes_as_one_when_the_default_would_bag_it(
     data = make_data(tmp_path, "binary", n_train=300, n_eval=50)
     job = tmp_path / "job"
     args = [f"--train_data={data.train}", "--label_column=target", f"--job_dir={job}"]
-    # FAST_FLAGS without --bags, and a search the default bags (k-head members are not bagged)
-    one = [*(f for f in FAST_FLAGS if f != "--bags=1"), "--generator=dnn,cross"]
+    # a search the default bags (k-head members are not bagged); then FAST_FLAGS without --bags
+    args.append("--generator=dnn,cross")
+    one = [f for f in FAST_FLAGS if f != "--bags=1"]
     first = run_task([*args, *FAST_FLAGS, "--max_iterations=1"], env=task_env())
     assert first.returncode == 0, first.stderr[-3000:]
     again = run_task([*args, *one], env=task_env(), timeout=300)  # 2 iterations, no --bags
