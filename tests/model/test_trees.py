@@ -85,7 +85,8 @@ def test_a_fitted_tree_member_is_cross_fitted_and_keeps_its_trees_through_a_chec
         )
 
     fitted = member()
-    report = builder.fit(fitted.body, FitRows(x64, y, None, regression=False, seed=3))
+    losses = Head(_label("binary")).target_losses
+    report = builder.fit(fitted.body, FitRows(x64, y, None, False, 3, losses))
     assert report["rows"] == 2000 and report["folds"] == 3
     assert fitted.dense_variables == []  # nothing for the optimizer
     folds = fold_of(x64, 3)
@@ -226,7 +227,8 @@ def test_the_fold_models_stop_where_the_out_of_fold_loss_is_lowest_or_the_deadli
     y = (rng.uniform(size=600) < 0.5).astype(np.int64)  # noise: more rounds only overfit
     builder = TreesBuilder(max_trees=200, folds=3)
     layer = builder.build_member(input_dim=x64.shape[1], logits_dimension=1, seed=0)
-    report = builder.fit(layer, FitRows(x64, y, None, regression=False, seed=3))
+    losses = Head(_label("binary")).target_losses
+    report = builder.fit(layer, FitRows(x64, y, None, False, 3, losses))
     assert report["rounds"] < 20 and report["grown"] < 200 and "stopped" not in report
     folds = fold_of(x64, 3)
     library = [
@@ -240,6 +242,6 @@ def test_the_fold_models_stop_where_the_out_of_fold_loss_is_lowest_or_the_deadli
     assert layer.parameters < 3 * 20 * 3 * 31  # the fitted trees alone, not the capacity
 
     signal = (x64[:, 0] > 0).astype(np.int64)  # learnable: the loss keeps falling for a while
-    late = FitRows(x64, signal, None, regression=False, seed=3, deadline=time.monotonic() - 1)
+    late = FitRows(x64, signal, None, False, 3, losses, deadline=time.monotonic() - 1)
     stopped = builder.fit(layer, late)
     assert stopped["grown"] == ROUNDS_PER_CHECK and stopped["stopped"] == "the time budget"

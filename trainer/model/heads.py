@@ -68,16 +68,21 @@ class Head:
     # -- evaluation (numpy) ---------------------------------------------------------------
     def losses(self, labels: np.ndarray, logits: np.ndarray) -> np.ndarray:
         """Per-example loss, the numpy twin of `loss` (same formulas, float64)."""
+        regression = self.type is HeadType.REGRESSION
+        return self.target_losses(self.standardised(labels) if regression else labels, logits)
+
+    def target_losses(self, targets: np.ndarray, logits: np.ndarray) -> np.ndarray:
+        """`losses` of labels as the loss reads them: class ids, or regression targets
+        already standardised (a fitted member's `FitRows.labels`)."""
         logits = logits.astype(np.float64)
         if self.type is HeadType.BINARY:
-            z, y = logits[:, 0], labels.astype(np.float64)
+            z, y = logits[:, 0], targets.astype(np.float64)
             return np.maximum(z, 0) - z * y + np.log1p(np.exp(-np.abs(z)))
         if self.type is HeadType.MULTICLASS:
             shifted = logits - logits.max(axis=1, keepdims=True)
             log_z = np.log(np.exp(shifted).sum(axis=1))
-            return log_z - shifted[np.arange(len(labels)), labels]
-        target = self.standardised(labels)
-        return np.square(logits[:, 0] - target)
+            return log_z - shifted[np.arange(len(targets)), targets.astype(np.int64)]
+        return np.square(logits[:, 0] - targets)
 
     def metrics(
         self, labels: np.ndarray, logits: np.ndarray, weights: np.ndarray | None = None

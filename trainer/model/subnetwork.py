@@ -121,14 +121,16 @@ FIT_ROWS = 200_000  # the training rows a fitted member is fitted on, at most
 class FitRows:
     """The training rows a fitted member is fitted on: `x` its inputs [rows, width] (float64),
     `labels` as the head reads them (class ids; regression targets standardised, as the
-    head's loss takes them), `weights` the example weights (None: equal), a seed, and when
-    (time.monotonic()) a fit that can stop early should (None: no limit)."""
+    head's loss takes them), `weights` the example weights (None: equal), a seed, the head's
+    per-example loss of those labels and raw scores [rows, logits] (`Head.target_losses`), and
+    when (time.monotonic()) a fit that can stop early should (None: no limit)."""
 
     x: np.ndarray
     labels: np.ndarray
     weights: np.ndarray | None
     regression: bool
     seed: int
+    losses: Callable[[np.ndarray, np.ndarray], np.ndarray]
     deadline: float | None = None
 
 

@@ -339,7 +339,7 @@ class TreesBuilder(Builder):
         trees, nodes = member.capacity
         member.assign(Forest.joined(forests).padded(trees=trees, nodes=nodes))
         report = {"rows": len(rows.x), "folds": self.folds, "rounds": rounds, "grown": grown}
-        if _past(rows) and grown < self.max_trees and grown - rounds < ROUNDS_PER_CHECK:
+        if grown < self.max_trees and grown - rounds < ROUNDS_PER_CHECK:  # not converged
             report["stopped"] = "the time budget"
         return report
 
@@ -375,12 +375,7 @@ class TreesBuilder(Builder):
                 weights = None if rows.weights is None else rows.weights[kept]
                 model.set_params(max_iter=grown)
                 model.fit(rows.x[kept], rows.labels[kept], sample_weight=weights)
-                held_out_loss += _loss_by_round(
-                    model,
-                    rows.x[left_out],
-                    rows.labels[left_out],
-                    None if rows.weights is None else rows.weights[left_out],
-                )
+                held_out_loss += _loss_by_round(model, rows, left_out)
             best = int(np.argmin(held_out_loss)) + 1
         forests = [
             Forest.of(m, first_output=k * member.logits, trees=best) for k, m in enumerate(models)
@@ -392,29 +387,19 @@ def _past(rows: FitRows) -> bool:
     return rows.deadline is not None and time.monotonic() > rows.deadline
 
 
-def _loss_by_round(model, x, labels, weights) -> np.ndarray:
-    """The summed loss of `model` on rows `x` after each of its boosting rounds: log loss of
-    the raw scores for a classifier, squared error for a regressor (whose labels are
-    standardised)."""
-    losses = np.zeros(model.n_iter_)
-    weights = np.ones(len(x)) if weights is None else weights
-    if len(x) == 0:
-        return losses
-    for i, raw in enumerate(model._staged_raw_predict(x)):  # [rows, scores] each round
-        if raw.shape[1] == 1 and hasattr(model, "classes_"):  # binary: the logit
-            logit = raw[:, 0]
-            loss = np.logaddexp(0.0, logit) - labels * logit
-        elif raw.shape[1] > 1:
-            loss = _logsumexp(raw) - raw[np.arange(len(x)), labels.astype(np.int64)]
-        else:
-            loss = (raw[:, 0] - labels) ** 2
-        losses[i] = float(np.dot(weights, loss))
-    return losses
-
-
-def _logsumexp(raw: np.ndarray) -> np.ndarray:
-    top = raw.max(axis=1)
-    return top + np.log(np.exp(raw - top[:, None]).sum(axis=1))
+def _loss_by_round(model, rows: FitRows, chosen: np.ndarray) -> np.ndarray:
+    """The (weighted) loss summed over the `chosen` rows after each of `model`'s boosting
+    rounds, by the head's own per-example loss of the raw scores (`FitRows.losses`)."""
+    if not chosen.any():  # (a fold no row hashed to)
+        return np.zeros(model.n_iter_)
+    labels = rows.labels[chosen]
+    weights = np.ones(len(labels)) if rows.weights is None else rows.weights[chosen]
+    return np.array(
+        [
+            float(np.dot(weights, rows.losses(labels, raw)))
+            for raw in model._staged_raw_predict(rows.x[chosen])  # [rows, scores] each round
+        ]
+    )
 
 
 @dataclasses.dataclass(frozen=True)

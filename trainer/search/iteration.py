@@ -208,6 +208,7 @@ class Iteration:
                 np.concatenate(weights) if weights else None,
                 regression,
                 self.seed + 10 * i,
+                self.head.target_losses,
                 deadline,
             )
             report = self.builders[i].fit(self.subnetworks[i].body, fit_rows)
