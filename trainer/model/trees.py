@@ -242,9 +242,14 @@ class TreesLayer(keras.layers.Layer):
         """The numbers the fit chose: each split's feature and threshold, each leaf's value
         (the arrays' padding aside)."""
         splits = int(tf.reduce_sum(tf.cast(tf.math.is_finite(self.arrays["threshold"]), tf.int32)))
-        padding = int(self.arrays["value"].shape[0]) - 1  # the leaf unused trees point to
-        trees = int(tf.reduce_sum(tf.cast(self.arrays["roots"] != padding, tf.int32)))
+        trees = int(self._fitted_trees())
         return 2 * splits + splits + trees  # a binary tree has one leaf more than splits
+
+    def _fitted_trees(self) -> tf.Tensor:
+        """How many trees were fitted: the unused ones come last, rooted at the last node
+        (`Forest.padded`)."""
+        padding = int(self.arrays["value"].shape[0]) - 1
+        return tf.reduce_sum(tf.cast(self.arrays["roots"] != padding, tf.int32))
 
     @property
     def capacity(self) -> tuple[int, int]:
@@ -255,7 +260,7 @@ class TreesLayer(keras.layers.Layer):
         forest = {name: v.value for name, v in self.arrays.items()}
         # Walk the fitted trees alone: the unused capacity (fold models cut to the rounds
         # that held out best) would cost as much as fitted trees.
-        fitted = tf.reduce_sum(tf.cast(forest["roots"] != tf.size(forest["value"]) - 1, tf.int32))
+        fitted = self._fitted_trees()
         forest["roots"], forest["outputs"] = forest["roots"][:fitted], forest["outputs"][:fitted]
         x = tf.cast(x, tf.float64)
         scores = raw_scores(forest, x, self.folds * self.logits)

@@ -133,14 +133,18 @@ def has_fitted_members(generator: Generator) -> bool:
     return any(b.fitted for b in model.subnetwork.propose(generator, model.IterationContext(0)))
 
 
+def _has_part(generator: Generator, kind: type) -> bool:
+    return any(isinstance(g, kind) for g in model.parts(generator))
+
+
 def has_k_heads(generator: Generator) -> bool:
     """Whether the search proposes k-head networks (`--generator=kheads`)."""
-    return any(isinstance(g, model.KHeadGenerator) for g in model.parts(generator))
+    return _has_part(generator, model.KHeadGenerator)
 
 
 def with_linear(generator: Generator) -> Generator:
     """`generator` with the linear model among its candidates (as it is if it has it)."""
-    if any(isinstance(g, model.LinearGenerator) for g in model.parts(generator)):
+    if _has_part(generator, model.LinearGenerator):
         return generator
     return model.UnionGenerator((*model.parts(generator), model.LinearGenerator()))
 
