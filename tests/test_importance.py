@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import time
+from typing import Any
 
 import numpy as np
 import pytest
@@ -190,16 +191,17 @@ def test_a_serving_signature_is_measured_on_its_own_inputs_only(tmp_path):
     assert importance.of_model(serve, [], head, options, seed=3) is None
 
 
+class SlowServe:  # a serving function of 0.05 s per call, whatever the rows
+    structured_input_signature = ((), {"signal": None, "color": None})
+
+    def __call__(self, signal, color):
+        import tensorflow as tf
+
+        time.sleep(0.05)
+        return {"logits": tf.reshape(4.0 * signal, [-1, 1])}
+
+
 def test_a_time_budget_samples_the_rows_that_fit_or_skips(tmp_path):
-    import tensorflow as tf
-
-    class SlowServe:  # a serving function of 0.05 s per call, whatever the rows
-        structured_input_signature = ((), {"signal": None, "color": None})
-
-        def __call__(self, signal, color):
-            time.sleep(0.05)
-            return {"logits": tf.reshape(4.0 * signal, [-1, 1])}
-
     rows = _rows(3000)
     labels = (rows["signal"] > 0).astype(np.int64)
     batches = [(rows, labels)]
@@ -212,6 +214,28 @@ def test_a_time_budget_samples_the_rows_that_fit_or_skips(tmp_path):
     assert importance.MIN_BUDGET_ROWS <= cut["rows"] < 2500
     assert cut["columns"][0]["column"] == "signal" and cut["columns"][0]["mean_drop"] > 0.4
     assert importance.of_model(SlowServe(), batches, head, options, seed=3, seconds=0.01) is None
+
+
+def test_without_a_budget_the_importance_takes_at_most_half_the_search_s_time(monkeypatch):
+    """A diagnostic does not double the job: the passes get IMPORTANCE_SHARE of the search's
+    seconds (at least IMPORTANCE_MIN_SECS), on a sample of the rows where they would take
+    longer."""
+    from types import SimpleNamespace
+
+    from trainer.evaluation import exported
+
+    rows = _rows(3000)
+    labels = (rows["signal"] > 0).astype(np.int64)
+    config: Any = SimpleNamespace(
+        importance=ImportanceOptions(rows=2500, repeats=2), training_seed=3
+    )
+    data: Any = SimpleNamespace(eval_raw=lambda with_weight: [(rows, labels)])
+    head = Head(_label(HeadType.BINARY))
+    monkeypatch.setattr(exported, "IMPORTANCE_MIN_SECS", 0.0)
+    full = exported.feature_importance(config, SlowServe(), data, head, None, search_seconds=60)
+    assert full is not None and full["rows"] == 2500 and "rows_before_budget" not in full
+    cut = exported.feature_importance(config, SlowServe(), data, head, None, search_seconds=0.4)
+    assert cut is not None and cut["rows_before_budget"] == 2500 and cut["rows"] < 2500
 
 
 def _signal_and_noise(tmp_path, n: int, seed: int):

@@ -464,7 +464,9 @@ FLAGS: tuple[Flag, ...] = (
         "int",
         10_000,
         "Eval rows for the permutation feature importance of the exported model "
-        "(report.json, feature_importance.png); 0 turns it off.",
+        "(report.json, feature_importance.png); fewer, sampled, where the passes would take "
+        "longer than half the search's time (at least 10 s) or than --time_budget_secs "
+        "leaves (report.json's rows_before_budget); 0 turns it off.",
         range=AT_LEAST_0,
         note="0 turns it off",
     ),

@@ -19,7 +19,7 @@ from trainer.input.features import encoded
 from trainer.input.schema import HeadType, Label
 from trainer.model import FitRows, Inputs, KHeadBuilder, Subnetwork, TreesBuilder
 from trainer.model.heads import Head
-from trainer.model.trees import ROUNDS_PER_CHECK, Forest, fold_of, raw_scores
+from trainer.model.trees import PATIENCE_ROUNDS, Forest, fold_of, raw_scores
 
 FEATURES = 6
 
@@ -244,4 +244,4 @@ def test_the_fold_models_stop_where_the_out_of_fold_loss_is_lowest_or_the_deadli
     signal = (x64[:, 0] > 0).astype(np.int64)  # learnable: the loss keeps falling for a while
     late = FitRows(x64, signal, None, False, 3, losses, deadline=time.monotonic() - 1)
     stopped = builder.fit(layer, late)
-    assert stopped["grown"] == ROUNDS_PER_CHECK and stopped["stopped"] == "the time budget"
+    assert stopped["grown"] == PATIENCE_ROUNDS and stopped["stopped"] == "the time budget"

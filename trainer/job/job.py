@@ -169,7 +169,10 @@ def _train(
     if config.bag is not None and not data.eval_data:
         keep = functools.partial(exported.save_predictions, job.eval_predictions, source=source)
     final = exported.evaluate_export(serve, data, models.head, keep=keep)
-    importance = exported.feature_importance(config, serve, data, models.head, budget)
+    search_seconds = sum(r.seconds.total for r in records)
+    importance = exported.feature_importance(
+        config, serve, data, models.head, budget, search_seconds
+    )
     value = report(final, importance)
     job_dir_lib.write_atomically(
         job.report_png,
