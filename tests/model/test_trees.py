@@ -111,6 +111,28 @@ def test_a_fitted_tree_member_is_cross_fitted_and_keeps_its_trees_through_a_chec
     np.testing.assert_array_equal(restored(features)[1].numpy(), served.numpy())
 
 
+def test_each_training_row_gets_the_scores_of_the_forest_that_left_it_out_for_every_class():
+    """Training rows walk their own held-out forest alone: one tree per class and round,
+    the forests side by side; the mean of the forests elsewhere."""
+    rng = np.random.default_rng(5)
+    x64 = np.nan_to_num(_rows(rng, 900)).astype(np.float32).astype(np.float64)
+    y = _targets(rng, x64, "multiclass")
+    builder = TreesBuilder(max_trees=15, folds=3)
+    layer = builder.build_member(input_dim=x64.shape[1], logits_dimension=3, seed=0)
+    losses = Head(Label("y", HeadType.MULTICLASS, classes=("a", "b", "c"))).target_losses
+    rounds = builder.fit(layer, FitRows(x64, y, None, False, 3, losses))["rounds"]
+    folds = fold_of(x64, 3)
+    library = [
+        HistGradientBoostingClassifier(max_iter=rounds, random_state=3 + k)
+        .fit(x64[folds != k], y[folds != k])
+        ._raw_predict(x64)
+        for k in range(3)
+    ]
+    held_out = layer(tf.constant(x64), training=True).numpy()
+    np.testing.assert_allclose(held_out, np.stack(library)[folds, np.arange(len(y))], atol=1e-5)
+    np.testing.assert_allclose(layer(tf.constant(x64)).numpy(), np.mean(library, 0), atol=1e-5)
+
+
 def test_multiclass_heads_are_mixed_as_the_mean_of_their_probabilities():
     head = Head(Label("y", HeadType.MULTICLASS, classes=("a", "b", "c")))
     heads = tf.constant(np.random.default_rng(3).normal(size=(5, 4, 3)) * 3, tf.float32)

@@ -176,8 +176,17 @@ def raw_scores(forest: dict[str, tf.Tensor], x: tf.Tensor, scores: int) -> tf.Te
     """The trees' raw scores [batch, scores] of rows `x` [batch, features] (float64),
     `forest` holding a `Forest`'s arrays as tensors: `depth` steps of three gathers of node
     arrays and one of the rows' values."""
-    batch = tf.shape(x)[0]
-    start = tf.tile(forest["roots"][None, :], [batch, 1])  # [batch, trees]
+    start = tf.tile(forest["roots"][None, :], [tf.shape(x)[0], 1])  # [batch, trees]
+    values = leaf_values(forest, x, start)
+    per_output = tf.math.unsorted_segment_sum(
+        tf.transpose(values), forest["outputs"], scores
+    )  # [scores, batch]
+    return tf.transpose(per_output) + forest["baseline"][None, :]
+
+
+def leaf_values(forest: dict[str, tf.Tensor], x: tf.Tensor, start: tf.Tensor) -> tf.Tensor:
+    """The values [batch, trees] of the leaves that rows `x` reach from the nodes `start`
+    [batch, trees] (each row may walk trees of its own)."""
 
     def step(i, node):
         value = tf.gather(x, tf.gather(forest["feature"], node), batch_dims=1)  # [batch, trees]
@@ -192,11 +201,7 @@ def raw_scores(forest: dict[str, tf.Tensor], x: tf.Tensor, scores: int) -> tf.Te
     _, leaves = tf.while_loop(
         lambda i, _: i < forest["depth"][0], step, (tf.constant(0, tf.int32), start)
     )
-    values = tf.gather(forest["value"], leaves)  # [batch, trees]
-    per_output = tf.math.unsorted_segment_sum(
-        tf.transpose(values), forest["outputs"], scores
-    )  # [scores, batch]
-    return tf.transpose(per_output) + forest["baseline"][None, :]
+    return tf.gather(forest["value"], leaves)
 
 
 class TreesLayer(keras.layers.Layer):
@@ -264,13 +269,22 @@ class TreesLayer(keras.layers.Layer):
         fitted = self._fitted_trees()
         forest["roots"], forest["outputs"] = forest["roots"][:fitted], forest["outputs"][:fitted]
         x = tf.cast(x, tf.float64)
+        if training:
+            return tf.cast(self._held_out_scores(forest, x), tf.float32)
         scores = raw_scores(forest, x, self.folds * self.logits)
         scores = tf.reshape(scores, [-1, self.folds, self.logits])
-        if training:  # each row's own held-out forest
-            scores = tf.gather(scores, fold_of(x, self.folds, xp=tf), batch_dims=1)
-        else:
-            scores = tf.reduce_mean(scores, axis=1)
-        return tf.cast(scores, tf.float32)
+        return tf.cast(tf.reduce_mean(scores, axis=1), tf.float32)
+
+    def _held_out_scores(self, forest: dict[str, tf.Tensor], x: tf.Tensor) -> tf.Tensor:
+        """Each row's scores by the forest that did not see it, walking that forest alone
+        (the forests are stored one after another, with as many trees each)."""
+        fold = fold_of(x, self.folds, xp=tf)
+        by_fold = {k: tf.reshape(forest[k], [self.folds, -1]) for k in ("roots", "outputs")}
+        values = leaf_values(forest, x, tf.gather(by_fold["roots"], fold))  # [batch, trees]
+        logit = tf.gather(by_fold["outputs"], fold) % self.logits  # (fold x logits + logit)
+        scores = tf.einsum("bt,btl->bl", values, tf.one_hot(logit, self.logits, dtype=tf.float64))
+        baseline = tf.reshape(forest["baseline"], [self.folds, self.logits])
+        return scores + tf.gather(baseline, fold)
 
 
 def _constant(value: np.ndarray):
