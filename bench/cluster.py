@@ -108,23 +108,29 @@ def run_one(
     log,
     data: Sequence[str] = (),
     budget: simcluster.Budget | None = None,
+    trainer_flags: Sequence[str] = (),
 ) -> dict:
     """One cluster's run and its row. `placement` SYNCHRONOUS is MultiWorkerMirroredStrategy
     (no ps); `data`, the trainer's data flags (none: the census data it ships); `budget`, every
-    replica on its own simulated host (`bench/simcluster.py`)."""
+    replica on its own simulated host (`bench/simcluster.py`); `trainer_flags`, a variant's
+    flags, last on the trainer's command line."""
     synchronous = placement == SYNCHRONOUS
     ps = 0 if synchronous or not workers else ps
     if synchronous:  # the chief and the workers split each batch
         batch_size = adapt.divisible_batch(batch_size, workers + 1)
     args = (
-        f"--job_dir={job_dir}",
-        f"--max_iteration_steps={steps}",
-        f"--batch_size={batch_size}",
-        f"--steps_per_loop={steps_per_loop}",
-        f"--chunk_secs={chunk_secs}",
-        f"--placement={'replication' if synchronous else placement}",
-        *data,
-    ) + SEARCH
+        (
+            f"--job_dir={job_dir}",
+            f"--max_iteration_steps={steps}",
+            f"--batch_size={batch_size}",
+            f"--steps_per_loop={steps_per_loop}",
+            f"--chunk_secs={chunk_secs}",
+            f"--placement={'replication' if synchronous else placement}",
+            *data,
+        )
+        + SEARCH
+        + tuple(trainer_flags)
+    )
     shape = ClusterShape(workers=workers, ps=ps) if workers else ClusterShape()
     started = time.monotonic()
     with placed_cluster(shape, args, log=log, budget=budget) as (cluster, sim):
@@ -167,6 +173,7 @@ def run_one(
         "wall_s": wall,
         "test_accuracy": report["final"]["metrics"]["accuracy"],
         "eval_loss": report["final"]["metrics"]["loss"],
+        "trainer_flags": list(trainer_flags),
     }
     if budget and usage:
         row.update(replica_cores=budget.cores, link_mbit=budget.link_mbit, usage=usage)
@@ -407,6 +414,12 @@ def main() -> None:
         "--chunk_secs", type=float, default=1.0, help="the trainer's, and the predictions'"
     )
     parser.add_argument("--no_baseline", action="store_true")
+    parser.add_argument(
+        "--trainer_flags",
+        default="",
+        help="flags added to the clusters' trainer command lines (a variant, e.g. "
+        "'--outer_momentum=0.9'; recorded in each row)",
+    )
     parser.add_argument("--out", default=None, help="JSON (bench/results/cluster.json; "
                         "simulated: cluster_simulated.json)")  # fmt: skip
     parser.add_argument("--append", action="store_true", help="add rows to --out")
@@ -542,6 +555,7 @@ def measure(args: argparse.Namespace, rows: list[dict], save: Callable[[], None]
                 log=log,
                 data=data,
                 budget=budget,
+                trainer_flags=args.trainer_flags.split(),
             )
             rows.append(row)
             save()

@@ -193,8 +193,11 @@ def test_round_robin_with_parameter_servers_and_an_evaluator(tmp_path):
 
 @pytest.mark.slow
 def test_replication_with_parameter_servers_and_an_evaluator(tmp_path):
+    """Both workers train everything, their chunks' changes added by the outer step (delayed
+    Nesterov momentum), which counts every chunk."""
     shape = ClusterShape(workers=2, ps=1, evaluator=True)
-    with Job(tmp_path, shape, "--placement=replication") as job:
+    flags = ("--placement=replication", "--outer_momentum=0.9", "--outer_learning_rate=0.7")
+    with Job(tmp_path, shape, *flags) as job:
         report = job.finish_with_evaluator()
     assert_trained(report)
     for record in report["iterations"]:
@@ -204,6 +207,7 @@ def test_replication_with_parameter_servers_and_an_evaluator(tmp_path):
         by_worker = unit["steps_by_worker"]
         assert set(by_worker) == {"worker 0", "worker 1"}  # both trained, asynchronously
         assert sum(by_worker.values()) >= BUDGET
+        assert unit["outer_arrivals"] >= 2
     assert list((job.dir / "eval").glob("iteration-*.json"))
 
 

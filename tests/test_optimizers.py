@@ -6,7 +6,7 @@ import pytest
 import tensorflow as tf
 
 from trainer.config import OPTIMIZER_NAMES
-from trainer.search.optimizers import Optimizer, cosine_decay
+from trainer.search.optimizers import DelayedNesterov, Optimizer, cosine_decay
 
 KERAS = {
     "adam": keras.optimizers.Adam,
@@ -103,3 +103,28 @@ def test_an_unknown_optimizer_is_refused_by_name():
 def test_cosine_decay_falls_from_1_to_0_over_its_steps_and_stays_there():
     factors = [float(cosine_decay(tf.constant(p, tf.int64), 100)) for p in (0, 50, 100, 150)]
     np.testing.assert_allclose(factors, [1.0, 0.5, 0.0, 0.0], atol=1e-6)
+
+
+def test_delayed_nesterov_adds_each_change_at_its_share_and_a_momentum_step_per_round():
+    """Two workers: each arriving change moves the variable by rate x change / 2 at once;
+    every second arrival the momentum (0.5 x itself + the round's shares) moves it by rate x
+    0.5 x the momentum as well. Rate 1 and no momentum: the plain average of the changes."""
+    variable = tf.Variable([1.0, 2.0])
+    outer = DelayedNesterov([variable], learning_rate=0.8, momentum=0.5)
+    changes = [np.array(c, np.float32) for c in ([0.2, -0.4], [0.6, 0.0], [-0.2, 0.2], [0.4, 0.4])]
+    expected, momentum, buffer = np.array([1.0, 2.0]), np.zeros(2), np.zeros(2)
+    for arrival, change in enumerate(changes, start=1):
+        outer.apply([variable], [tf.constant(change)], writers=2)
+        expected = expected + 0.8 * change / 2
+        buffer = buffer + change / 2
+        if arrival % 2 == 0:
+            momentum = 0.5 * momentum + buffer
+            expected, buffer = expected + 0.8 * 0.5 * momentum, np.zeros(2)
+        np.testing.assert_allclose(variable.numpy(), expected, rtol=1e-6)
+    assert int(outer.arrivals[0].numpy()) == 4
+
+    plain = tf.Variable([1.0, 2.0])
+    DelayedNesterov([plain], learning_rate=1.0, momentum=0.0).apply(
+        [plain], [tf.constant(changes[0])], writers=2
+    )
+    np.testing.assert_allclose(plain.numpy(), [1.1, 1.8], rtol=1e-6)

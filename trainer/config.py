@@ -94,6 +94,8 @@ class TrainOptions:
     learning_rate_schedule: str = flags.field("learning_rate_schedule")
     weight_decay: float = flags.field("weight_decay")
     subnetwork_loss: str = flags.field("subnetwork_loss")
+    outer_learning_rate: float = flags.field("outer_learning_rate")
+    outer_momentum: float = flags.field("outer_momentum")
 
     def __post_init__(self):
         flags.check_fields(self)

@@ -408,6 +408,24 @@ FLAGS: tuple[Flag, ...] = (
         tunable=True,
     ),
     Flag(
+        "outer_learning_rate",
+        "float",
+        1.0,
+        "Replication on parameter servers: each worker trains a chunk of steps from what it "
+        "read and adds its change over N (the workers) times this rate when the chunk ends. "
+        "1 with --outer_momentum=0: the plain average of the workers' changes.",
+        range=POSITIVE,
+    ),
+    Flag(
+        "outer_momentum",
+        "float",
+        0.0,
+        "Replication on parameter servers: momentum of the outer step on the workers' "
+        "changes (delayed Nesterov: one momentum step per N arriving changes, N the "
+        "workers; DiLoCo's 0.9). 0: none.",
+        range=FRACTION,
+    ),
+    Flag(
         "subnetwork_loss",
         "enum",
         "residual",

@@ -322,9 +322,17 @@ class CoordinatedLoop:
                     )
                     for i in unit.subnetworks
                 },
+                self._outer_arrivals(unit),
             )
             for u, unit in enumerate(self.units)
         )
+
+    def _outer_arrivals(self, unit) -> int | None:
+        """The chunk changes an outer step added to `unit`'s variables (None: none did)."""
+        outer = self.iteration.outer
+        if outer is None or len(self.assignment.workers_of(unit)) < 2:
+            return None
+        return int(outer.arrivals[self.iteration.units.index(unit)].numpy())
 
 
 def _ps_tasks(variables) -> tuple[int, ...]:

@@ -42,7 +42,7 @@ from trainer.search.frozen import (
     compile_encoded,
     member_key,
 )
-from trainer.search.optimizers import Optimizer, cosine_decay, tf_variable
+from trainer.search.optimizers import DelayedNesterov, Optimizer, cosine_decay, tf_variable
 
 
 @dataclasses.dataclass(frozen=True)
@@ -153,6 +153,19 @@ class Iteration:
                 options.optimizer,
                 learning_rate=options.mixture_learning_rate or options.learning_rate,
                 variables=self._mixture_variables(range(count)),
+            )
+            # Workers on parameter servers add their chunks' changes by an outer step.
+            outer = options.outer_learning_rate != 1.0 or options.outer_momentum
+            self.outer = (
+                DelayedNesterov(
+                    self._subnetwork_variables(range(len(builders)))
+                    + self._mixture_variables(range(count)),
+                    learning_rate=options.outer_learning_rate,
+                    momentum=options.outer_momentum,
+                    groups=len(self.units),
+                )
+                if outer and layout.shared_bookkeeping
+                else None
             )
         # Bookkeeping, updated once per step in cross-replica context: ordinary variables on
         # the coordinating host, or on the parameter servers when workers train on their own.
@@ -272,6 +285,7 @@ class Iteration:
             mixture_weights={c.name: c.weights for c in self.candidates if not c.is_previous},
             subnetwork_optimizer=self.subnetwork_optimizer.checkpoint(),
             mixture_optimizer=self.mixture_optimizer.checkpoint(),
+            **({"outer": self.outer.checkpoint()} if self.outer is not None else {}),
             embedding_optimizers={
                 str(i): tf.train.Checkpoint(**o.variables())
                 for i, o in self.embedding_optimizers.items()
@@ -386,7 +400,8 @@ class Iteration:
         """
         trained, candidates = self.unit_jobs(unit)
         if self.strategy.num_replicas_in_sync == 1:
-            return self._local_steps(trained, candidates, writers=writers)
+            group = self.units.index(unit)
+            return self._local_steps(trained, candidates, writers=writers, group=group)
         return self._variable_steps(trained, candidates)
 
     def _losses(self, features, labels, trained, candidates):
@@ -541,7 +556,7 @@ class Iteration:
 
         return run_steps
 
-    def _local_steps(self, trained, candidates, *, writers: int) -> Callable:
+    def _local_steps(self, trained, candidates, *, writers: int, group: int) -> Callable:
         """One replica: read once, train in this process's memory, write once.
 
         The trained variables (Keras's, trainable or not) and their optimizer state are
@@ -550,7 +565,8 @@ class Iteration:
         `keras.StatelessScope`. At the end each trained variable gets its share of the change
         this loop made: 1 / `writers`, the workers that train the same unit at once (their
         changes from about the same start average, as in local SGD; summed, four replicating
-        workers lost 4 points of census accuracy, `bench/cluster.py`), the optimizer
+        workers lost 4 points of census accuracy, `bench/cluster.py`), or with an outer step
+        (--outer_learning_rate, --outer_momentum) `DelayedNesterov`'s, the optimizer
         slots and moving averages this loop's values, and the step counters the steps taken.
         Embedding tables are updated in place, sparsely, at every step.
         """
@@ -636,8 +652,12 @@ class Iteration:
                 mix_state,
                 (sub_ema, sub_div, cand_ema, cand_div),
             ) = loop
-            for v, start, end in zip(trainable, params, final):
-                tf_variable(v).assign_add((end - start) / writers)
+            changes = [end - start for start, end in zip(params, final)]
+            if self.outer is not None and writers > 1:
+                self.outer.apply(trainable, changes, writers=writers, group=group)
+            else:
+                for v, change in zip(trainable, changes):
+                    tf_variable(v).assign_add(change / writers)
             for v, value in zip(carried, others):
                 tf_variable(v).assign(value)
             self.subnetwork_optimizer.write(subnetwork_vars, sub_state, steps_taken=taken)

@@ -261,3 +261,68 @@ class Optimizer:
         for slot, new in zip(slots, new_slots):
             slot.assign(new)
         return variable.assign(value)
+
+
+class DelayedNesterov:
+    """The outer step of workers that train the same variables apart, each a chunk of steps
+    from what it read, and add their chunk's change when it ends (replication on parameter
+    servers): delayed Nesterov momentum (Liu et al. 2024, "Asynchronous Local-SGD"; DiLoCo's
+    outer Nesterov for arrivals that do not wait for each other).
+
+    Each arriving change, over `writers` (the workers training these variables), moves them
+    at once by `learning_rate` times that share, and adds it to a buffer; every `writers`
+    arrivals (about one change from each worker) the momentum becomes `momentum` x itself
+    plus the buffer, and the variables move by `learning_rate` x `momentum` x the momentum
+    too. `learning_rate` 1 and `momentum` 0 is the plain average of the changes (asynchronous
+    FedAvg). Arrivals are counted in `groups` apart (placement's units: each trains variables
+    of its own, with workers of its own). Create it in the strategy scope of the variables:
+    its slots live beside them."""
+
+    def __init__(
+        self, variables: Sequence, *, learning_rate: float, momentum: float, groups: int = 1
+    ):
+        self.learning_rate, self.momentum = learning_rate, momentum
+        strategy = tf.distribute.get_strategy()
+        self.arrivals = tuple(
+            tf.Variable(0, dtype=tf.int64, trainable=False, name="arrivals") for _ in range(groups)
+        )
+        self.slots: dict[int, tuple[tf.Variable, tf.Variable]] = {}
+        for variable in variables:
+            with strategy.extended.colocate_vars_with(tf_variable(variable)):
+                self.slots[id(variable)] = tuple(
+                    tf.Variable(tf.zeros(variable.shape), trainable=False, name=name)
+                    for name in ("buffer", "momentum")
+                )
+
+    def checkpoint(self) -> tf.train.Checkpoint:
+        ordered = list(self.slots.values())
+        return tf.train.Checkpoint(
+            arrivals={str(g): a for g, a in enumerate(self.arrivals)},
+            slots={str(i): {"buffer": b, "momentum": m} for i, (b, m) in enumerate(ordered)},
+        )
+
+    def apply(
+        self, variables: Sequence, changes: Sequence[tf.Tensor], *, writers: int, group: int = 0
+    ) -> None:
+        """Adds one worker's chunk `changes` (end minus start, per variable) to `variables`,
+        the variables of `group`."""
+        if not variables:
+            return
+        for variable, change in zip(variables, changes):
+            share = change / writers
+            tf_variable(variable).assign_add(self.learning_rate * share)
+            if self.momentum:
+                self.slots[id(variable)][0].assign_add(share)
+        if not self.momentum:
+            return
+        arrival = self.arrivals[group].assign_add(1)
+
+        def outer_step():
+            for variable in variables:
+                buffer, momentum = self.slots[id(variable)]
+                moved = momentum.assign(self.momentum * momentum + buffer)
+                buffer.assign(tf.zeros_like(buffer))
+                tf_variable(variable).assign_add(self.learning_rate * self.momentum * moved)
+            return tf.constant(True)
+
+        tf.cond(tf.equal(arrival % writers, 0), outer_step, lambda: tf.constant(False))

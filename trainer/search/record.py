@@ -95,13 +95,15 @@ class Architecture:
 class UnitRecord:
     """A unit of work of the iteration (`trainer/placement`): what it trains, the workers
     assigned to it, the steps each really ran, and (under parameter servers) the servers that
-    hold each of its subnetworks' variables."""
+    hold each of its subnetworks' variables, and how many chunk changes its workers added
+    by an outer step (`DelayedNesterov`; None: at their plain share)."""
 
     unit: str
     trains: tuple[str, ...]
     assigned_to: tuple[str, ...]
     steps_by_worker: Mapping[str, int]
     subnetwork_variables_on_ps: Mapping[str, tuple[int, ...]] | None = None
+    outer_arrivals: int | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -216,6 +218,7 @@ def _unit(data: dict) -> UnitRecord:
         tuple(data["assigned_to"]),
         dict(data["steps_by_worker"]),
         None if on_ps is None else {k: tuple(v) for k, v in on_ps.items()},
+        data.get("outer_arrivals"),
     )
 
 
