@@ -440,6 +440,13 @@ def main() -> None:
         "network ratio, simcluster.vertex_link_mbit; 0: no links, a shared loopback)",
     )
     simulated.add_argument("--rows", type=int, default=1_000_000, help="generated rows")
+    simulated.add_argument(
+        "--fixed_job",
+        action="store_true",
+        help="strong scaling: every cluster trains the same --steps per job (not N times as "
+        "many); the table adds each run's phases and its speed-up over one worker and over "
+        "one replica-sized process",
+    )
     simulated.add_argument("--shards", type=int, default=16, help="gzip CSV files")
     simulated.add_argument(
         "--synchronous", default="2", help="MultiWorkerMirroredStrategy's worker counts ('': none)"
@@ -522,6 +529,8 @@ def main() -> None:
     with open(args.out, "w") as f:
         json.dump(result, f, indent=1)
     print(simulated_table(rows) if simulated_rows else table(rows))
+    if any(r.get("scaling") == "fixed job" for r in rows):
+        print("\n" + fixed_job_table(rows))
     fitted = ", ".join(f"{k}={v:.3g}" for k, v in dataclasses.asdict(params).items())
     print(f"\nfitted: {fitted}\n")
     if not simulated_rows:
@@ -542,7 +551,7 @@ def measure(args: argparse.Namespace, rows: list[dict], save: Callable[[], None]
         data = generated_data(args.rows, args.shards)
     with open(args.log, "w") as log, tempfile.TemporaryDirectory() as tmp:
         for i, (workers, placement) in enumerate(runs):
-            weak = max(workers, 1) if args.simulate else 1
+            weak = max(workers, 1) if args.simulate and not args.fixed_job else 1
             row = run_one(
                 workers=workers,
                 ps=args.ps,
@@ -557,6 +566,7 @@ def measure(args: argparse.Namespace, rows: list[dict], save: Callable[[], None]
                 budget=budget,
                 trainer_flags=args.trainer_flags.split(),
             )
+            row["scaling"] = "fixed job" if args.fixed_job else "weak"
             rows.append(row)
             save()
             print((simulated_table if budget else table)([row]).splitlines()[-1], flush=True)
@@ -780,6 +790,42 @@ def simulated_table(rows: list[dict]) -> str:
             "(vs one: accuracy minus one process's on the whole machine with the same data, "
             "seed and steps per job)"
         )
+    return "\n".join(lines)
+
+
+def fixed_job_table(rows: list[dict]) -> str:
+    """The fixed-job rows (`--fixed_job`): each run's seconds from process start to training
+    (setup), to the end of its first chunk (first step) and of its training, its wall time,
+    and how many times sooner than one worker of its placement and than the single process
+    on one replica's quota (the baseline row) it trained and finished; the exported model's
+    eval loss beside that process's."""
+    fixed = [r for r in rows if r.get("scaling") == "fixed job"]
+    alone = next((r for r in fixed if not r["workers"]), None)
+    one = {r["placement"]: r for r in fixed if r["workers"] == 1}
+    lines = [
+        f"{'placement':<15}{'workers':>8}{'setup s':>9}{'first s':>9}{'train s':>9}{'wall s':>8}"
+        f"{'train x1':>10}{'wall x1':>9}{'train xP':>10}{'wall xP':>9}{'eval loss':>10}"
+        f"{'vs P':>8}",
+        "-" * 114,
+    ]
+    for r in fixed:
+        first = one.get(r["placement"])
+
+        def times(base: dict | None, key: str, row: dict = r) -> str:
+            return _number(base[key] / row[key] if base else None, ".2f")
+
+        versus = (r["eval_loss"] / alone["eval_loss"] - 1) if alone else None
+        lines.append(
+            f"{r['placement']:<15}{r['workers']:>8}{r['setup_s']:>9.1f}{r['first_step_s']:>9.1f}"
+            f"{r['training_s']:>9.1f}{r['wall_s']:>8.1f}"
+            f"{times(first, 'training_s'):>10}{times(first, 'wall_s'):>9}"
+            f"{times(alone, 'training_s'):>10}{times(alone, 'wall_s'):>9}"
+            f"{r['eval_loss']:>10.4f}{_number(versus, '+.1%'):>8}"
+        )
+    lines.append(
+        "(x1: one worker of the same placement's seconds over these; xP: the single process "
+        "on one replica's quota; vs P: eval loss relative to that process's)"
+    )
     return "\n".join(lines)
 
 

@@ -120,3 +120,32 @@ def test_each_cluster_is_compared_with_one_process_of_its_step_budget():
     two = next(line for line in lines if line.startswith("replication"))
     assert "+0.0070" in two  # 0.877 against the reference's 0.870
     assert len([line for line in lines if line.startswith(("replication", "single"))]) == 2
+
+
+def test_a_fixed_job_is_timed_against_one_worker_and_one_replica_sized_process():
+    def row(workers: int, placement: str, training: float, wall: float, loss: float) -> dict:
+        return {
+            "scaling": "fixed job",
+            "workers": workers,
+            "placement": placement if workers else "single process",
+            "setup_s": 10.0,
+            "first_step_s": 5.0,
+            "training_s": training,
+            "wall_s": wall,
+            "eval_loss": loss,
+        }
+
+    rows = [
+        row(0, "replication", 40.0, 60.0, 0.250),
+        row(1, "replication", 44.0, 66.0, 0.250),
+        row(4, "replication", 22.0, 33.0, 0.255),
+        row(4, "round_robin", 30.0, 50.0, 0.245),
+        {"scaling": "weak", "workers": 8, "placement": "replication"},  # not of this table
+    ]
+    lines = cluster_bench.fixed_job_table(rows).splitlines()
+    four = next(line for line in lines if line.startswith("replication") and " 4 " in line)
+    # 2x one worker's training and wall time, 1.82x the single process's; loss 2% above it
+    assert four.split()[-6:] == ["2.00", "2.00", "1.82", "1.82", "0.2550", "+2.0%"]
+    robin = next(line for line in lines if line.startswith("round_robin"))
+    assert robin.split()[6:8] == ["-", "-"]  # no one-worker round-robin run to compare with
+    assert not any(line.startswith("replication") and " 8 " in line for line in lines)
