@@ -156,6 +156,8 @@ def test_round_robin_with_parameter_servers_and_an_evaluator(tmp_path):
         assert units["subnetworks 0,1"]["assigned_to"] == ["worker 1"]
         assert set(units["subnetworks 0,1"]["steps_by_worker"]) == {"worker 1"}
         assert units["subnetworks 0,1"]["steps_by_worker"]["worker 1"] >= BUDGET
+        # The cost model's word: each job trains its whole budget on about one worker.
+        assert "--placement=replication would end sooner" in record["placement_note"]
         # Each subnetwork's variables on its own parameter server (k = 2 subnetworks, 2 ps).
         names = [s["name"] for s in record["subnetworks"]]
         assert units["subnetworks 0,1"]["subnetwork_variables_on_ps"] == {
@@ -208,6 +210,7 @@ def test_replication_with_parameter_servers_and_an_evaluator(tmp_path):
         assert set(by_worker) == {"worker 0", "worker 1"}  # both trained, asynchronously
         assert sum(by_worker.values()) >= BUDGET
         assert unit["outer_arrivals"] >= 2
+    assert all(r["placement_note"] is None for r in report["iterations"])
     assert list((job.dir / "eval").glob("iteration-*.json"))
 
 

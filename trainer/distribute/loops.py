@@ -26,6 +26,7 @@ from trainer.distribute import runtime as distributed
 from trainer.errors import first_line
 from trainer.input.job_input import JobInput
 from trainer.input.pipeline import Derived, Shard
+from trainer.placement import Placement, cost
 from trainer.search.iteration import Iteration
 from trainer.search.record import UnitRecord
 
@@ -59,6 +60,10 @@ class TrainLoop(Protocol):
     def placement(self) -> tuple[UnitRecord, ...]:
         """Who trained what, for the iteration's record."""
 
+    @property
+    def placement_note(self) -> str | None:
+        """A line on the placement, for the iteration's record (None: nothing to say)."""
+
 
 class LocalLoop:
     """The compiled loop in this process, `steps_per_loop` steps per call (one step in the
@@ -78,6 +83,7 @@ class LocalLoop:
         self.budget, self.steps_per_loop, self.replicas = budget, steps_per_loop, replicas
         self.step = int(iteration.step.numpy())
         self._calls = 0
+        self.placement_note: str | None = None
 
     @property
     def done(self) -> bool:
@@ -137,6 +143,9 @@ class CoordinatedLoop:
         self.chunk_secs = chunk_secs
         self.assignment = runtime.assignment(len(iteration.subnetworks))
         self.units = self.assignment.distinct
+        self.placement_note = self._round_robin_note()
+        if self.placement_note:
+            logging.warning("%s", self.placement_note)
         with runtime.strategy.scope():
             self.steal = tf.Variable(False, trainable=False, name="steal")
         # steps[worker][unit index] actually run (a unit taken over counts for its taker).
@@ -325,6 +334,39 @@ class CoordinatedLoop:
                 self._outer_arrivals(unit),
             )
             for u, unit in enumerate(self.units)
+        )
+
+    def _round_robin_note(self) -> str | None:
+        """Under round-robin, when the cost model (`trainer/placement/cost.py`, its simulated
+        cluster's fit) predicts replication would get this iteration's steps done sooner on
+        these workers: a line saying so (round-robin is kept: at equal examples it learns
+        more per example; docs/benchmarks.md "The same job on more workers")."""
+        workers = len(self.assignment.units)
+        if self.runtime.placement.name != Placement.ROUND_ROBIN.value or workers < 2:
+            return None
+        job = cost.ClusterJob(
+            placement=Placement.ROUND_ROBIN,
+            workers=workers,
+            ps=max(1, self.runtime.cluster.num_ps),
+            batch_size=self.iteration.options.batch_size,
+            chunks=cost.Chunks(self.steps_per_loop, self.chunk_secs, self.budget),
+            subnetwork_bytes=tuple(
+                max(1, 4 * sum(math.prod(v.shape) for v in s.dense_variables))
+                for s in self.iteration.subnetworks
+            ),
+            optimizer_slots=cost.OPTIMIZER_SLOTS.get(self.iteration.options.optimizer, 2),
+        )
+        robin = cost.predict(job, cost.SIMULATED_PARAMS).job_steps_per_s
+        replication = cost.predict(
+            dataclasses.replace(job, placement=Placement.REPLICATION), cost.SIMULATED_PARAMS
+        ).job_steps_per_s
+        if robin >= replication:
+            return None
+        return (
+            f"Round-robin on {workers} workers is predicted to train this iteration at "
+            f"{robin:.0f} steps/s per job, replication at {replication:.0f} "
+            "(trainer/placement/cost.py): --placement=replication would end sooner, but "
+            "learns less per example."
         )
 
     def _outer_arrivals(self, unit) -> int | None:

@@ -258,6 +258,7 @@ class Controller:
         timing = self._train(iteration, loop, manager, writers)
         pause_started = self._previous_end = time.monotonic()
         record, chosen = self._select(iteration, timing, loop.placement())
+        record = dataclasses.replace(record, placement_note=loop.placement_note)
         frozen = iteration.freeze(chosen)
         frozen.checkpoint().write(
             self.writes.frozen_prefix(t), options=self.models.checkpoint_options

@@ -135,6 +135,8 @@ class IterationRecord:
     placement: tuple[UnitRecord, ...]
     architecture: Architecture
     seconds: Seconds
+    # A line on the placement (round-robin predicted slower than replication), or None.
+    placement_note: str | None = None
 
     def __post_init__(self):
         if self.chosen not in [c.name for c in self.candidates]:
@@ -194,6 +196,7 @@ class IterationRecord:
                     mixture_weights=data["architecture"]["mixture_weights"],
                 ),
                 seconds=Seconds(**data["seconds"]),
+                placement_note=data.get("placement_note"),
             )
         except (KeyError, TypeError, ValueError) as e:
             raise InputError(
