@@ -245,8 +245,7 @@ def subnetwork_bytes(schema_path: str) -> list[int]:
             seed=0,
             name=builder.name,
         )
-        variables = subnetwork.checkpoint_variables().values()
-        sizes.append(sum(v.shape.num_elements() * v.dtype.size for v in variables))
+        sizes.append(subnetwork.variable_bytes)
     return sizes
 
 
@@ -810,16 +809,12 @@ def fixed_job_table(rows: list[dict]) -> str:
     ]
     for r in fixed:
         first = one.get(r["placement"])
-
-        def times(base: dict | None, key: str, row: dict = r) -> str:
-            return _number(base[key] / row[key] if base else None, ".2f")
-
         versus = (r["eval_loss"] / alone["eval_loss"] - 1) if alone else None
         lines.append(
             f"{r['placement']:<15}{r['workers']:>8}{r['setup_s']:>9.1f}{r['first_step_s']:>9.1f}"
             f"{r['training_s']:>9.1f}{r['wall_s']:>8.1f}"
-            f"{times(first, 'training_s'):>10}{times(first, 'wall_s'):>9}"
-            f"{times(alone, 'training_s'):>10}{times(alone, 'wall_s'):>9}"
+            f"{_times(first, r, 'training_s'):>10}{_times(first, r, 'wall_s'):>9}"
+            f"{_times(alone, r, 'training_s'):>10}{_times(alone, r, 'wall_s'):>9}"
             f"{r['eval_loss']:>10.4f}{_number(versus, '+.1%'):>8}"
         )
     lines.append(
@@ -827,6 +822,11 @@ def fixed_job_table(rows: list[dict]) -> str:
         "on one replica's quota; vs P: eval loss relative to that process's)"
     )
     return "\n".join(lines)
+
+
+def _times(base: dict | None, row: dict, key: str) -> str:
+    """How many times `base`'s seconds `key` are `row`'s ("-" without a base)."""
+    return _number(base[key] / row[key] if base else None, ".2f")
 
 
 def _kb(value: float | None) -> float | None:

@@ -124,7 +124,7 @@ def test_delayed_nesterov_adds_each_change_at_its_share_and_a_momentum_step_per_
     assert int(outer.arrivals[0].numpy()) == 4
 
     plain = tf.Variable([1.0, 2.0])
-    DelayedNesterov([plain], learning_rate=1.0, momentum=0.0).apply(
-        [plain], [tf.constant(changes[0])], writers=2
-    )
+    averaged = DelayedNesterov([plain], learning_rate=1.0, momentum=0.0)
+    averaged.apply([plain], [tf.constant(changes[0])], writers=2)
     np.testing.assert_allclose(plain.numpy(), [1.1, 1.8], rtol=1e-6)
+    assert averaged.slots == {} and int(averaged.arrivals[0].numpy()) == 1  # counted, no state

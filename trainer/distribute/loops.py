@@ -350,10 +350,7 @@ class CoordinatedLoop:
             ps=max(1, self.runtime.cluster.num_ps),
             batch_size=self.iteration.options.batch_size,
             chunks=cost.Chunks(self.steps_per_loop, self.chunk_secs, self.budget),
-            subnetwork_bytes=tuple(
-                max(1, 4 * sum(math.prod(v.shape) for v in s.dense_variables))
-                for s in self.iteration.subnetworks
-            ),
+            subnetwork_bytes=tuple(s.variable_bytes for s in self.iteration.subnetworks),
             optimizer_slots=cost.OPTIMIZER_SLOTS.get(self.iteration.options.optimizer, 2),
         )
         robin = cost.predict(job, cost.SIMULATED_PARAMS).job_steps_per_s

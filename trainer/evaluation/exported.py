@@ -137,7 +137,7 @@ def feature_importance(
     """Permutation importance of the exported model (`serve`, as `evaluate_export`) on the
     first eval rows (`trainer/evaluation/importance.py`), on fewer rows where the passes
     would take longer than IMPORTANCE_SHARE of `search_seconds` or than a time budget
-    leaves; None when --feature_importance_rows=0 or the budget leaves no time for it."""
+    leaves; None when --feature_importance_rows=0, or when too few rows fit that time."""
     if not config.importance.enabled:
         return None
     seconds = max(IMPORTANCE_MIN_SECS, IMPORTANCE_SHARE * search_seconds)

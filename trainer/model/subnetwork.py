@@ -354,6 +354,13 @@ class Subnetwork(tf.Module):
         return {str(i): v for i, v in enumerate(variables)}
 
     @property
+    def variable_bytes(self) -> int:
+        """The bytes of all its variables (what `trainer/placement/cost.py`'s
+        `subnetwork_bytes` counts)."""
+        variables = self.checkpoint_variables().values()
+        return sum(v.shape.num_elements() * v.dtype.size for v in variables)
+
+    @property
     def parameters(self) -> int:
         """How many trainable numbers it holds (embedding tables included); for a fitted
         member, the numbers its fit chose (`parameters` of its layer, e.g. the trees' split

@@ -287,7 +287,7 @@ class DelayedNesterov:
             tf.Variable(0, dtype=tf.int64, trainable=False, name="arrivals") for _ in range(groups)
         )
         self.slots: dict[int, tuple[tf.Variable, tf.Variable]] = {}
-        for variable in variables:
+        for variable in variables if momentum else ():  # no momentum: a rate alone, no state
             with strategy.extended.colocate_vars_with(tf_variable(variable)):
                 self.slots[id(variable)] = tuple(
                     tf.Variable(tf.zeros(variable.shape), trainable=False, name=name)
@@ -313,9 +313,9 @@ class DelayedNesterov:
             tf_variable(variable).assign_add(self.learning_rate * share)
             if self.momentum:
                 self.slots[id(variable)][0].assign_add(share)
+        arrival = self.arrivals[group].assign_add(1)
         if not self.momentum:
             return
-        arrival = self.arrivals[group].assign_add(1)
 
         def outer_step():
             for variable in variables:
