@@ -41,7 +41,10 @@ From the job's `report.json` it reads:
                  (`steps_per_sec`): how fast the iteration's budget is done.
   examples/s     every worker's training steps per job step, x job steps/s x batch size (in
                  round-robin a step trains one unit, in replication everything).
-  setup_s        process start to training start (imports, connecting, reading data).
+  setup_s        the chief's process start to its training start (imports, reading and
+                 scanning the data, connecting, building): `timing`'s startup and first-step
+                 seconds less the iteration's first step.
+  ending_s       the chief's export, evaluation and importance after the last iteration.
   accuracy       the exported model's accuracy on the census test set (one iteration; when
                  simulated, on the held-out rows, with `eval_loss`).
 Simulated rows add each replica's CPU seconds, throttled seconds and bytes sent and received
@@ -144,6 +147,7 @@ def run_one(
         report = json.load(f)
     record = report["iterations"][0]
     seconds = record["seconds"]
+    timing = report["timing"]
     worker_steps = sum(n for unit in record["placement"] for n in unit["steps_by_worker"].values())
     # The trainer's own pace after the first chunk: the ensemble job's steps/s from the end of
     # its first chunk (whose steps, and the other workers' meanwhile, it leaves out). Every
@@ -163,7 +167,8 @@ def run_one(
         "cores": None if budget else os.cpu_count(),
         "first_step_s": seconds["first_step"],
         "training_s": seconds["training"],
-        "setup_s": wall - seconds["total"],
+        "setup_s": timing["startup_seconds"] + timing["first_step_seconds"] - seconds["first_step"],
+        "ending_s": timing["ending_seconds"],
         "job_steps_per_s": job_rate,
         "examples_per_s": (
             worker_steps / record["steps"] * job_rate * batch_size if job_rate else None
@@ -794,7 +799,8 @@ def simulated_table(rows: list[dict]) -> str:
 
 def fixed_job_table(rows: list[dict]) -> str:
     """The fixed-job rows (`--fixed_job`): each run's seconds from process start to training
-    (setup), to the end of its first chunk (first step) and of its training, its wall time,
+    (setup), to the end of its first chunk (first step) and of its training, the chief's
+    export and evaluation after it (end), its wall time,
     and how many times sooner than one worker of its placement and than the single process
     on one replica's quota (the baseline row) it trained and finished; the exported model's
     eval loss beside that process's."""
@@ -802,17 +808,17 @@ def fixed_job_table(rows: list[dict]) -> str:
     alone = next((r for r in fixed if not r["workers"]), None)
     one = {r["placement"]: r for r in fixed if r["workers"] == 1}
     lines = [
-        f"{'placement':<15}{'workers':>8}{'setup s':>9}{'first s':>9}{'train s':>9}{'wall s':>8}"
-        f"{'train x1':>10}{'wall x1':>9}{'train xP':>10}{'wall xP':>9}{'eval loss':>10}"
-        f"{'vs P':>8}",
-        "-" * 114,
+        f"{'placement':<15}{'workers':>8}{'setup s':>9}{'first s':>9}{'train s':>9}{'end s':>7}"
+        f"{'wall s':>8}{'train x1':>10}{'wall x1':>9}{'train xP':>10}{'wall xP':>9}"
+        f"{'eval loss':>10}{'vs P':>8}",
+        "-" * 121,
     ]
     for r in fixed:
         first = one.get(r["placement"])
         versus = (r["eval_loss"] / alone["eval_loss"] - 1) if alone else None
         lines.append(
             f"{r['placement']:<15}{r['workers']:>8}{r['setup_s']:>9.1f}{r['first_step_s']:>9.1f}"
-            f"{r['training_s']:>9.1f}{r['wall_s']:>8.1f}"
+            f"{r['training_s']:>9.1f}{_number(r.get('ending_s'), '>7.1f'):>7}{r['wall_s']:>8.1f}"
             f"{_times(first, r, 'training_s'):>10}{_times(first, r, 'wall_s'):>9}"
             f"{_times(alone, r, 'training_s'):>10}{_times(alone, r, 'wall_s'):>9}"
             f"{r['eval_loss']:>10.4f}{_number(versus, '+.1%'):>8}"

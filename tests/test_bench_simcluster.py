@@ -131,6 +131,7 @@ def test_a_fixed_job_is_timed_against_one_worker_and_one_replica_sized_process()
             "setup_s": 10.0,
             "first_step_s": 5.0,
             "training_s": training,
+            "ending_s": 3.0,
             "wall_s": wall,
             "eval_loss": loss,
         }
@@ -147,5 +148,6 @@ def test_a_fixed_job_is_timed_against_one_worker_and_one_replica_sized_process()
     # 2x one worker's training and wall time, 1.82x the single process's; loss 2% above it
     assert four.split()[-6:] == ["2.00", "2.00", "1.82", "1.82", "0.2550", "+2.0%"]
     robin = next(line for line in lines if line.startswith("round_robin"))
-    assert robin.split()[6:8] == ["-", "-"]  # no one-worker round-robin run to compare with
+    # its ending and wall time, and no one-worker round-robin run to compare with
+    assert robin.split()[5:9] == ["3.0", "50.0", "-", "-"]
     assert not any(line.startswith("replication") and " 8 " in line for line in lines)

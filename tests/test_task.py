@@ -57,6 +57,10 @@ def test_every_head_trains_exports_and_reports(any_head, tmp_path):
     assert sum(row["chosen"] for row in board) == len(report["iterations"])
     assert (job / "report.png").read_bytes().startswith(b"\x89PNG")
     assert (job / "model" / "saved_model.pb").exists()
+    # where the time went: the imports before the job, its input, its first step, its ending
+    timing = report["timing"]
+    assert all(timing[k] > 0 for k in ("startup_seconds", "input_seconds", "ending_seconds"))
+    assert timing["input_seconds"] < timing["first_step_seconds"]  # both from the job's start
     # TensorBoard: a run per candidate name and per builder across iterations, and the path
     logs = job / "logs"
     assert {p.name for p in logs.iterdir()} == {"candidates", "subnetworks", "chosen"}

@@ -78,6 +78,7 @@ def _train(
     runtime: distributed.Runtime,
     *,
     started: float,
+    startup_seconds: float | None,
     input_seconds: float,
     adapted: dict,
     budget: TimeBudget | None,
@@ -114,7 +115,10 @@ def _train(
     )
 
     def report(
-        final: dict | None, importance: dict | None = None, records: list | None = None
+        final: dict | None,
+        importance: dict | None = None,
+        records: list | None = None,
+        ending_seconds: float | None = None,
     ) -> dict:
         summary = data.schema.summary
         value = report_lib.build_report(
@@ -130,8 +134,10 @@ def _train(
                 "warnings": summary.get("warnings", []),
             },
             timing={
+                "startup_seconds": startup_seconds,
                 "input_seconds": input_seconds,
                 "first_step_seconds": controller.first_step_seconds,
+                "ending_seconds": ending_seconds,
             },
             budget=budget.to_json() if budget else None,
             adapted=adapted,
@@ -150,6 +156,7 @@ def _train(
     writes.close()
     if not runtime.is_chief:
         return {}
+    ending_started = time.monotonic()
     records = controller.records
     source = {"iterations": len(records), "chosen": records[-1].chosen}
     if job.exported_from() != source:  # none yet, or an ensemble the search has grown since
@@ -173,7 +180,7 @@ def _train(
     importance = exported.feature_importance(
         config, serve, data, models.head, budget, search_seconds
     )
-    value = report(final, importance)
+    value = report(final, importance, ending_seconds=time.monotonic() - ending_started)
     job_dir_lib.write_atomically(
         job.report_png,
         leaderboard.plot(value["iterations"], models.head.objective_metric, final.get("constant")),
@@ -292,6 +299,7 @@ def _run(
         if config.time_budget_secs and cluster.is_chief
         else None
     )
+    startup_seconds = None if started is None else time.monotonic() - started
     started = time.monotonic()
     # Synchronous replicas (MultiWorkerMirroredStrategy) must start their collectives before
     # any TensorFlow op runs: their cluster starts first, then the chief scans the data and
@@ -360,6 +368,7 @@ def _run(
             job,
             runtime,
             started=started,
+            startup_seconds=startup_seconds,
             input_seconds=input_seconds,
             adapted=adapted,
             budget=budget,
