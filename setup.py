@@ -48,6 +48,7 @@ setuptools.setup(
         # compiled into TensorFlow ops (the exported model does not need it)
         "scikit-learn>=1.6",  # early stopping on given rows (X_val)
         "threadpoolctl>=3.1",  # the fit's threads (scikit-learn installs it too)
+        "scipy>=1.10",  # the temperature's one-dimensional fit (scikit-learn installs it too)
     ],
     extras_require={
         # What only some jobs use: --experiment (Vertex AI Experiments) and bq:// input (the

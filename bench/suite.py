@@ -275,6 +275,10 @@ def _high_water_kb(pid: int) -> int:
     return 0
 
 
+SCORES = ("accuracy", "auc", "rmse", "r2")
+CALIBRATION = ("temperature", "log_loss", "ece", "log_loss_before", "ece_before")
+
+
 def run_ours(
     data: dict, seed: int, workdir: str, timeout: float, flags: Sequence[str] = ()
 ) -> dict:
@@ -299,7 +303,7 @@ def run_ours(
         scored = measured(child, timeout=timeout)
         if "error" in scored:
             result["error"] = "predicting: " + scored["error"]
-        result.update({k: scored[k] for k in ("accuracy", "auc", "rmse", "r2") if k in scored})
+        result.update({k: scored[k] for k in (*SCORES, *CALIBRATION) if k in scored})
         with open(os.path.join(job_dir, "report.json")) as f:
             report = json.load(f)
         result["bags"] = len(report.get("bags", [])) or 1
@@ -430,7 +434,35 @@ def predict(job_dir: str, test: str, task: str) -> dict:
         with open(os.path.join(job_dir, "schema.json")) as f:
             classes = json.load(f)["label"]["classes"]
         probability = out["probabilities"][:, classes.index(sorted(classes)[-1])]
-    return metrics(task, y.astype(str), predicted, probability)
+    return {
+        **metrics(task, y.astype(str), predicted, probability),
+        **calibration_figures(job_dir, y.astype(str), out["logits"]),
+    }
+
+
+def calibration_figures(job_dir: str, truth, logits) -> dict:
+    """The served model's log loss and expected calibration error on the test rows, and the
+    same of its logits before the temperature its report.json gives (`ece_before`)."""
+    from trainer.evaluation import calibration
+    from trainer.input.schema import Schema
+    from trainer.model.heads import Head
+
+    with open(os.path.join(job_dir, "schema.json")) as f:
+        head = Head(Schema.from_document(json.load(f)).label)
+    with open(os.path.join(job_dir, "report.json")) as f:
+        temperature = (json.load(f).get("calibration") or {}).get("temperature", 1.0)
+    ids = {name: i for i, name in enumerate(head.label.classes)}
+    known = np.array([t in ids for t in truth])  # a class the training rows lacked: left out
+    labels = np.array([ids[t] for t in truth[known]])
+    after = calibration.summary(head, labels, logits[known])
+    before = calibration.summary(head, labels, logits[known] * temperature)
+    return {
+        "temperature": temperature,
+        "log_loss": after["loss"],
+        "ece": after["ece"],
+        "log_loss_before": before["loss"],
+        "ece_before": before["ece"],
+    }
 
 
 # -- summary ------------------------------------------------------------------------------------
@@ -542,6 +574,31 @@ def table(summary: dict) -> str:
     return "\n".join(lines)
 
 
+def calibration_table(runs: list[dict], tables: dict[str, dict]) -> str:
+    """Ours' calibration on each classification table's test rows, the mean over its seeds:
+    the temperature fitted, the expected calibration error (15 bins) and log loss as trained
+    (before) and served (after)."""
+    head = (
+        "| table | test rows | seeds | temperature | ECE before | ECE after | log loss before "
+        "| log loss after |"
+    )
+    lines = [head, "|" + "---|" * (head.count("|") - 1)]
+    for name, info in tables.items():
+        done = [r for r in runs if r["table"] == name and r["method"] == "ours" and "ece" in r]
+        if not done:
+            continue
+
+        def mean(key: str, done=done) -> float:
+            return statistics.fmean(r[key] for r in done)
+
+        lines.append(
+            f"| {name} | {info['test_rows']:,} | {len(done)} | {mean('temperature'):.3f} | "
+            f"{mean('ece_before'):.4f} | {mean('ece'):.4f} | {mean('log_loss_before'):.4f} | "
+            f"{mean('log_loss'):.4f} |"
+        )
+    return "\n".join(lines) if len(lines) > 2 else ""
+
+
 def plot(summary: dict, path: str) -> None:
     import matplotlib
 
@@ -643,6 +700,7 @@ def main(argv=None) -> None:
     _save(results, path)
     plot(results["summary"], os.path.join(args.out_dir, "suite.png"))
     print(table(results["summary"]))
+    print(calibration_table(results["runs"], results["tables"]))
 
 
 def _commit(results: dict) -> str:

@@ -153,9 +153,16 @@ def _outputs_of_bags(job, csv_path, bags: int) -> tuple[dict, list[dict]]:
 
 def test_two_bags_serve_their_mean_and_are_scored_out_of_bag(tmp_path):
     """Bagging end to end, quickly (the slow test below has three bags and a resume)."""
-    data, job, args, result = _bagged_job(tmp_path, "binary", 400, 50, "--bags=2")
+    data, job, args, result = _bagged_job(
+        tmp_path, "binary", 400, 50, "--bags=2", "--decision_objective=f1"
+    )
     report = load_report(job)
     assert [b["bag"] for b in report["bags"]] == [0, 1]
+    # each bag calibrated on its own fold; the threshold chosen on their pooled predictions
+    calibration = report["calibration"]
+    assert [c["method"] for c in calibration["bags"]] == ["temperature"] * 2
+    assert calibration["decision"]["chosen_on_rows"] == "out of bag"
+    threshold = calibration["decision"]["threshold"]
     assert report["final"]["examples"] == sum(b["examples"] for b in report["bags"])
     assert "bagged model (2 bags) on out of bag" in result.stdout
     assert (job / "report.png").read_bytes().startswith(b"\x89PNG")  # each bag's path
@@ -174,6 +181,8 @@ def test_two_bags_serve_their_mean_and_are_scored_out_of_bag(tmp_path):
     mean = np.mean([o["probabilities"].numpy() for o in each], axis=0)
     np.testing.assert_allclose(bagged["probabilities"].numpy(), mean, atol=1e-5)
     assert len({o["probabilities"].numpy().tobytes() for o in each}) == 2  # two other models
+    positive = np.array([c.decode() for c in bagged["classes"].numpy()]) == "yes"
+    np.testing.assert_array_equal(positive, bagged["probabilities"].numpy()[:, 1] > threshold)
 
 
 @pytest.mark.slow

@@ -65,3 +65,17 @@ def test_a_seed_missing_for_one_method_is_left_out_of_the_pairs():
     ]
     [row] = suite.summarize(partial, {"t": INFO})["tables"]
     assert row["seeds"] == [1]
+
+
+def test_the_calibration_table_is_the_mean_over_seeds_of_classification_runs_only():
+    calibrated = [
+        {"table": "churn", "method": "ours", "seed": s, "temperature": t, "ece": e,
+         "ece_before": e + 0.01, "log_loss": 0.3, "log_loss_before": 0.31}
+        for s, t, e in ((1, 1.2, 0.010), (2, 1.4, 0.020))
+    ]  # fmt: skip
+    other = [{"table": "wage", "method": "ours", "seed": 1, "rmse": 1.0}]
+    tables = {"churn": {"test_rows": 1000}, "wage": {"test_rows": 600}}
+    lines = suite.calibration_table(calibrated + other, tables).splitlines()
+    assert len(lines) == 3  # the header, its rule and churn's row
+    assert lines[2] == "| churn | 1,000 | 2 | 1.300 | 0.0250 | 0.0150 | 0.3100 | 0.3000 |"
+    assert suite.calibration_table(other, tables) == ""

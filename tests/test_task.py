@@ -80,6 +80,16 @@ def test_every_head_trains_exports_and_reports(any_head, tmp_path):
     assert not ABSL_PREFIX.search(result.stderr), result.stderr[-3000:]
     assert "Warning" not in result.stderr, result.stderr[-3000:]
 
+    # calibrated on the rows the search chose on (the default search selects on held-out rows)
+    fitted = report["calibration"]
+    if kind == "regression":
+        assert fitted["method"] == "none" and not (job / "calibration.png").exists()
+    else:
+        assert fitted["method"] == "temperature" and fitted["temperature"] > 0
+        assert fitted["eval"]["after"]["loss"] == pytest.approx(report["final"]["metrics"]["loss"])
+        assert (job / "calibration.png").read_bytes().startswith(b"\x89PNG")
+        assert ("decision" in fitted) == (kind == "binary")
+
     outputs, targets = predict_csv(job / "model", data.eval)
     metrics, constant = report["final"]["metrics"], report["final"]["constant"]
     assert metrics["loss"] < 0.5 * constant["loss"] and "warning" not in report["final"]

@@ -17,7 +17,7 @@ from trainer import flags
 from trainer.errors import InputError
 from trainer.input.options import InputOptions
 from trainer.input.schema import ColumnChoices
-from trainer.model import Generator
+from trainer.model import Generator, decision
 from trainer.placement import Placement
 from trainer.storage import job_dir as job_dir_lib
 from trainer.storage.paths import OutputDirs
@@ -168,6 +168,27 @@ class ImportanceOptions:
 
 
 @dataclasses.dataclass(frozen=True)
+class CalibrationOptions:
+    """What the export does to the chosen ensemble's outputs
+    (`trainer/evaluation/calibration.py`): `method`, the probabilities' calibration;
+    `decision_objective`, how a binary head's threshold is chosen."""
+
+    method: str = flags.field("calibration")
+    decision_objective: str | None = flags.field("decision_objective")
+
+    def __post_init__(self):
+        flags.check_fields(self)
+        decision.Objective.parse(self.decision_objective)  # bad input fails before any work
+
+    @property
+    def objective(self) -> decision.Objective:
+        return decision.Objective.parse(self.decision_objective)
+
+    def to_json(self) -> dict:
+        return {"calibration": self.method, "decision_objective": str(self.objective)}
+
+
+@dataclasses.dataclass(frozen=True)
 class RunConfig:
     data: DataConfig
     search: SearchConfig
@@ -185,6 +206,7 @@ class RunConfig:
     time_budget_secs: float | None = flags.field("time_budget_secs")  # trainer/search/budget.py
     # Permutation importance of the exported model (trainer/evaluation/importance.py; rows=0: none).
     importance: ImportanceOptions = ImportanceOptions()
+    calibration: CalibrationOptions = CalibrationOptions()
     # The flags left at their defaults that `trainer.search.adapt` may choose from the data.
     auto: frozenset[str] = frozenset()
     # Bagging (trainer/job/bagging.py): the job trains `bags` searches and serves their average;

@@ -478,6 +478,27 @@ FLAGS: tuple[Flag, ...] = (
         "tuning (default: accuracy, or mse for regression).",
     ),
     Flag(
+        "calibration",
+        "enum",
+        "temperature",
+        "How the exported model's class probabilities are calibrated on the rows the search "
+        "chose on (held out from training): temperature scales the logits by one number "
+        "fitted to their log loss (each row's most probable class is unchanged); none "
+        "serves them as trained. report.json and calibration.png show the expected "
+        "calibration error and log loss before and after.",
+        choices=("temperature", "none"),  # trainer.evaluation.calibration.METHODS
+    ),
+    Flag(
+        "decision_objective",
+        "str",
+        None,
+        "A binary head's decision threshold, chosen on the rows the search chose on and "
+        "served in the model: accuracy, f1, precision_at_recall=R (the most precise "
+        "threshold with recall >= R), recall_at_precision=P, or threshold=T (T itself); "
+        "unset: the most probable class (0.5). report.json and calibration.png show the "
+        "precision-recall curve and the point chosen.",
+    ),
+    Flag(
         "feature_importance_rows",
         "int",
         10_000,

@@ -220,6 +220,9 @@ def build_config(f=FLAGS, environment: Environment | None = None) -> config_lib.
         train=TrainOptions(**flags.fields_of(TrainOptions, values)),
         **_output_dirs(f, environment),
         importance=ImportanceOptions(**flags.fields_of(ImportanceOptions, values)),
+        calibration=config_lib.CalibrationOptions(
+            **flags.fields_of(config_lib.CalibrationOptions, values)
+        ),
         hypertune_metric=(f.hypertune_metric or "") if environment.is_tuning else None,
         distribution=config_lib.DistributionConfig(
             **flags.fields_of(config_lib.DistributionConfig, values)

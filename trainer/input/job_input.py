@@ -107,6 +107,20 @@ class JobInput:
             return self._batches(self._table(self.train_source, selection, rows), rows)
         return self._pipeline(self.train_source).encoded(selection)
 
+    @property
+    def has_calibration_rows(self) -> bool:
+        return not (self.eval_data and not self.holdout)
+
+    def calibration_rows(self) -> tuple[tf.data.Dataset, str] | None:
+        """The rows the exported model's calibration may be fitted on, encoded, and their
+        description: the rows the search chose on, unless those are --eval_data (which
+        stays a test set); None then."""
+        if not self.has_calibration_rows:
+            return None
+        if self.eval_data:  # (and a hold-out: `for_selection`)
+            return self.selection_encoded(), self.holdout.describe()  # type: ignore[union-attr]
+        return self.selection_encoded(), self.describe_eval()
+
     def eval_encoded(self) -> tf.data.Dataset:
         """One pass over the eval rows, encoded: from memory when they fit the memory budget
         (read and encoded once per process, however many evaluations the job runs)."""

@@ -23,14 +23,17 @@ import dataclasses
 import time
 from collections.abc import Callable, Sequence
 
+import numpy as np
 from absl import logging
 
 from trainer.config import RunConfig
 from trainer.errors import TrainingError
+from trainer.evaluation import calibration as calibration_lib
 from trainer.evaluation import exported
 from trainer.evaluation import importance as importance_lib
 from trainer.input import job_input as input_lib
-from trainer.input.schema import Schema
+from trainer.input.schema import HeadType, Schema
+from trainer.model import decision
 from trainer.model.heads import Head
 from trainer.reporting import hypertune, leaderboard
 from trainer.reporting import report as report_lib
@@ -135,13 +138,14 @@ def _same_label(schema: Schema, bags: Sequence[str]) -> None:
             )
 
 
-def evaluate(data: input_lib.JobInput, job: job_dir_lib.JobDir, bags: Sequence[str]) -> dict:
+def evaluate(
+    data: input_lib.JobInput, job: job_dir_lib.JobDir, bags: Sequence[str], head: Head
+) -> dict:
     """The bagged model's metrics: out of bag on the hold-outs (bag b's export, from job dir
     `bags[b]`, on fold b, pooled), or the bagged model itself on --eval_data. The bags'
     predictions on their folds are those each bag's job saved when it evaluated its export
-    (`JobDir.eval_predictions`); a bag without them (of an older version) is evaluated here."""
-
-    head = Head(data.schema.label)
+    (`JobDir.eval_predictions`); a bag without them (of an older version) is evaluated here.
+    `head` decides at the bagged model's threshold."""
     if data.eval_data or data.holdout is None:
         return exported.evaluate_export(export_lib.load_serving_fn(job.model), data, head)
     holdout = data.holdout
@@ -165,6 +169,35 @@ def evaluate(data: input_lib.JobInput, job: job_dir_lib.JobDir, bags: Sequence[s
         for b, root in enumerate(bags)
     ]
     return exported.evaluate_pooled(parts, head, described)
+
+
+def bagged_decision(
+    data: input_lib.JobInput, bags: Sequence[str], objective: decision.Objective
+) -> dict:
+    """The bagged model's calibration: each bag's own (on its fold), and a binary head's
+    threshold chosen on the bags' pooled out-of-bag predictions (each fold by the bag that
+    held it out: those saved by the bags' jobs); where they are not saved (--eval_data), the
+    mean of the bags' thresholds."""
+    each = [job_dir_lib.JobDir(root).exported_calibration() or {} for root in bags]
+    value: dict = {"method": "per bag", "bags": each}
+    if data.schema.label.head is not HeadType.BINARY:
+        return value
+    saved = [
+        batch
+        for bag in map(job_dir_lib.JobDir, bags)
+        if (batch := exported.saved_predictions(bag.eval_predictions, bag.exported_from()))
+    ]
+    if objective.chosen_on_rows and saved and len(saved) == len(bags):
+        labels = np.concatenate([b[0] for b in saved])
+        logits = np.concatenate([b[1] for b in saved])
+        weights = None if saved[0][2] is None else np.concatenate([b[2] for b in saved])
+        probability = 1.0 / (1.0 + np.exp(-logits[:, 0].astype(np.float64)))
+        chosen = decision.choose(objective, labels, probability, weights).to_json()
+        value["decision"] = {**chosen, "chosen_on_rows": "out of bag"}
+        return value
+    thresholds = [calibration_lib.deciding(Head(data.schema.label), c).threshold for c in each]
+    value["threshold"] = float(np.mean(thresholds))
+    return value
 
 
 def summary(b: int, report: dict, seed: int) -> dict:
@@ -207,12 +240,20 @@ def run(
     reports = train_bags(flags_config, config.bags, job, run_one, budget)
     roots = [r["job_dir"] for r in reports]
     _same_label(data.schema, roots)
-    source = {"bags": [job_dir_lib.JobDir(root).exported_from() for root in roots]}
+    source = {
+        "bags": [job_dir_lib.JobDir(root).exported_from() for root in roots],
+        **config.calibration.to_json(),
+    }
     if job.exported_from() != source:  # none yet, or bags that grew or were added since
         models = [job_dir_lib.JobDir(root).model for root in roots]
-        export_lib.export(BaggedModel(models, data.schema), job, source)
+        calibration = bagged_decision(data, roots, config.calibration.objective)
+        threshold = calibration_lib.deciding(Head(data.schema.label), calibration).threshold
+        export_lib.export(BaggedModel(models, data.schema, threshold), job, source, calibration)
         logging.info("Exported the bagged model of %d bags to %s", len(models), job.model)
-    final = evaluate(data, job, roots)
+    calibration = job.exported_calibration() or {}
+    final = evaluate(
+        data, job, roots, calibration_lib.deciding(Head(data.schema.label), calibration)
+    )
     importance = importance_lib.mean_of([r.get("feature_importance") for r in reports])
     bags = [
         summary(b, r, dataclasses.replace(flags_config, bag=b).training_seed)
@@ -237,6 +278,7 @@ def run(
         else {**budget.to_json(), "bags_planned": config.bags, "bags_trained": len(bags)},
         "early_stop": None,
         "feature_importance": importance,
+        "calibration": calibration,
         "input": {
             "training_rows": data.schema.summary["train"]["rows"],
             "bad_rows": report_lib.bad_rows(data.schema.summary),

@@ -10,7 +10,6 @@ pass reads all of it); after that, every step is resumable: finished iterations 
 from __future__ import annotations
 
 import dataclasses
-import functools
 import time
 
 import tensorflow as tf
@@ -23,6 +22,7 @@ from trainer.distribute import runtime as distributed
 from trainer.distribute.cluster import Cluster
 from trainer.distribute.loops import LoopMaker
 from trainer.errors import InputError, TrainingError
+from trainer.evaluation import calibration as calibration_lib
 from trainer.evaluation import exported
 from trainer.evaluation import importance as importance_lib
 from trainer.input import job_input as input_lib
@@ -31,6 +31,7 @@ from trainer.job import bagging
 from trainer.job.controller import Controller
 from trainer.model.heads import Head
 from trainer.placement import Placement
+from trainer.reporting import calibration as calibration_plot
 from trainer.reporting import hypertune, leaderboard
 from trainer.reporting import report as report_lib
 from trainer.reporting.experiments import Tracker
@@ -117,6 +118,7 @@ def _train(
     def report(
         final: dict | None,
         importance: dict | None = None,
+        calibration: dict | None = None,
         records: list | None = None,
         ending_seconds: float | None = None,
     ) -> dict:
@@ -142,6 +144,7 @@ def _train(
             budget=budget.to_json() if budget else None,
             adapted=adapted,
             feature_importance=importance,
+            calibration=calibration,
         )
         job_dir_lib.write_json(job.report, value)
         return value
@@ -158,35 +161,52 @@ def _train(
         return {}
     ending_started = time.monotonic()
     records = controller.records
-    source = {"iterations": len(records), "chosen": records[-1].chosen}
+    source = {
+        "iterations": len(records),
+        "chosen": records[-1].chosen,
+        **config.calibration.to_json(),
+    }
     if job.exported_from() != source:  # none yet, or an ensemble the search has grown since
         # A copy on this machine, under no strategy: the SavedModel holds plain variables
         # wherever training kept them (parameter servers, mirrored replicas).
         local = controller.restore(records, local=True)
-        export_lib.export(
-            export_lib.ServingModel(Preprocessor(data.schema), local, models.head), job, source
+        fitted = calibration_lib.calibrate(
+            local,
+            models.head,
+            data.calibration_rows(),
+            method=config.calibration.method,
+            objective=config.calibration.objective,
         )
+        model = export_lib.ServingModel(
+            Preprocessor(data.schema), local, fitted.head, fitted.temperature
+        )
+        export_lib.export(model, job, source, fitted.to_json())
         logging.info(
             "Exported the chosen ensemble of iteration %d to %s", len(records) - 1, job.model
         )
+    calibration = job.exported_calibration() or {}
+    head = calibration_lib.deciding(models.head, calibration)
     serve = export_lib.load_serving_fn(job.model)  # the export itself, loaded back
     # A bag keeps its predictions on its hold-out fold for the bagged job's out-of-bag metrics
     # (trainer/job/bagging.py; with --eval_data the bagged model is evaluated on it instead).
-    keep = None
+    predictions: list[exported.Batch] = []
+    final = exported.evaluate_export(serve, data, head, keep=predictions.extend)
     if config.bag is not None and not data.eval_data:
-        keep = functools.partial(exported.save_predictions, job.eval_predictions, source=source)
-    final = exported.evaluate_export(serve, data, models.head, keep=keep)
+        exported.save_predictions(job.eval_predictions, predictions, source=source)
+    if "before" in calibration and predictions:  # fitted (a classification head)
+        calibration["eval"] = calibration_lib.on_eval(head, predictions, calibration["temperature"])
     search_seconds = sum(r.seconds.total for r in records)
-    importance = exported.feature_importance(
-        config, serve, data, models.head, budget, search_seconds
-    )
-    value = report(final, importance, ending_seconds=time.monotonic() - ending_started)
+    importance = exported.feature_importance(config, serve, data, head, budget, search_seconds)
+    value = report(final, importance, calibration, ending_seconds=time.monotonic() - ending_started)
     job_dir_lib.write_atomically(
         job.report_png,
         leaderboard.plot(value["iterations"], models.head.objective_metric, final.get("constant")),
     )
     if importance:
         job_dir_lib.write_atomically(job.importance_png, importance_lib.plot(importance))
+    calibration_png = calibration_plot.plot(calibration)
+    if calibration_png:
+        job_dir_lib.write_atomically(job.calibration_png, calibration_png)
     if config.hypertune_metric is not None:
         hypertune.report(
             config.hypertune_metric or models.head.objective_metric,
@@ -356,6 +376,14 @@ def _run(
             tracker=tracker,
         )
     data = data.for_selection(on_holdout=config.search.selection is ens.Selection.HOLDOUT)
+    objective = config.calibration.objective
+    if objective.chosen_on_rows and not data.has_calibration_rows:
+        raise InputError(
+            f"--decision_objective={objective} chooses a threshold on rows held out from "
+            "training, and the search chooses on --eval_data, which stays a test set: add "
+            "--selection=holdout (it holds training rows out), or give --decision_objective="
+            "threshold=T."
+        )
     runtime = runtime or _runtime(config, cluster)
     if cluster.is_chief:  # from here on the job dir is written, by the chief alone
         _start_job_dir(flags_config, config, job, data)

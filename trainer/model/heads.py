@@ -9,12 +9,21 @@ from trainer.input.schema import HeadType, Label
 
 
 class Head:
-    """Loss (per example, in TF), serving outputs (in TF) and metrics (numpy) of one label."""
+    """Loss (per example, in TF), serving outputs (in TF) and metrics (numpy) of one label.
+    A binary head predicts the positive class where its probability is above `threshold`
+    (`trainer/model/decision.py`; 0.5: the most probable class)."""
 
-    def __init__(self, label: Label):
+    def __init__(self, label: Label, *, threshold: float = 0.5):
         self.label = label
         self.type = label.head
         self.logits_dimension = label.logits_dimension
+        self.threshold = threshold
+        # the logit of `threshold`: a row's class is positive above it
+        self.decision_logit = float(np.log(threshold / (1.0 - threshold)))
+
+    def with_threshold(self, threshold: float) -> Head:
+        """This head deciding at another threshold (binary heads)."""
+        return Head(self.label, threshold=threshold)
 
     # -- training (TF) --------------------------------------------------------------------
     def loss(
@@ -56,9 +65,10 @@ class Head:
         if self.type is HeadType.BINARY:
             p = tf.sigmoid(logits[:, 0])
             probabilities = tf.stack([1.0 - p, p], axis=-1)
+            class_ids = tf.cast(logits[:, 0] > self.decision_logit, tf.int64)
         else:
             probabilities = tf.nn.softmax(logits, axis=-1)
-        class_ids = tf.argmax(probabilities, axis=-1)
+            class_ids = tf.argmax(probabilities, axis=-1)
         return {
             "probabilities": probabilities,
             "class_ids": class_ids,
@@ -172,7 +182,7 @@ class Metrics:
             return
         self.class_weights += np.bincount(labels, weights=w, minlength=len(self.class_weights))
         if head.type is HeadType.BINARY:
-            self.correct += float(w @ ((logits[:, 0] > 0) == (labels == 1)))
+            self.correct += float(w @ ((logits[:, 0] > head.decision_logit) == (labels == 1)))
             probability = 1.0 / (1.0 + np.exp(-logits[:, 0].astype(np.float64)))
             bins = np.minimum((probability * self.AUC_BINS).astype(np.int64), self.AUC_BINS - 1)
             positive = labels == 1

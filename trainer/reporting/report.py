@@ -28,8 +28,10 @@ def build_report(
     adapted: dict | None = None,
     budget: dict | None = None,
     feature_importance: dict | None = None,
+    calibration: dict | None = None,
 ) -> dict:
-    """`report.json`: complete with the exported model's `final` metrics, else training."""
+    """`report.json`: complete with the exported model's `final` metrics (and its
+    `calibration`), else training."""
     iterations = [r.to_json() for r in records]
     return {
         "status": "complete" if final else "training",
@@ -48,6 +50,7 @@ def build_report(
         "early_stop": early_stop(config, records),
         "overfitting": overfitting(iterations, (final or {}).get("constant")),
         "feature_importance": feature_importance,
+        "calibration": calibration,
         "input": input_summary,
         "timing": timing,
     }
@@ -206,6 +209,7 @@ def table(report: dict) -> str:
             f"exported model on {final['eval_data']} ({final['examples']} examples): {metrics}"
         )
         lines += _constant(final)
+        lines += _calibration(report.get("calibration") or {})
         lines.append(f"model: {report['model_dir']}")
     if report.get("feature_importance"):
         lines.append(importance.summary(report["feature_importance"]))
@@ -220,6 +224,39 @@ def _constant(final: dict) -> list[str]:
     metrics = ", ".join(f"{k} {fmt(v)}" for k, v in final["constant"].items())
     line = f"a constant prediction (the eval rows' own frequencies or mean) on them: {metrics}"
     return [line, *([f"WARNING: {final['warning']}"] if final.get("warning") else [])]
+
+
+def _calibration(calibration: dict) -> list[str]:
+    """The calibration's and the decision threshold's lines: what was fitted, on which rows,
+    and the expected calibration error and log loss before and after there and on the eval
+    rows."""
+    lines = []
+    if calibration.get("method") == "temperature":
+        change = [
+            f"{where}: ECE {part['before']['ece']:.4f} -> {part['after']['ece']:.4f}, log loss "
+            f"{part['before']['loss']:.4f} -> {part['after']['loss']:.4f}"
+            for where, part in (("there", calibration), ("eval rows", calibration.get("eval")))
+            if part
+        ]
+        lines.append(
+            f"calibration: temperature {calibration['temperature']:.3f} fitted on "
+            f"{calibration['fitted_on']} ({calibration['rows']} rows); {'; '.join(change)}"
+        )
+    elif calibration.get("why"):
+        lines.append(f"calibration: none ({calibration['why']})")
+    chosen = calibration.get("decision")
+    if chosen and chosen["objective"] != "most probable class":
+        on = chosen["chosen_on"]
+        line = (
+            f"decision threshold {chosen['threshold']:.4f} ({chosen['objective']}"
+            f"{'' if chosen['met'] else ', not reached: the nearest taken'}): precision "
+            f"{on['precision']:.4f}, recall {on['recall']:.4f} where chosen"
+        )
+        at_eval = (calibration.get("eval") or {}).get("decision")
+        if at_eval:
+            line += f"; on the eval rows {at_eval['precision']:.4f}, {at_eval['recall']:.4f}"
+        lines.append(line)
+    return lines
 
 
 def bagged_table(report: dict) -> str:

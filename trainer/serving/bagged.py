@@ -47,12 +47,13 @@ def bagged_outputs(head: Head, outputs: Sequence[dict[str, tf.Tensor]]) -> dict[
 
 
 class BaggedModel(tf.Module):
-    """Raw columns -> every bag's export -> their outputs together (`bagged_outputs`)."""
+    """Raw columns -> every bag's export -> their outputs together (`bagged_outputs`), a
+    binary head deciding at `threshold`."""
 
-    def __init__(self, models: Sequence[str], schema: Schema):
+    def __init__(self, models: Sequence[str], schema: Schema, threshold: float = 0.5):
         super().__init__(name="adanet_bags")
         self.bags = [tf.saved_model.load(path) for path in models]
-        self._head = Head(schema.label)
+        self._head = Head(schema.label, threshold=threshold)
         signature = Preprocessor(schema).input_signature()
         self.serve = tf.function(self._serve, input_signature=[signature])
 

@@ -18,28 +18,42 @@ from trainer.storage import job_dir as job_dir_lib
 
 
 class ServingModel(tf.Module):
-    """Raw columns -> preprocessing -> the frozen ensemble -> head outputs (+ logits)."""
+    """Raw columns -> preprocessing -> the frozen ensemble -> head outputs (+ logits). The
+    logits are divided by `temperature` (`trainer/evaluation/calibration.py`; 1: as trained)
+    and `head` decides at its threshold: both are constants of the graph."""
 
-    def __init__(self, preprocessor: Preprocessor, ensemble: FrozenEnsemble, head: Head):
+    def __init__(
+        self,
+        preprocessor: Preprocessor,
+        ensemble: FrozenEnsemble,
+        head: Head,
+        temperature: float = 1.0,
+    ):
         super().__init__(name="adanet_ensemble")
         self.preprocessor = preprocessor
         self.members = [m.subnetwork for m in ensemble.members]
         self.weights = ensemble.weights
         self._head = head
+        self._temperature = temperature
         self.serve = tf.function(self._serve, input_signature=[preprocessor.input_signature()])
 
     def _serve(self, features):
         encoded = self.preprocessor(features)
         logits = self.weights([m(encoded, training=False) for m in self.members])
+        if self._temperature != 1.0:
+            logits = logits / self._temperature
         return {**self._head.predictions(logits), "logits": logits}
 
 
-def export(model: tf.Module, job: job_dir_lib.JobDir, source: dict) -> str:
+def export(
+    model: tf.Module, job: job_dir_lib.JobDir, source: dict, calibration: dict | None = None
+) -> str:
     """Saves `model` (its `serve` function as `serving_default`) to a temporary dir, then
     publishes it as `job.model`, replacing the model there (or what an interrupted publish
     left): one rename locally; on Cloud Storage a copy with `saved_model.pb` last, so that
     `job.has_model()` is true only for a complete model. Then stamps it as exported from
-    `source` (`job.exported_from()`). A failure leaves no temporary dir behind."""
+    `source` (`job.exported_from()`) with its `calibration` (report.json's). A failure leaves
+    no temporary dir behind."""
     temp = job.model_temp()
     try:
         tf.saved_model.save(model, temp, signatures={"serving_default": model.serve})
@@ -48,7 +62,7 @@ def export(model: tf.Module, job: job_dir_lib.JobDir, source: dict) -> str:
     finally:
         if tf.io.gfile.exists(temp):
             tf.io.gfile.rmtree(temp)
-    job.stamp_model(source)
+    job.stamp_model(source, calibration)
     return job.model
 
 

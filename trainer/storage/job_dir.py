@@ -154,6 +154,7 @@ class JobDir:
         self.model_stamp = join(self.root, "model.json")
         self.report_png = join(self.root, "report.png")
         self.importance_png = join(self.root, "feature_importance.png")
+        self.calibration_png = join(self.root, "calibration.png")
         self.eval_predictions = join(self.root, "eval_predictions.npz")
         self.data = join(self.root, "data")
 
@@ -228,10 +229,19 @@ class JobDir:
             return None
         return report if report.get("status") == "complete" else None
 
-    def stamp_model(self, source: dict) -> None:
+    def stamp_model(self, source: dict, calibration: dict | None = None) -> None:
         """Records what the complete model in the model dir was exported from, and where it
-        is: relative to the job dir when inside it, so that a moved job dir still owns it."""
-        write_json(self.model_stamp, {"model_dir": self._relative(self.model), "source": source})
+        is: relative to the job dir when inside it, so that a moved job dir still owns it;
+        and how it was calibrated (`exported_calibration`)."""
+        write_json(
+            self.model_stamp,
+            {"model_dir": self._relative(self.model), "source": source, "calibration": calibration},
+        )
+
+    def exported_calibration(self) -> dict | None:
+        """The `calibration` the model in the model dir was stamped with (None: none)."""
+        stamp = self._stamp() if self.exported_from() is not None else None
+        return stamp.get("calibration") if stamp else None
 
     def exported_from(self) -> dict | None:
         """What the complete model in the model dir was exported from (`stamp_model`); None

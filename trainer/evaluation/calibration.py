@@ -1,0 +1,216 @@
+"""Calibrating the exported model's probabilities and choosing a binary head's decision
+threshold, on the rows the search chose on (held out from training), before the export.
+
+Calibration is temperature scaling (Guo et al., 2017, "On Calibration of Modern Neural
+Networks"): the ensemble's logits divided by one number T, fitted to the lowest log loss on
+those rows. One number for every head, binary and multi-class alike: it keeps each row's
+order of classes, so accuracy and AUC are unchanged and only the probabilities move; and one
+parameter does not overfit a hold-out of a few hundred rows, where vector or matrix scaling
+(K or K^2 parameters for K classes) can, and did no better in that paper's tables. A binary
+head then takes its threshold from the calibrated probabilities (`trainer/model/decision.py`).
+
+The expected calibration error (ECE) is the top-label one of that paper: rows binned by the
+probability of their predicted class into ECE_BINS equal bins, the rows' weighted mean of
+|accuracy - confidence| over the bins.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import tensorflow as tf
+from scipy import optimize
+
+from trainer.errors import InputError
+from trainer.input.features import WEIGHT
+from trainer.input.schema import HeadType
+from trainer.model import decision as decision_lib
+from trainer.model.heads import Head
+from trainer.search.frozen import FrozenEnsemble, compile_encoded
+
+ECE_BINS = 15
+# T is searched over this range (log-uniformly); a fit at either end says the logits carry
+# next to no information (T large) or are far too timid (T small).
+TEMPERATURE_RANGE = (0.05, 20.0)
+METHODS = ("temperature", "none")
+
+
+@dataclasses.dataclass(frozen=True)
+class Calibrated:
+    """What the export applies (`temperature`, and the head deciding at its threshold) and
+    what report.json says of it (`to_json`)."""
+
+    temperature: float
+    head: Head
+    report: dict
+
+    def to_json(self) -> dict:
+        return self.report
+
+
+def calibrate(
+    frozen: FrozenEnsemble,
+    head: Head,
+    rows: tuple[tf.data.Dataset, str] | None,
+    *,
+    method: str,
+    objective: decision_lib.Objective,
+) -> Calibrated:
+    """Fits the temperature (`method`) and chooses the threshold (`objective`, binary heads)
+    on `rows` (encoded `(features, labels)` batches, and what they are:
+    `JobInput.calibration_rows`); None: there are no rows to fit on."""
+    if head.type is HeadType.REGRESSION:
+        return Calibrated(1.0, head, {"method": "none", "why": "a regression head"})
+    if rows is None:
+        return _uncalibrated(head, objective, NO_ROWS)
+    dataset, rows_name = rows
+    labels, logits, weights = _predict(frozen, dataset)
+    if not len(labels):
+        return _uncalibrated(head, objective, "the held-out rows are empty")
+    temperature = fit_temperature(head, labels, logits, weights) if method != "none" else 1.0
+    report: dict = {
+        "method": method,
+        "temperature": temperature,
+        "fitted_on": rows_name,
+        "rows": int(len(labels)),
+        "before": summary(head, labels, logits, weights),
+        "after": summary(head, labels, logits / temperature, weights),
+    }
+    if head.type is HeadType.BINARY:
+        probability = _positive(logits / temperature)
+        chosen = decision_lib.choose(objective, labels, probability, weights)
+        head = head.with_threshold(chosen.point.threshold)
+        report["decision"] = chosen.to_json()
+    return Calibrated(temperature, head, report)
+
+
+NO_ROWS = (
+    "the search chose on --eval_data, which stays a test set: no rows held out from training "
+    "to calibrate on (--selection=holdout holds some out)"
+)
+
+
+def _uncalibrated(head: Head, objective: decision_lib.Objective, why: str) -> Calibrated:
+    """No rows to fit on: the logits as trained, and a binary head's threshold only where the
+    objective names it (threshold=T)."""
+    if objective.chosen_on_rows:  # refused before training (`trainer/job/job.py`)
+        raise InputError(f"--decision_objective={objective} needs held-out rows, and {why}.")
+    if head.type is HeadType.BINARY and objective.value is not None:
+        head = head.with_threshold(objective.value)
+    return Calibrated(1.0, head, {"method": "none", "why": why, "threshold": head.threshold})
+
+
+def deciding(head: Head, calibration: dict) -> Head:
+    """`head` deciding at the threshold a model was exported with (its stamp's calibration)."""
+    threshold = calibration.get("decision", {}).get("threshold", calibration.get("threshold"))
+    return head if threshold is None else head.with_threshold(threshold)
+
+
+def on_eval(head: Head, predictions: list, temperature: float) -> dict:
+    """The calibration's `summary` on the eval rows, before and after: `predictions`, the
+    exported model's (calibrated) logits per batch (`exported.Batch`)."""
+    labels = np.concatenate([b[0] for b in predictions])
+    logits = np.concatenate([b[1] for b in predictions])
+    weights = None if predictions[0][2] is None else np.concatenate([b[2] for b in predictions])
+    result = {
+        "rows": int(len(labels)),
+        "before": summary(head, labels, logits * temperature, weights),
+        "after": summary(head, labels, logits, weights),
+    }
+    if head.type is HeadType.BINARY:  # the threshold's point on these rows
+        point = decision_lib.at(head.threshold, labels, _positive(logits), weights)
+        result["decision"] = dataclasses.asdict(point)
+    return result
+
+
+def fit_temperature(
+    head: Head, labels: np.ndarray, logits: np.ndarray, weights: np.ndarray | None = None
+) -> float:
+    """The T in TEMPERATURE_RANGE of the lowest (weighted) mean log loss of `logits` / T."""
+    w = np.ones(len(labels)) if weights is None else weights
+
+    def loss(log_t: float) -> float:
+        return float(w @ head.losses(labels, logits / np.exp(log_t)) / w.sum())
+
+    low, high = np.log(TEMPERATURE_RANGE)
+    found = optimize.minimize_scalar(loss, bounds=(low, high), method="bounded")
+    return float(np.exp(found.x))
+
+
+def summary(
+    head: Head, labels: np.ndarray, logits: np.ndarray, weights: np.ndarray | None = None
+) -> dict:
+    """Log loss, ECE and the reliability diagram's bins of `logits` on labelled rows."""
+    w = np.ones(len(labels)) if weights is None else weights
+    bins = reliability(head, labels, logits, weights)
+    total = sum(b["weight"] for b in bins) or 1.0
+    ece = sum(b["weight"] * abs(b["accuracy"] - b["confidence"]) for b in bins) / total
+    return {
+        "loss": float(w @ head.losses(labels, logits) / w.sum()),
+        "ece": float(ece),
+        "reliability": bins,
+    }
+
+
+def reliability(
+    head: Head, labels: np.ndarray, logits: np.ndarray, weights: np.ndarray | None = None
+) -> list[dict]:
+    """The reliability diagram: for each of ECE_BINS equal bins of the most probable class's
+    probability that holds rows (a decision threshold aside: calibration is of the
+    probabilities), their mean probability (`confidence`), the share of them
+    whose prediction is right (`accuracy`) and their weight (rows without weights)."""
+    w = np.ones(len(labels)) if weights is None else np.asarray(weights, np.float64)
+    probabilities = _probabilities(head, logits)
+    predicted = probabilities.argmax(axis=1)  # the most probable class, whatever the threshold
+    confidence = probabilities[np.arange(len(labels)), predicted]
+    right = (predicted == labels).astype(np.float64)
+    index = np.minimum((confidence * ECE_BINS).astype(np.int64), ECE_BINS - 1)
+    bins = []
+    for b in range(ECE_BINS):
+        inside = index == b
+        weight = float(w[inside].sum())
+        if weight > 0:
+            bins.append(
+                {
+                    "low": b / ECE_BINS,
+                    "high": (b + 1) / ECE_BINS,
+                    "confidence": float(w[inside] @ confidence[inside] / weight),
+                    "accuracy": float(w[inside] @ right[inside] / weight),
+                    "weight": weight,
+                }
+            )
+    return bins
+
+
+def _probabilities(head: Head, logits: np.ndarray) -> np.ndarray:
+    if head.type is HeadType.BINARY:
+        p = _positive(logits)
+        return np.stack([1.0 - p, p], axis=1)
+    shifted = logits.astype(np.float64) - logits.max(axis=1, keepdims=True)
+    exp = np.exp(shifted)
+    return exp / exp.sum(axis=1, keepdims=True)
+
+
+def _positive(logits: np.ndarray) -> np.ndarray:
+    return 1.0 / (1.0 + np.exp(-logits[:, 0].astype(np.float64)))
+
+
+def _predict(
+    frozen: FrozenEnsemble, rows: tf.data.Dataset
+) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """The labels, the ensemble's logits and the weights (None without) of every row."""
+    logits_of = compile_encoded(frozen.logits, frozen.members[0].subnetwork.inputs)
+    labels, logits, weights = [], [], []
+    for features, batch_labels in rows:
+        labels.append(batch_labels.numpy())
+        logits.append(logits_of(features).numpy())
+        if WEIGHT in features:
+            weights.append(features[WEIGHT].numpy())
+    if not labels:
+        return np.zeros(0, np.int64), np.zeros((0, 1), np.float32), None
+    return (
+        np.concatenate(labels),
+        np.concatenate(logits),
+        np.concatenate(weights) if weights else None,
+    )
