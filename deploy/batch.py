@@ -18,7 +18,9 @@ number in the message). A bad line never stops the others.
 Inputs: `jsonl` (one JSON object per line) or `csv` (a header row, then rows; numbers parsed by
 the model's input types). The modules, one per job:
 - `deploy/batch_local.py`: the local twin; streams the inputs in constant memory, reads `.gz`
-  files too and drops `--excluded_fields` (Vertex's `instanceConfig.excludedFields`).
+  files too and sends the model only the fields `--excluded_fields`, `--included_fields` and
+  `--key_field` leave (Vertex's `instanceConfig`, `deploy/instance_config.py`); with a key,
+  each output line has `"key"` instead of `"instance"`.
 - `deploy/batch_vertex.py`: the Vertex AI BatchPredictionJob over JSON Lines.
 - `deploy/batch_convert.py`: a Vertex job's sources, converted first to JSON Lines objects with
   every field and a missing value as TensorFlow Serving takes it (`--send_as_is` skips this for
@@ -36,6 +38,7 @@ from deploy import api, storage
 from deploy.batch_convert import ConvertedVertexJob, submit_vertex_converted
 from deploy.batch_local import FORMATS, BatchResult, predict_local
 from deploy.batch_vertex import VertexBatchJob, submit_vertex
+from deploy.instance_config import InstanceConfig
 
 # Rows that do not fit the model are listed and the others predicted; more than this share
 # of them failing is a mismatch (a wrong file, a column renamed), not a few bad rows.
@@ -110,22 +113,38 @@ def _run(argv: list[str] | None) -> int:
             default="",
             help="Comma-separated columns to drop from each instance (a label).",
         )
+        command.add_argument(
+            "--included_fields",
+            default="",
+            help="Comma-separated columns, the only ones sent to the model (not with "
+            "--excluded_fields).",
+        )
+        command.add_argument(
+            "--key_field",
+            default=None,
+            help="A column that identifies each row: not sent to the model, and each output "
+            'line has its value as "key" instead of the instance (Vertex\'s keyField).',
+        )
     args = p.parse_args(argv)
     if args.command == "local" and not 0 <= args.max_error_rate <= 1:
         raise api.DeployError(
             f"--max_error_rate ({args.max_error_rate:g}) must be a share of the rows, 0 to 1."
         )
     sources = [s.strip() for s in args.source.split(",") if s.strip()]
-    excluded = [f.strip() for f in args.excluded_fields.split(",") if f.strip()]
+    config = InstanceConfig.of(
+        args.key_field, _names(args.included_fields), _names(args.excluded_fields)
+    )
     if args.command == "vertex":
-        return _run_vertex(args, sources, excluded)
+        return _run_vertex(args, sources, config)
     result = predict_local(
         model_dir=args.model_dir,
         sources=sources,
         output_prefix=args.output_prefix,
         instances_format=args.instances_format,
         model_name=args.model_name,
-        excluded_fields=excluded,
+        excluded_fields=config.excluded_fields,
+        included_fields=config.included_fields,
+        key_field=config.key_field,
         batch_size=args.batch_size,
         num_shards=args.num_shards,
     )
@@ -152,7 +171,11 @@ def _report_errors(result: BatchResult, max_error_rate: float) -> int:
     return 1 if over else 0
 
 
-def _run_vertex(args, sources: list[str], excluded: list[str]) -> int:
+def _names(text: str) -> list[str]:
+    return [f.strip() for f in text.split(",") if f.strip()]
+
+
+def _run_vertex(args, sources: list[str], config: InstanceConfig) -> int:
     cloud = api.cloud_from(args)
     job = VertexBatchJob(
         display_name=args.display_name,
@@ -165,24 +188,30 @@ def _run_vertex(args, sources: list[str], excluded: list[str]) -> int:
         max_replica_count=args.max_replica_count,
     )
     if args.send_as_is:
-        if job.instances_format == "csv" or excluded or args.model_dir:
+        if job.instances_format == "csv" or config != InstanceConfig() or args.model_dir:
             raise api.DeployError(
                 "--send_as_is sends JSON Lines files unconverted: it takes no csv sources, "
-                "--excluded_fields or --model_dir."
+                "--excluded_fields, --included_fields, --key_field or --model_dir."
             )
         if args.dry_run:
             api.show([job.request(cloud)])
             return 0
-        print(submit_vertex(cloud, job).resource_name)
+        print(submit_vertex(cloud, job).name)
         return 0
-    converted = ConvertedVertexJob.of(job, excluded_fields=excluded, model_dir=args.model_dir)
+    converted = ConvertedVertexJob.of(
+        job,
+        excluded_fields=config.excluded_fields,
+        included_fields=config.included_fields,
+        key_field=config.key_field,
+        model_dir=args.model_dir,
+    )
     if args.dry_run:
         api.show(converted.requests(cloud))
         print(f"dry run: {converted.plan()}. Nothing was read, written or sent.", file=sys.stderr)
         return 0
     conversion, created = submit_vertex_converted(cloud, converted)
     print(conversion.summary(), file=sys.stderr)
-    print(created.resource_name)
+    print(created.name)
     return 0
 
 

@@ -2,11 +2,13 @@
 job is created. Vertex would send CSV rows to the model as arrays, which its named inputs do
 not take, and JSON Lines instances as they are, which TensorFlow Serving (Vertex's prebuilt
 container) refuses where a field is null or left out. So each source file's instances are
-checked against the model's inputs (as the local twin and `deploy.serve` check them),
-`--excluded_fields` dropped, and written to `OUTPUT_PREFIX/instances-<time>/*.jsonl` with every
-field present and a missing value as TensorFlow Serving takes it (`NaN` for a number: it
-refuses null; "" for a text); the job reads those. Instances that do not fit the model are
-listed in `conversion.errors_stats` there."""
+checked against the model's inputs (as the local twin and `deploy.serve` check them), the
+fields not sent dropped (`deploy/instance_config.py`; a `--key_field` is kept, and the job's
+`instanceConfig.keyField` takes it out again), and written to
+`OUTPUT_PREFIX/instances-<time>/*.jsonl` with every field present and a missing value as
+TensorFlow Serving takes it (`NaN` for a number: it refuses null; "" for a text); the job
+reads those. Instances that do not fit the model are listed in `conversion.errors_stats`
+there."""
 
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ from typing import Any
 
 from deploy import api, batch_local, storage
 from deploy.batch_vertex import VertexBatchJob, submit_vertex
+from deploy.instance_config import InstanceConfig
 from deploy.instances import Fields, NotJson, Predictor, parse_json
 
 _SUFFIXES = (".gz", ".csv", ".jsonl", ".json")
@@ -45,7 +48,7 @@ class ConvertedVertexJob:
 
     job: VertexBatchJob
     instances_dir: str
-    excluded_fields: tuple[str, ...] = ()
+    config: InstanceConfig = InstanceConfig()
     # The SavedModel whose inputs type the rows; default: the registered model's artifactUri.
     model_dir: str | None = None
 
@@ -58,17 +61,23 @@ class ConvertedVertexJob:
         job: VertexBatchJob,
         *,
         excluded_fields: Sequence[str] = (),
+        key_field: str | None = None,
+        included_fields: Sequence[str] = (),
         model_dir: str | None = None,
     ) -> ConvertedVertexJob:
         """`job` with its sources converted under OUTPUT_PREFIX/instances-<time>/."""
         instances_dir = f"{job.output_prefix.rstrip('/')}/instances-{batch_local.timestamp()}"
-        return cls(job, instances_dir, tuple(excluded_fields), model_dir)
+        config = InstanceConfig.of(key_field, included_fields, excluded_fields)
+        return cls(job, instances_dir, config, model_dir)
 
     @property
     def jsonl_job(self) -> VertexBatchJob:
         """The job Vertex runs: over the converted files."""
         return dataclasses.replace(
-            self.job, sources=(f"{self.instances_dir}/*.jsonl",), instances_format="jsonl"
+            self.job,
+            sources=(f"{self.instances_dir}/*.jsonl",),
+            instances_format="jsonl",
+            key_field=self.config.key_field,
         )
 
     @property
@@ -146,15 +155,16 @@ def convert(converted: ConvertedVertexJob, fields: Fields) -> Conversion:
     (DeployError) before a file is written. A file with no instance that fits gets no .jsonl
     file.
     """
-    excluded = frozenset(converted.excluded_fields)
+    config = converted.config
     read = _csv_instances if converted.job.instances_format == "csv" else _jsonl_instances
     files, errors = {}, []
     for index, path in enumerate(storage.expand(list(converted.job.sources))):
         text = storage.read_bytes(path).decode("utf-8-sig", errors="replace")
         rows = []
-        for where, instance, reason in read(path, text.split("\n"), fields, excluded):
-            if reason is None:
-                rows.append(fields.for_tf_serving(instance))
+        for where, instance, key, reason in read(path, text.split("\n"), fields, config):
+            if reason is None:  # the key goes with it: the job's keyField takes it out
+                keyed = {config.key_field: key} if config.key_field else {}
+                rows.append({**fields.for_tf_serving(instance), **keyed})
             else:
                 errors.append(batch_local.error_record(where, instance, reason))
         if rows:
@@ -173,36 +183,40 @@ def convert(converted: ConvertedVertexJob, fields: Fields) -> Conversion:
     )
 
 
-Instances = Iterator[tuple[str, Any, "str | None"]]
+Instances = Iterator[tuple[str, Any, Any, "str | None"]]
 
 
-def _csv_instances(path: str, lines: list[str], fields: Fields, excluded: frozenset) -> Instances:
-    """(where, the row, why it does not fit or None) for each row of a CSV file; a header
-    that does not fit the model stops everything (DeployError)."""
+def _csv_instances(
+    path: str, lines: list[str], fields: Fields, config: InstanceConfig
+) -> Instances:
+    """(where, the row, its key, why it does not fit or None) for each row of a CSV file; a
+    header that does not fit the model stops everything (DeployError)."""
     header = [h.strip() for h in next(csv.reader(lines[:1]), [])]
-    batch_local.check_header(path, header, fields, excluded)
+    batch_local.check_header(path, header, fields, config)
     for number, text in enumerate(lines[1:], start=2):
         if not text.strip():
             continue
         where, row, reason = batch_local.csv_row(path, number, text, header)
+        key = batch_local.key_of(row, config)
         if reason is None:
-            row, reason = batch_local.checked(fields, row, excluded, typed=False)
-        yield where, row, reason
+            row, reason = batch_local.checked(fields, row, config, typed=False)
+        yield where, row, key, reason
 
 
-def _jsonl_instances(path: str, lines: list[str], fields: Fields, excluded: frozenset) -> Instances:
-    """(where, the instance, why it does not fit or None) for each line of a JSON Lines
-    file, checked as the local twin and the server check them."""
+def _jsonl_instances(
+    path: str, lines: list[str], fields: Fields, config: InstanceConfig
+) -> Instances:
+    """(where, the instance, its key, why it does not fit or None) for each line of a JSON
+    Lines file, checked as the local twin and the server check them."""
     for number, text in enumerate(lines, start=1):
         if not text.strip():
             continue
         try:
-            instance, reason = batch_local.checked(
-                fields, parse_json(text, "the line"), excluded, typed=True
-            )
+            read = parse_json(text, "the line")
+            instance, reason = batch_local.checked(fields, read, config, typed=True)
         except NotJson as e:
-            instance, reason = text, str(e)
-        yield f"{path}:{number}", instance, reason
+            read, instance, reason = None, text, str(e)
+        yield f"{path}:{number}", instance, batch_local.key_of(read, config), reason
 
 
 def submit_vertex_converted(cloud: api.Cloud, converted: ConvertedVertexJob):

@@ -37,6 +37,7 @@ import numpy as np
 import tensorflow as tf
 
 from deploy import api, storage
+from deploy.instance_config import InstanceConfig
 from deploy.instances import NUMBER, Fields, InstanceError, NotJson, Predictor, parse_json
 from trainer.errors import InputError
 
@@ -64,6 +65,8 @@ def predict_local(
     output_prefix: str,
     instances_format: str = "jsonl",
     excluded_fields: Sequence[str] = (),
+    key_field: str | None = None,
+    included_fields: Sequence[str] = (),
     model_name: str = "model",
     batch_size: int = 4096,
     num_shards: int = 1,
@@ -78,6 +81,10 @@ def predict_local(
         output_prefix: where `prediction-<model_name>-<time>/` is written (local or gs://).
         instances_format: "jsonl" (a JSON object per line) or "csv" (a header, then rows).
         excluded_fields: columns dropped from each instance (Vertex's excludedFields).
+        key_field: a column that identifies each instance: not sent to the model, and each
+            result line has its value as `key` instead of the instance (Vertex's keyField).
+        included_fields: the only columns sent to the model (Vertex's includedFields;
+            exclusive with `excluded_fields`).
         model_name: names the output directory.
         batch_size: instances per prediction call.
         num_shards: result files (batch k goes to file k mod num_shards).
@@ -104,15 +111,15 @@ def predict_local(
     files = storage.expand(list(sources))
     started = time.perf_counter()
     predictor = predictor or Predictor(model_dir)
-    excluded = frozenset(excluded_fields)
+    config = InstanceConfig.of(key_field, included_fields, excluded_fields)
     try:
         if instances_format == "csv":
             headers = {path: _csv_header(path) for path in files}
             for path, header in headers.items():
-                check_header(path, header, predictor.fields, excluded)
-            batches = _csv_batches(predictor, headers, excluded, batch_size)
+                check_header(path, header, predictor.fields, config)
+            batches = _csv_batches(predictor, headers, config, batch_size)
         else:
-            batches = _jsonl_batches(predictor, files, excluded, batch_size)
+            batches = _jsonl_batches(predictor, files, config, batch_size)
         output = _Output(output_prefix, model_name, num_shards)
         try:
             for index, (lines, count, errors) in enumerate(batches):
@@ -162,34 +169,46 @@ def _csv_header(path: str) -> list[str]:
         raise api.DeployError(str(e)) from None
 
 
-def check_header(path: str, header: list[str], fields: Fields, excluded: frozenset) -> None:
-    """Fails naming the file and the columns when its header cannot fit the model."""
+def check_header(path: str, header: list[str], fields: Fields, config: InstanceConfig) -> None:
+    """Fails naming the file and the columns when its header cannot fit the model (the
+    columns `config` sends to it) or lacks the key column."""
     expected = ", ".join(fields.kinds)
     if not header:
         raise api.DeployError(
             f"{path} is empty: it needs a header row naming the model's "
             f"columns ({expected}), then rows."
         )
-    columns = set(header) - excluded
+    if config.key_field and config.key_field not in header:
+        raise api.DeployError(
+            f"{path}: the header has no column {config.key_field} (--key_field); it names "
+            f"{', '.join(header)}."
+        )
+    columns = set(config.sent(header))
     missing = [name for name in fields.kinds if name not in columns]
-    if len(missing) == len(fields.kinds):
+    if len(missing) == len(fields.kinds) and not set(header) & set(fields.kinds):
         raise api.DeployError(
             f"{path}: the first line ({','.join(header)}) names none of the "
             f"model's columns; it must be a header row naming them: "
             f"{expected}."
         )
     if missing:
-        dropped = " once --excluded_fields are dropped" if excluded & set(missing) else ""
+        them = "it" if len(missing) == 1 else "them"
+        dropped = (
+            f" once {config.dropped_by(missing[0])} drops {them}" if missing[0] in header else ""
+        )
         raise api.DeployError(
             f"{path}: the header has no column {', '.join(missing)}"
             f"{dropped}; the model takes {expected}."
         )
     unknown = [name for name in header if name in columns and name not in fields.kinds]
     if unknown:
+        how = (
+            "leave it out of --included_fields"
+            if config.included_fields
+            else f"drop it with --excluded_fields={','.join(unknown)}"
+        )
         raise api.DeployError(
-            f"{path}: the header names {', '.join(unknown)}, which the model "
-            f"does not take; drop it with --excluded_fields="
-            f"{','.join(unknown)}."
+            f"{path}: the header names {', '.join(unknown)}, which the model does not take; {how}."
         )
 
 
@@ -200,18 +219,27 @@ def error_record(where: str, instance, reason: str) -> dict:
     }
 
 
-def checked(fields: Fields, instance, excluded: frozenset, *, typed: bool):
+def checked(fields: Fields, instance, config: InstanceConfig, *, typed: bool):
     """(instance ready for the model, None) or (the instance as read, the reason): `typed`
     instances (from JSON) are checked, others (text from CSV) typed by the model's fields;
-    `excluded` fields are dropped first."""
-    if excluded and isinstance(instance, dict):
-        instance = {k: v for k, v in instance.items() if k not in excluded}
+    the fields `config` does not send are dropped first."""
+    if isinstance(instance, dict):
+        if config.key_field and config.key_field not in instance:
+            return instance, f"no field '{config.key_field}' (--key_field)."
+        instance = config.for_model(instance)
     try:
         if typed:
             return fields.check(0, instance), None
         return fields.from_text(0, instance), None
     except InstanceError as e:
         return instance, e.reason
+
+
+def key_of(instance, config: InstanceConfig):
+    """The instance's key (None without --key_field, or for an instance that is no object)."""
+    if config.key_field and isinstance(instance, dict):
+        return instance.get(config.key_field)
+    return None
 
 
 def csv_row(path: str, line: int, text: str, header: list[str]):
@@ -236,7 +264,7 @@ def timestamp() -> str:
 
 # -- CSV: parsed and formatted by TensorFlow ----------------------------------------------------
 def _csv_batches(
-    predictor: Predictor, headers: dict[str, list[str]], excluded: frozenset, batch_size: int
+    predictor: Predictor, headers: dict[str, list[str]], config: InstanceConfig, batch_size: int
 ) -> Iterator[tuple[bytes, int, list[str]]]:
     """(result lines, how many, error records) for each batch of every file, the files with
     one header read by one dataset. Parsing, the model and the JSON lines all run in the
@@ -247,9 +275,10 @@ def _csv_batches(
     from trainer.input.formats import csv as csv_format
 
     fields = predictor.fields
+    key = config.key_field
     columns = rows_lib.Columns(
         numeric=tuple(n for n, k in fields.kinds.items() if k == NUMBER),
-        categorical=tuple(n for n, k in fields.kinds.items() if k != NUMBER),
+        categorical=(*(n for n, k in fields.kinds.items() if k != NUMBER), *([key] if key else [])),
     )
     groups: dict[tuple[str, ...], list[str]] = {}
     for path, header in headers.items():
@@ -260,7 +289,7 @@ def _csv_batches(
         )
         parser = rows_lib.RowParser(source, columns)
         header = list(columns_of_file)  # this group's, which describes its bad rows
-        shown = [n for n in header if n not in excluded]
+        shown = config.sent(header)
 
         def predict(file, line, text, parser=parser, shown=shown):
             parsed = parser.parse(file, line, text)
@@ -271,12 +300,20 @@ def _csv_batches(
                 & ~parsed.blank
             )
             good = parsed.take(~bad & ~parsed.blank)
-            instances, plain = _instance_json(good.features(), shown, fields)
+            features = good.features()
+            if key:
+                text, plain = _text_pieces(features[key])
+                instances = tf.strings.join(text)
+            else:
+                instances, plain = _instance_json(features, shown, fields)
             # Rows whose text needs escaping (and bad rows) are written by Python.
             tf_rows, python_rows, bad_rows = good.take(plain), good.take(~plain), parsed.take(bad)
+            model_features = {n: v for n, v in tf_rows.features().items() if n in fields.kinds}
             return {
                 "text": _prediction_json(
-                    tf.boolean_mask(instances, plain), predictor.predict_tensors(tf_rows.features())
+                    tf.boolean_mask(instances, plain),
+                    predictor.predict_tensors(model_features),
+                    "key" if key else "instance",
                 ),
                 "count": tf.size(tf_rows.line),
                 "python": (python_rows.file, python_rows.line, python_rows.text),
@@ -298,7 +335,7 @@ def _csv_batches(
             .prefetch(2)
         )
         for block in dataset:
-            python, errors = [], []
+            python, keys, errors = [], [], []
             for file, line, text in zip(
                 *(
                     np.concatenate([block[k][i].numpy() for k in ("bad", "python")])
@@ -309,13 +346,15 @@ def _csv_batches(
                 where, row, reason = csv_row(
                     path, int(line), text.decode("utf-8", "replace"), header
                 )
+                row_key = key_of(row, config)
                 if reason is None:
-                    row, reason = checked(fields, row, excluded, typed=False)
+                    row, reason = checked(fields, row, config, typed=False)
                 if reason is None:
                     python.append(row)
+                    keys.append(row_key)
                 else:
                     errors.append(json.dumps(error_record(where, row, reason)))
-            lines = _utf8(block["text"].numpy()) + _predicted(predictor, python)
+            lines = _utf8(block["text"].numpy()) + _predicted(predictor, python, config, keys)
             yield lines, int(block["count"]) + len(python), errors
         if notes.lost:  # the files were read to their ends: one cut short stops the run
             raise blocks_lib.TruncatedInput(next(iter(notes.lost.values())))
@@ -333,9 +372,17 @@ def _instance_json(features: dict, names: list[str], fields: Fields):
         if fields.kinds[name] == NUMBER:
             pieces += [key, _number_json(value)]
         else:
-            plain &= tf.strings.regex_full_match(value, '[^\\\\"\\x00-\\x1f]*')
-            pieces += [key + '"', value, '"']
+            text, written = _text_pieces(value)
+            plain &= written
+            pieces += [key, *text]
     return tf.strings.join(pieces + ["}"]), plain  # one join: each costs as much as a format
+
+
+def _text_pieces(value: tf.Tensor) -> tuple[list, tf.Tensor]:
+    """Text as the pieces of a JSON string, and whether TensorFlow can write it unescaped
+    (`_instance_json`)."""
+    plain = tf.strings.regex_full_match(value, '[^\\\\"\\x00-\\x1f]*')
+    return ['"', value, '"'], plain
 
 
 def _number_json(value: tf.Tensor) -> tf.Tensor:
@@ -358,11 +405,11 @@ def _utf8(text: bytes) -> bytes:
         return text.decode("utf-8", "replace").encode()
 
 
-def _prediction_json(instances: tf.Tensor, outputs: dict) -> tf.Tensor:
-    """`{"instance": ..., "prediction": {...}}` lines joined into one text (empty for no
-    rows), outputs in name order as `rows_of` writes them: one value per row, or a list for a
-    row of several."""
-    pieces = ['{"instance": ', instances, ', "prediction": ']
+def _prediction_json(instances: tf.Tensor, outputs: dict, name: str = "instance") -> tf.Tensor:
+    """`{"instance": ..., "prediction": {...}}` lines (`name`: "key" for a key's) joined into
+    one text (empty for no rows), outputs in name order as `rows_of` writes them: one value
+    per row, or a list for a row of several."""
+    pieces = [f'{{"{name}": ', instances, ', "prediction": ']
     for i, name in enumerate(sorted(outputs)):
         value = outputs[name]
         if value.dtype == tf.string:  # class names: the training labels, escaped by json
@@ -384,11 +431,12 @@ def _prediction_json(instances: tf.Tensor, outputs: dict) -> tf.Tensor:
 
 # -- JSON Lines: parsed by Python, a batch at a time ---------------------------------------------
 def _jsonl_batches(
-    predictor: Predictor, files: list[str], excluded: frozenset, batch_size: int
+    predictor: Predictor, files: list[str], config: InstanceConfig, batch_size: int
 ) -> Iterator[tuple[bytes, int, list[str]]]:
     from trainer.input import blocks as blocks_lib
 
     good: list[dict] = []
+    keys: list = []
     errors: list[str] = []
     for path in files:
         for chunk, first in blocks_lib.line_chunks(path):
@@ -398,20 +446,20 @@ def _jsonl_batches(
                 if not raw.strip():
                     continue
                 try:
-                    instance, reason = checked(
-                        predictor.fields, parse_json(raw, "the line"), excluded, typed=True
-                    )
+                    read = parse_json(raw, "the line")
+                    instance, reason = checked(predictor.fields, read, config, typed=True)
                 except NotJson as e:
-                    instance, reason = raw, str(e)
+                    read, instance, reason = None, raw, str(e)
                 if reason is None:
                     good.append(instance)
+                    keys.append(key_of(read, config))
                 else:
                     errors.append(_error_json(f"{path}:{number}", instance, reason, text=raw))
                 if len(good) == batch_size:
-                    yield _predicted(predictor, good), len(good), errors
-                    good, errors = [], []
+                    yield _predicted(predictor, good, config, keys), len(good), errors
+                    good, keys, errors = [], [], []
     if good or errors:
-        yield _predicted(predictor, good), len(good), errors
+        yield _predicted(predictor, good, config, keys), len(good), errors
 
 
 def _error_json(where: str, instance, reason: str, *, text: str) -> str:
@@ -423,12 +471,15 @@ def _error_json(where: str, instance, reason: str, *, text: str) -> str:
         return json.dumps(error_record(where, text, reason))
 
 
-def _predicted(predictor: Predictor, instances: list[dict]) -> bytes:
+def _predicted(
+    predictor: Predictor, instances: list[dict], config: InstanceConfig, keys: list
+) -> bytes:
+    """The result lines of checked instances (and their keys)."""
     if not instances:
         return b""
     predictions = predictor.predict_checked(instances)
     return "".join(
-        json.dumps({"instance": i, "prediction": p}) + "\n" for i, p in zip(instances, predictions)
+        json.dumps(config.outputs(i, p, k)) + "\n" for i, p, k in zip(instances, predictions, keys)
     ).encode()
 
 

@@ -4,6 +4,7 @@ vertex`); sources are converted first (`deploy/batch_convert.py`)."""
 from __future__ import annotations
 
 import dataclasses
+import json
 
 from deploy import api, batch_local
 
@@ -20,6 +21,9 @@ class VertexBatchJob:
     machine_type: str = "n2-standard-4"
     starting_replica_count: int = 1
     max_replica_count: int = 1
+    # instanceConfig.keyField: a field of each instance that the job does not send to the
+    # model and writes as `key` in its output line instead of the instance
+    key_field: str | None = None
 
     def __post_init__(self):
         batch_local.check_format(self.instances_format)
@@ -54,6 +58,7 @@ class VertexBatchJob:
                 "maxReplicaCount": self.max_replica_count,
             },
             "manualBatchTuningParameters": {},  # what the SDK sends: the service's default
+            **({"instanceConfig": {"keyField": self.key_field}} if self.key_field else {}),
         }
 
     def request(self, cloud: api.Cloud) -> api.ApiRequest:
@@ -63,35 +68,30 @@ class VertexBatchJob:
 
 
 def submit_vertex(cloud: api.Cloud, job: VertexBatchJob):
-    """Creates the BatchPredictionJob and returns at once.
+    """Creates the BatchPredictionJob (the body `--dry_run` prints, through the client
+    library's JobService: the SDK's job class has no instanceConfig) and returns at once.
 
     Args:
         cloud: the project, region and API endpoint.
         job: the job over JSON Lines sources.
 
     Returns:
-        The SDK's BatchPredictionJob (created, not waited for).
+        The created job (`aiplatform_v1.BatchPredictionJob`: its `name`), not waited for.
 
     Raises:
         DeployError: the sources are CSV: those go through `batch_convert.submit_vertex_converted`,
             which converts their rows first.
     """
-    from google.cloud import aiplatform
+    from google.cloud import aiplatform_v1
 
     if job.instances_format == "csv":
         raise api.DeployError(
             "Vertex sends CSV rows to the model as arrays, which its named "
             "inputs do not take: convert them first (ConvertedVertexJob)."
         )
-    cloud.init_sdk()
-    return aiplatform.BatchPredictionJob.submit(
-        job_display_name=job.display_name,
-        model_name=cloud.resource("models", job.model),
-        instances_format=job.instances_format,
-        predictions_format="jsonl",
-        gcs_source=list(job.sources),
-        gcs_destination_prefix=job.output_prefix,
-        machine_type=job.machine_type,
-        starting_replica_count=job.starting_replica_count,
-        max_replica_count=job.max_replica_count,
+    return cloud.job_client().create_batch_prediction_job(
+        parent=cloud.parent,
+        batch_prediction_job=aiplatform_v1.BatchPredictionJob.from_json(
+            json.dumps(job.body(cloud))
+        ),
     )

@@ -406,7 +406,7 @@ def test_vertex_job_through_the_sdk_matches_the_dry_run(cloud_sdk):
         max_replica_count=4,
     )
     created = batch_vertex.submit_vertex(cloud, job)
-    assert created.resource_name.startswith(f"{cloud.parent}/batchPredictionJobs/")
+    assert created.name.startswith(f"{cloud.parent}/batchPredictionJobs/")
     assert fake.bodies("batchPredictionJobs.create") == [job.request(cloud).body]
 
 
@@ -533,7 +533,7 @@ def test_vertex_csv_job_reads_jsonl_objects_converted_in_the_bucket(
     assert [(r.method, fake.url + r.path) for r in fake.requests] == [
         (r.method, r.url) for r in requests
     ]
-    assert created.resource_name.startswith(f"{cloud.parent}/batchPredictionJobs/")
+    assert created.name.startswith(f"{cloud.parent}/batchPredictionJobs/")
     (body,) = fake.bodies("batchPredictionJobs.create")
     assert body == requests[-1].body
     assert body["inputConfig"] == {
@@ -556,7 +556,7 @@ def test_vertex_csv_job_reads_jsonl_objects_converted_in_the_bucket(
             ["income_bracket"],
             "the header has no column age; the model takes age, capital_gain, ",
         ),
-        ("HEADER", ["income_bracket", "age"], "no column age once --excluded_fields are dropped"),
+        ("HEADER", ["income_bracket", "age"], "no column age once --excluded_fields drops it"),
         (
             "HEADER",
             [],
@@ -730,3 +730,107 @@ def test_csv_text_that_needs_escaping_and_bytes_that_are_not_utf8(tmp_path, pred
         for line in Path(result.result_files[0]).read_text().splitlines()
     ]
     assert first == [r["fnlwgt"] for r in census_rows[:4]]
+
+
+# Keys and fields (Vertex's instanceConfig) ----------------------------------------------------
+def _keyed_csv(path, census_rows, count: int) -> list[str]:
+    """A CSV of `count` census rows with an id column first and the label last; the ids."""
+    ids = [f"row-{i:03d}" for i in range(count)]
+    with open(path, "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["id", *census_rows[0], "income_bracket"])
+        for key, row in zip(ids, census_rows[:count]):
+            writer.writerow([key, *row.values(), "<=50K"])
+    return ids
+
+
+def test_a_key_comes_back_on_every_line_in_place_of_the_instance(tmp_path, predictor, census_rows):
+    ids = _keyed_csv(tmp_path / "in.csv", census_rows, 30)
+    jsonl = _write_jsonl(
+        tmp_path / "in.jsonl",
+        [{"id": i, **row} for i, row in enumerate(census_rows[:30])],
+        bad_lines=[(5, json.dumps(census_rows[0]))],  # line 6: no id
+    )
+    expected = predictor.predict(census_rows[:30])
+    outputs = {}
+    for name, source, kind, fields in (
+        ("csv", str(tmp_path / "in.csv"), "csv", dict(excluded_fields=["income_bracket"])),
+        ("jsonl", jsonl, "jsonl", dict(included_fields=list(census_rows[0]))),
+    ):
+        result = batch_local.predict_local(
+            model_dir="",
+            sources=[source],
+            predictor=predictor,
+            output_prefix=str(tmp_path / name),
+            instances_format=kind,
+            key_field="id",
+            batch_size=8,
+            **fields,
+        )
+        outputs[name] = batch.read_results(result.output_dir)
+    results, errors = outputs["csv"]
+    assert all(set(r) == {"key", "prediction"} for r in results)
+    assert [r["key"] for r in results] == ids  # a CSV key is its text
+    _assert_same_predictions([r["prediction"] for r in results], expected)
+    assert errors == []
+    results, errors = outputs["jsonl"]
+    assert [r["key"] for r in results] == list(range(30))  # a JSON key keeps its type
+    _assert_same_predictions([r["prediction"] for r in results], expected)
+    assert [e["error"]["message"] for e in errors] == [f"{jsonl}:6: no field 'id' (--key_field)."]
+
+
+@pytest.mark.parametrize(
+    "fields, message",
+    [
+        (
+            dict(included_fields=["age"], excluded_fields=["income_bracket"]),
+            "--included_fields and --excluded_fields are exclusive",
+        ),
+        (dict(key_field="id", included_fields=["id", "age"]), "leave it out of --included_fields"),
+        (dict(key_field="row_id"), "no column row_id (--key_field)"),
+        (dict(included_fields=["age"]), "workclass once --included_fields drops them"),
+    ],
+)
+def test_fields_that_cannot_work_fail_before_anything_is_written(
+    tmp_path, predictor, census_rows, fields, message
+):
+    _keyed_csv(tmp_path / "in.csv", census_rows, 3)
+    with pytest.raises(api.DeployError, match=re.escape(message)):
+        batch_local.predict_local(
+            model_dir="",
+            sources=[str(tmp_path / "in.csv")],
+            predictor=predictor,
+            output_prefix=str(tmp_path / "out"),
+            instances_format="csv",
+            **fields,
+        )
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_vertex_job_with_a_key_sends_it_and_asks_the_job_to_take_it_out(
+    cloud_sdk, gcs, census_model, census_rows
+):
+    fake, cloud = cloud_sdk
+    header, *rows = _census_csv_lines(5)
+    gcs.bucket("test-bucket").blob("in/a.csv").upload_from_string(
+        "\n".join([f"id,{header}", *(f"k{i},{row}" for i, row in enumerate(rows))]) + "\n"
+    )
+    model = fake.add_model(cloud.parent, "census", artifact_uri=census_model)
+    job = batch_vertex.VertexBatchJob(
+        display_name="census-keys",
+        model=model.rsplit("/", 1)[1],
+        sources=("gs://test-bucket/in/a.csv",),
+        output_prefix="gs://test-bucket/out",
+        instances_format="csv",
+    )
+    converted = batch_convert.ConvertedVertexJob.of(
+        job, excluded_fields=["income_bracket"], key_field="id"
+    )
+    batch_convert.submit_vertex_converted(cloud, converted)
+    prefix = converted.instances_dir.removeprefix("gs://test-bucket/") + "/"
+    (name,) = [n for n in _objects(gcs, prefix) if n.endswith(".jsonl")]
+    sent = [json.loads(line) for line in _objects(gcs, prefix)[name].splitlines()]
+    assert [row.pop("id") for row in sent] == ["k0", "k1", "k2", "k3", "k4"]
+    assert sent == census_rows[:5]  # the rest is the model's instance
+    (body,) = fake.bodies("batchPredictionJobs.create")  # validated by the discovery document
+    assert body["instanceConfig"] == {"keyField": "id"}
