@@ -34,8 +34,9 @@ import datetime
 import json
 import sys
 
-from deploy import api, images, registry
+from deploy import api, images, registry, storage
 from deploy import signature as signature_lib
+from deploy.explain import BASELINE
 
 SERVING_IMAGE = "us-docker.pkg.dev/vertex-ai/prediction/tf2-cpu.2-15:latest"
 # The endpoint and model a dry run cannot know yet: the responses of earlier requests.
@@ -67,6 +68,9 @@ class Explanation:
     inputs: tuple[str, ...]
     output: str
     path_count: int = DEFAULT_PATH_COUNT
+    # Where each input's walk starts (the trainer's assets.extra/explanation_baseline.json,
+    # which `deploy.serve` explains from too); None: Vertex's choice.
+    baselines: dict | None = None
 
     def __post_init__(self):
         check_path_count(self.path_count)
@@ -74,7 +78,9 @@ class Explanation:
             raise api.DeployError("--explain: the model's serving signature has no inputs.")
 
     @classmethod
-    def of(cls, signature: signature_lib.Signature, path_count: int) -> Explanation:
+    def of(
+        cls, signature: signature_lib.Signature, path_count: int, baselines: dict | None = None
+    ) -> Explanation:
         """The explanation of a model with this signature; DeployError if it has no output to
         explain (not a model the trainer exported)."""
         output = next((o for o in EXPLAINED_OUTPUTS if o in signature.outputs), None)
@@ -84,17 +90,22 @@ class Explanation:
                 f"the model's serving signature; it has {', '.join(signature.outputs)}. "
                 "Publish a model exported by trainer.task."
             )
-        return cls(tuple(signature.inputs), output, path_count)
+        return cls(tuple(signature.inputs), output, path_count, baselines)
 
     def spec(self) -> dict:
         """The ExplanationSpec as the REST API takes it."""
         return {
             "parameters": {"sampledShapleyAttribution": {"pathCount": self.path_count}},
             "metadata": {
-                "inputs": {name: {"inputTensorName": name} for name in self.inputs},
+                "inputs": {name: self._input(name) for name in self.inputs},
                 "outputs": {self.output: {"outputTensorName": self.output}},
             },
         }
+
+    def _input(self, name: str) -> dict:
+        if self.baselines is None or name not in self.baselines:
+            return {"inputTensorName": name}
+        return {"inputTensorName": name, "inputBaselines": [self.baselines[name]]}
 
 
 def check_path_count(path_count: int) -> int:
@@ -427,7 +438,18 @@ def _explanation(args) -> Explanation | None:
             file=sys.stderr,
         )
         return Explanation((DRY_RUN_INPUTS,), EXPLAINED_OUTPUTS[0], path_count)
-    return Explanation.of(signature, path_count)
+    return Explanation.of(signature, path_count, _baselines(args.model_dir))
+
+
+def _baselines(model_dir: str) -> dict | None:
+    """The baseline instance the trainer exported beside the model (None for a model
+    exported before it did)."""
+    from google.api_core import exceptions
+
+    try:
+        return json.loads(storage.read_bytes(f"{model_dir.rstrip('/')}/{BASELINE}"))
+    except (FileNotFoundError, exceptions.NotFound):
+        return None
 
 
 main = api.main_of(_run)

@@ -4,7 +4,8 @@
 
 It listens on `AIP_HTTP_PORT` (default 8080), answers `GET AIP_HEALTH_ROUTE` (default
 /health) and `POST AIP_PREDICT_ROUTE` (default /predict) with `{"instances": [...]}` ->
-`{"predictions": [...]}`, and loads the model from `--model_dir` or `AIP_STORAGE_URI`. It binds
+`{"predictions": [...]}`, `POST /explain` with what a Vertex endpoint's `:explain` answers
+(`deploy/explain.py`), and loads the model from `--model_dir` or `AIP_STORAGE_URI`. It binds
 to loopback unless `--host` says otherwise. A request over 1.5 MB, a malformed body or a
 malformed instance gets a 400 whose message names the problem (the instance index and field);
 a body that has not arrived whole within 30 s of its headers gets a 408 and the connection is
@@ -40,8 +41,14 @@ from aiohttp import web
 
 from deploy import api
 from deploy.batching import Batcher, BatchOptions, BatchStats, Overloaded
+from deploy.explain import DEFAULT_PATH_COUNT, Explainer
 from deploy.instances import InstanceError, NotJson, Predictor, clip, parse_json
 
+LOCAL_MODEL_ID = "local"  # the deployedModelId of an explanation from this server
+EXPLAIN_UNAVAILABLE = (
+    "this model has no explanation baseline (assets.extra/explanation_baseline.json): export "
+    "it again with this version of the trainer to explain it"
+)
 MAX_REQUEST_BYTES = 1_572_864  # 1.5 MB: Vertex AI's limit for a request to a shared endpoint
 BACKLOG = 2048  # connections the kernel queues before accept (capped by net.core.somaxconn)
 _DRAIN_LIMIT = 16 * MAX_REQUEST_BYTES  # an oversized body is read (and dropped) up to this
@@ -61,6 +68,9 @@ class Routes:
     port: int = 8080
     health: str = "/health"
     predict: str = "/predict"
+    # What a Vertex endpoint answers at `:explain` (Vertex sets no route for it: explanations
+    # are its own, computed by calling the container's predict route)
+    explain: str = "/explain"
 
     @classmethod
     def from_env(cls, env=None) -> Routes:
@@ -172,8 +182,10 @@ class PredictionServer:
         batching: BatchOptions = DEFAULT_BATCHING,
         body_timeout_s: float = 30.0,
         verbose: bool = False,
+        explainer: Explainer | None = None,
     ):
         self.predictor = predictor
+        self.explainer = explainer
         self.routes = routes
         self.batching = batching
         # A body must arrive whole within this many seconds of its headers (else a 408).
@@ -256,14 +268,16 @@ class PredictionServer:
         path, method = request.path, request.method
         if path == self.routes.predict and method == "POST":
             return await self._predict(request)
+        if path == self.routes.explain and method == "POST":
+            return await self._explain(request)
         if path == self.routes.health and method in ("GET", "HEAD"):
             return _reply(200, {"status": "healthy"})
         if method == "POST":
             return _reply(404, {"error": f"no route {path}; POST to {self.routes.predict}"})
         return _reply(404, {"error": f"no route {path}; try GET {self.routes.health}"})
 
-    async def _predict(self, request: web.BaseRequest) -> web.StreamResponse:
-        assert self._batcher is not None
+    async def _body(self, request: web.BaseRequest) -> bytes | web.Response:
+        """The request's body, decoded, or the response that refuses it."""
         try:
             # One deadline for the whole body: a client trickling a byte at a time would
             # outlast any per-read timeout, holding its connection and memory for ever.
@@ -273,11 +287,45 @@ class PredictionServer:
         except asyncio.TimeoutError:
             return _closing(_reply(408, {"error": _too_slow(request, self.body_timeout_s)}))
         try:
-            body = decoded(body, request.headers.get("Content-Encoding", ""))
+            return decoded(body, request.headers.get("Content-Encoding", ""))
         except UnsupportedEncoding as e:
             return _reply(415, {"error": str(e)})
         except BadRequest as e:
             return _reply(400, {"error": str(e)})
+
+    async def _explain(self, request: web.BaseRequest) -> web.StreamResponse:
+        """Vertex's `:explain`: `{"instances": [...]}` -> `{"explanations": [...],
+        "predictions": [...], "deployedModelId": ...}` (`deploy/explain.py`), computed in a
+        thread beside the event loop (one instance costs a few hundred rows' predictions)."""
+        body = await self._body(request)
+        if isinstance(body, web.Response):
+            return body
+        if self.explainer is None:
+            return _reply(400, {"error": EXPLAIN_UNAVAILABLE})
+        try:
+            instances = self.predictor.check(parse_request(body))
+            loop = asyncio.get_running_loop()
+            predictions, explanations = await loop.run_in_executor(
+                None, self.explainer.explain, instances
+            )
+        except (BadRequest, InstanceError) as e:
+            return _reply(400, {"error": str(e)})
+        except Exception as e:  # a model failure fails this request, not the server
+            return _reply(500, {"error": f"explanation failed: {type(e).__name__}: {e}"})
+        return _reply(
+            200,
+            {
+                "explanations": explanations,
+                "deployedModelId": LOCAL_MODEL_ID,
+                "predictions": predictions,
+            },
+        )
+
+    async def _predict(self, request: web.BaseRequest) -> web.StreamResponse:
+        assert self._batcher is not None
+        body = await self._body(request)
+        if isinstance(body, web.Response):
+            return body
         try:
             instances = self.predictor.check(parse_request(body))
             predictions = await self._batcher.predict(instances) if instances else []
@@ -382,6 +430,12 @@ def _run(argv: list[str] | None) -> int:
         default=defaults.max_queue,
         help="Most instances waiting for the model; beyond it requests get a 503.",
     )
+    p.add_argument(
+        "--explain_path_count",
+        type=int,
+        default=DEFAULT_PATH_COUNT,
+        help="Random column orders per explained instance (POST /explain; sampled Shapley).",
+    )
     p.add_argument("--verbose", action="store_true", help="Log every request.")
     args = p.parse_args(argv)
     model_dir = args.model_dir or os.environ.get("AIP_STORAGE_URI")
@@ -405,8 +459,17 @@ def _run(argv: list[str] | None) -> int:
     what = f"--model_dir ({model_dir})" if args.model_dir else f"AIP_STORAGE_URI ({model_dir})"
     predictor = Predictor(model_dir, what=what)
     try:
+        explainer: Explainer | None = Explainer.of(predictor, args.explain_path_count)
+    except api.DeployError:  # a model exported before explanations: predictions only
+        explainer = None
+    try:
         server = PredictionServer(
-            predictor, host=args.host, routes=routes, batching=batching, verbose=args.verbose
+            predictor,
+            host=args.host,
+            routes=routes,
+            batching=batching,
+            verbose=args.verbose,
+            explainer=explainer,
         )
     except OSError as e:
         raise api.DeployError(_cannot_listen(args.host, routes.port, e)) from None
@@ -417,7 +480,8 @@ def _run(argv: list[str] | None) -> int:
     gc.freeze()
     print(
         f"serving {model_dir} at {server.url} (health {routes.health}, predict "
-        f"{routes.predict}; batches of up to {batching.max_batch} instances within "
+        f"{routes.predict}, explain {routes.explain if explainer else '-'}; batches of up to "
+        f"{batching.max_batch} instances within "
         f"{batching.max_wait_ms:g} ms of waiting, queue {batching.max_queue})",
         file=sys.stderr,
         flush=True,

@@ -77,6 +77,15 @@ def validate(value, schema_ref: str, where: str = "body") -> list[str]:
     return _check(value, {"$ref": schema_ref}, where)
 
 
+def validate_response(value, schema_ref: str) -> list[str]:
+    """`validate` of a response, whose output-only fields are what it is for."""
+    return [
+        e
+        for e in validate(value, schema_ref, "response")
+        if not e.endswith("output-only field in a request")
+    ]
+
+
 def enum_names(value, schema_ref: str):
     """`value` (a request body of the named schema) with every enum number replaced by its
     name, as the service reads a body sent with `enum-encoding=int`. A number the client

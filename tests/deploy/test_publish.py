@@ -429,3 +429,23 @@ def test_command_line_dry_run_shows_the_registry_requests(tmp_path):
     assert upload["model"]["versionAliases"] == ["retrained", "default"]
     assert requests[2]["body"]["modelEvaluation"]["metrics"] == {"logLoss": 0.36, "auRoc": 0.89}
     assert requests[5]["body"] == {"versionAliases": ["champion"]}
+
+
+def test_the_baseline_exported_with_the_model_is_the_endpoints_too(cloud_sdk, census_model):
+    """--explain reads the model's assets.extra/explanation_baseline.json (what deploy.serve
+    explains from) into the spec's inputBaselines, so both start their walks from one row."""
+    from deploy import explain
+
+    fake, cloud = cloud_sdk
+    baselines = explain.read_baseline(census_model)
+    spec = publish.Explanation(("age", "occupation"), "probabilities", 10, baselines).spec()
+    assert spec["metadata"]["inputs"]["age"] == {
+        "inputTensorName": "age",
+        "inputBaselines": [baselines["age"]],
+    }
+    assert isinstance(spec["metadata"]["inputs"]["occupation"]["inputBaselines"][0], str)
+    body = {"model": {**_deployment().upload_body()["model"], "explanationSpec": spec}}
+    assert discovery.validate(body, "GoogleCloudAiplatformV1UploadModelRequest") == []
+    assert explanation_problems(body["model"]) == []
+    assert publish._baselines(census_model) == baselines
+    assert publish._baselines("/nonexistent/model") is None

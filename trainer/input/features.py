@@ -62,6 +62,10 @@ class Preprocessor(tf.Module):
                     init, default_value=len(column.vocabulary)
                 )
 
+    @property
+    def schema(self) -> schema_lib.Schema:
+        return self._schema
+
     def input_signature(self) -> dict[str, tf.TensorSpec]:
         """One rank-1 tensor per raw column: float32 for numeric, string for categorical."""
         return {

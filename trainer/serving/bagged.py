@@ -11,6 +11,7 @@ import tensorflow as tf
 from trainer.input.features import Preprocessor
 from trainer.input.schema import HeadType, Schema
 from trainer.model.heads import Head
+from trainer.serving import export
 
 _TINY = 1e-7  # probabilities are kept off 0 and 1 before their logarithm
 
@@ -54,8 +55,12 @@ class BaggedModel(tf.Module):
         super().__init__(name="adanet_bags")
         self.bags = [tf.saved_model.load(path) for path in models]
         self._head = Head(schema.label, threshold=threshold)
+        self._schema = schema
         signature = Preprocessor(schema).input_signature()
         self.serve = tf.function(self._serve, input_signature=[signature])
+
+    def baseline(self) -> dict:
+        return export.baseline_of(self._schema)
 
     def _serve(self, features):
         return bagged_outputs(self._head, [bag.serve(features) for bag in self.bags])

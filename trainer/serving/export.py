@@ -11,10 +11,26 @@ from __future__ import annotations
 import tensorflow as tf
 
 from trainer.input.features import Preprocessor
+from trainer.input.schema import NumericColumn, Schema
 from trainer.model.heads import Head
 from trainer.search.frozen import FrozenEnsemble
 from trainer.storage import files as storage
 from trainer.storage import job_dir as job_dir_lib
+
+# The explanations' baseline instance (`ServingModel.baseline`), in the SavedModel's
+# assets.extra/ (files for those who serve it; TensorFlow loads none of them).
+EXTRA = "assets.extra"
+BASELINE = f"{EXTRA}/explanation_baseline.json"
+
+
+def baseline_of(schema: Schema) -> dict:
+    """The instance explanations start from (`deploy/explain.py`): each number at its training
+    mean, each category at its most frequent value (the typical row, as the model saw the
+    training data; "" for a column with no vocabulary)."""
+    return {
+        c.name: c.mean if isinstance(c, NumericColumn) else (c.vocabulary or ("",))[0]
+        for c in schema.columns
+    }
 
 
 class ServingModel(tf.Module):
@@ -37,6 +53,9 @@ class ServingModel(tf.Module):
         self._temperature = temperature
         self.serve = tf.function(self._serve, input_signature=[preprocessor.input_signature()])
 
+    def baseline(self) -> dict:
+        return baseline_of(self.preprocessor.schema)
+
     def _serve(self, features):
         encoded = self.preprocessor(features)
         logits = self.weights([m(encoded, training=False) for m in self.members])
@@ -57,6 +76,10 @@ def export(
     temp = job.model_temp()
     try:
         tf.saved_model.save(model, temp, signatures={"serving_default": model.serve})
+        baseline = getattr(model, "baseline", None)
+        if baseline is not None:  # beside the graph, where TensorFlow Serving looks for none
+            tf.io.gfile.makedirs(f"{temp}/{EXTRA}")
+            job_dir_lib.write_json(f"{temp}/{BASELINE}", baseline())
         job.remove_model()
         storage.publish_dir(temp, job.model, complete_marker=job_dir_lib.MODEL_MARKER)
     finally:
