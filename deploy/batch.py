@@ -11,9 +11,11 @@ inputs and writes the same output layout, so notebooks can use either.
         --excluded_fields=income_bracket
 
 Output: `OUTPUT_PREFIX/prediction-<model>-<time>/prediction.results-0000N-of-0000M`, one
-`{"instance": ..., "prediction": ...}` per line, and `prediction.errors_stats-00000-of-00001`,
-one `{"instance": ..., "error": {"code": 3, "message": ...}}` per bad line (its file and line
-number in the message). A bad line never stops the others.
+`{"instance": ..., "prediction": ...}` per line (`"key"` in place of the instance with
+`--key_field`; an `"explanation"` too with `local --explain`), and
+`prediction.errors_stats-00000-of-00001`, one `{"instance": ..., "error": {"code": 3,
+"message": ...}}` per bad line (its file and line number in the message). A bad line never
+stops the others.
 
 Inputs: `jsonl` (one JSON object per line) or `csv` (a header row, then rows; numbers parsed by
 the model's input types). The modules, one per job:
@@ -38,6 +40,7 @@ from deploy import api, storage
 from deploy.batch_convert import ConvertedVertexJob, submit_vertex_converted
 from deploy.batch_local import FORMATS, BatchResult, predict_local
 from deploy.batch_vertex import VertexBatchJob, submit_vertex
+from deploy.explain import DEFAULT_PATH_COUNT
 from deploy.instance_config import InstanceConfig
 
 # Rows that do not fit the model are listed and the others predicted; more than this share
@@ -96,6 +99,18 @@ def _run(argv: list[str] | None) -> int:
     local.add_argument("--num_shards", type=int, default=1)
     local.add_argument("--model_name", default="model", help="Names the output directory.")
     local.add_argument(
+        "--explain",
+        action="store_true",
+        help='Explain every instance too: each output line gets the "explanation" a Vertex '
+        "batch job with explanations writes (sampled Shapley from the model's baseline).",
+    )
+    local.add_argument(
+        "--explain_path_count",
+        type=int,
+        default=DEFAULT_PATH_COUNT,
+        help="Random column orders per explained instance (with --explain).",
+    )
+    local.add_argument(
         "--max_error_rate",
         type=float,
         default=DEFAULT_MAX_ERROR_RATE,
@@ -147,6 +162,7 @@ def _run(argv: list[str] | None) -> int:
         key_field=config.key_field,
         batch_size=args.batch_size,
         num_shards=args.num_shards,
+        explain_path_count=args.explain_path_count if args.explain else None,
     )
     print(json.dumps(dataclasses.asdict(result), indent=2))
     return _report_errors(result, args.max_error_rate)

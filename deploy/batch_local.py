@@ -37,11 +37,13 @@ import numpy as np
 import tensorflow as tf
 
 from deploy import api, storage
+from deploy.explain import Explainer
 from deploy.instance_config import InstanceConfig
 from deploy.instances import NUMBER, Fields, InstanceError, NotJson, Predictor, parse_json
 from trainer.errors import InputError
 
 FORMATS = ("jsonl", "csv")
+EXPLAIN_BATCH = 32  # instances explained in one model call: 150 rows each for census
 INVALID_ARGUMENT = 3  # google.rpc.Code, as Vertex writes it in errors_stats
 _MODEL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 
@@ -71,6 +73,7 @@ def predict_local(
     batch_size: int = 4096,
     num_shards: int = 1,
     predictor: Predictor | None = None,
+    explain_path_count: int | None = None,
 ) -> BatchResult:
     """Predicts every line of `sources` with the model in `model_dir` and writes Vertex's
     output layout under `output_prefix`, streaming (memory does not grow with the input).
@@ -89,6 +92,9 @@ def predict_local(
         batch_size: instances per prediction call.
         num_shards: result files (batch k goes to file k mod num_shards).
         predictor: a loaded model to reuse (default: load `model_dir`).
+        explain_path_count: explain every instance too (`deploy/explain.py`, this many column
+            orders each): each result line gets the `"explanation"` a Vertex batch job with
+            explanations writes. Rows go through Python then, EXPLAIN_BATCH at a time.
 
     Returns:
         Where the results and errors went, and how many of each.
@@ -112,14 +118,24 @@ def predict_local(
     started = time.perf_counter()
     predictor = predictor or Predictor(model_dir)
     config = InstanceConfig.of(key_field, included_fields, excluded_fields)
+    explainer = None
+    if explain_path_count is not None:
+        explainer = Explainer.of(predictor, explain_path_count)
+        batch_size = min(batch_size, EXPLAIN_BATCH)
+    write = _Writer(predictor, config, explainer)
     try:
         if instances_format == "csv":
             headers = {path: _csv_header(path) for path in files}
             for path, header in headers.items():
                 check_header(path, header, predictor.fields, config)
-            batches = _csv_batches(predictor, headers, config, batch_size)
+            if explainer is None:
+                batches = _csv_batches(predictor, headers, config, batch_size, write)
+            else:
+                batches = _lines_batches(headers, config, batch_size, write, csv_format=True)
         else:
-            batches = _jsonl_batches(predictor, files, config, batch_size)
+            batches = _lines_batches(
+                {path: [] for path in files}, config, batch_size, write, csv_format=False
+            )
         output = _Output(output_prefix, model_name, num_shards)
         try:
             for index, (lines, count, errors) in enumerate(batches):
@@ -264,7 +280,11 @@ def timestamp() -> str:
 
 # -- CSV: parsed and formatted by TensorFlow ----------------------------------------------------
 def _csv_batches(
-    predictor: Predictor, headers: dict[str, list[str]], config: InstanceConfig, batch_size: int
+    predictor: Predictor,
+    headers: dict[str, list[str]],
+    config: InstanceConfig,
+    batch_size: int,
+    write: _Writer,
 ) -> Iterator[tuple[bytes, int, list[str]]]:
     """(result lines, how many, error records) for each batch of every file, the files with
     one header read by one dataset. Parsing, the model and the JSON lines all run in the
@@ -354,7 +374,7 @@ def _csv_batches(
                     keys.append(row_key)
                 else:
                     errors.append(json.dumps(error_record(where, row, reason)))
-            lines = _utf8(block["text"].numpy()) + _predicted(predictor, python, config, keys)
+            lines = _utf8(block["text"].numpy()) + write(python, keys)
             yield lines, int(block["count"]) + len(python), errors
         if notes.lost:  # the files were read to their ends: one cut short stops the run
             raise blocks_lib.TruncatedInput(next(iter(notes.lost.values())))
@@ -430,36 +450,51 @@ def _prediction_json(instances: tf.Tensor, outputs: dict, name: str = "instance"
 
 
 # -- JSON Lines: parsed by Python, a batch at a time ---------------------------------------------
-def _jsonl_batches(
-    predictor: Predictor, files: list[str], config: InstanceConfig, batch_size: int
+def _lines_batches(
+    headers: dict[str, list[str]],
+    config: InstanceConfig,
+    batch_size: int,
+    write: _Writer,
+    *,
+    csv_format: bool,
 ) -> Iterator[tuple[bytes, int, list[str]]]:
+    """(result lines, how many, error records) for each batch of instances read by Python:
+    JSON Lines, or (`csv_format`) CSV rows under each file's header (`headers`)."""
     from trainer.input import blocks as blocks_lib
 
+    fields = write.predictor.fields
     good: list[dict] = []
     keys: list = []
     errors: list[str] = []
-    for path in files:
+    for path, header in headers.items():
         for chunk, first in blocks_lib.line_chunks(path):
             for number, raw in enumerate(
                 chunk.decode("utf-8-sig", "replace").split("\n"), start=first
             ):
-                if not raw.strip():
+                if not raw.strip() or (csv_format and number == 1):
                     continue
-                try:
-                    read = parse_json(raw, "the line")
-                    instance, reason = checked(predictor.fields, read, config, typed=True)
-                except NotJson as e:
-                    read, instance, reason = None, raw, str(e)
+                if csv_format:
+                    where, read, reason = csv_row(path, number, raw, header)
+                    instance = read
+                    if reason is None:
+                        instance, reason = checked(fields, read, config, typed=False)
+                else:
+                    where = f"{path}:{number}"
+                    try:
+                        read = parse_json(raw, "the line")
+                        instance, reason = checked(fields, read, config, typed=True)
+                    except NotJson as e:
+                        read, instance, reason = None, raw, str(e)
                 if reason is None:
                     good.append(instance)
                     keys.append(key_of(read, config))
                 else:
-                    errors.append(_error_json(f"{path}:{number}", instance, reason, text=raw))
+                    errors.append(_error_json(where, instance, reason, text=raw))
                 if len(good) == batch_size:
-                    yield _predicted(predictor, good, config, keys), len(good), errors
+                    yield write(good, keys), len(good), errors
                     good, keys, errors = [], [], []
     if good or errors:
-        yield _predicted(predictor, good, config, keys), len(good), errors
+        yield write(good, keys), len(good), errors
 
 
 def _error_json(where: str, instance, reason: str, *, text: str) -> str:
@@ -471,16 +506,32 @@ def _error_json(where: str, instance, reason: str, *, text: str) -> str:
         return json.dumps(error_record(where, text, reason))
 
 
-def _predicted(
-    predictor: Predictor, instances: list[dict], config: InstanceConfig, keys: list
-) -> bytes:
-    """The result lines of checked instances (and their keys)."""
-    if not instances:
-        return b""
-    predictions = predictor.predict_checked(instances)
-    return "".join(
-        json.dumps(config.outputs(i, p, k)) + "\n" for i, p, k in zip(instances, predictions, keys)
-    ).encode()
+@dataclasses.dataclass(frozen=True)
+class _Writer:
+    """The result lines of checked instances and their keys: predicted, and explained too
+    where there is an explainer."""
+
+    predictor: Predictor
+    config: InstanceConfig
+    explainer: Explainer | None = None
+
+    def __call__(self, instances: list[dict], keys: list) -> bytes:
+        if not instances:
+            return b""
+        if self.explainer is None:
+            predictions = self.predictor.predict_checked(instances)
+            explanations: list = [None] * len(instances)
+        else:
+            predictions, explanations = self.explainer.explain(instances)
+        lines = []
+        for instance, prediction, key, explanation in zip(
+            instances, predictions, keys, explanations
+        ):
+            line = self.config.outputs(instance, prediction, key)
+            if explanation is not None:
+                line["explanation"] = explanation
+            lines.append(json.dumps(line) + "\n")
+        return "".join(lines).encode()
 
 
 # -- the output dir --------------------------------------------------------------------------

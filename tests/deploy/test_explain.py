@@ -136,3 +136,36 @@ def test_a_model_without_a_baseline_says_how_to_get_one(census_model, tmp_path):
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_batch_prediction_writes_each_rows_explanation_beside_its_key(
+    predictor, census_rows, tmp_path
+):
+    import csv
+
+    from deploy import batch, batch_local
+
+    path = tmp_path / "in.csv"
+    with open(path, "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["id", *census_rows[0]])
+        writer.writerows([[f"r{i}", *row.values()] for i, row in enumerate(census_rows[:40])])
+    result = batch_local.predict_local(
+        model_dir="",
+        sources=[str(path)],
+        predictor=predictor,
+        output_prefix=str(tmp_path / "out"),
+        instances_format="csv",
+        key_field="id",
+        explain_path_count=3,
+    )
+    results, errors = batch.read_results(result.output_dir)
+    assert errors == [] and [r["key"] for r in results] == [f"r{i}" for i in range(40)]
+    explainer = explain.Explainer.of(predictor, path_count=3)
+    _, expected = explainer.explain(predictor.check(census_rows[:32]))  # the first batch
+    assert [r["explanation"] for r in results[:32]] == expected
+    for line in results:
+        (attribution,) = line["explanation"]["attributions"]
+        change = attribution["instanceOutputValue"] - attribution["baselineOutputValue"]
+        assert sum(attribution["featureAttributions"].values()) == pytest.approx(change, abs=1e-5)
+        assert attribution["outputDisplayName"] == line["prediction"]["classes"]
