@@ -60,6 +60,21 @@ def test_the_temperature_undoes_an_overconfident_models_scale(kind):
     assert all(b["low"] <= b["confidence"] <= b["high"] for b in bins)
 
 
+def test_a_temperature_is_applied_only_where_its_gain_is_beyond_two_standard_errors():
+    rng = np.random.default_rng(4)
+    head = _head(HeadType.BINARY)
+    true = rng.normal(0, 1.5, size=(300, 1))
+    labels = (rng.random(300) < _sigmoid(true[:, 0])).astype(np.int64)
+    # calibrated logits: a fitted temperature gains next to nothing, within its noise
+    fitted = calibration.fit_temperature(head, labels, true)
+    gain, error = calibration.paired_gain(head, labels, true, fitted)
+    assert 0 <= gain < calibration.SIGNIFICANT_SE * error
+    # 3x over-confident: far beyond it
+    fitted = calibration.fit_temperature(head, labels, 3 * true)
+    gain, error = calibration.paired_gain(head, labels, 3 * true, fitted)
+    assert gain > 2 * calibration.SIGNIFICANT_SE * error
+
+
 def test_weights_count_as_repeated_rows():
     rng = np.random.default_rng(1)
     head = _head(HeadType.BINARY)
@@ -172,11 +187,15 @@ def test_the_model_serves_calibrated_probabilities_and_the_class_at_the_chosen_r
         ]
     )
     assert result.returncode == 0, result.stderr[-3000:]
-    assert "calibration: temperature" in result.stdout
+    assert "calibration: " in result.stdout
     assert "decision threshold" in result.stdout
     report = load_report(job)
     fitted = report["calibration"]
-    assert fitted["method"] == "temperature" and 500 < fitted["rows"] < 700  # about 10%
+    assert 500 < fitted["rows"] < 700  # about 10% held out
+    assert fitted["fitted_temperature"] > 0 and fitted["loss_gain_se"] > 0
+    applied = fitted["loss_gain"] > calibration.SIGNIFICANT_SE * fitted["loss_gain_se"]
+    assert fitted["method"] == ("temperature" if applied else "none")
+    assert fitted["temperature"] == (fitted["fitted_temperature"] if applied else 1.0)
     assert fitted["after"]["loss"] <= fitted["before"]["loss"]
     # the eval rows' figures are the served model's: the report's final loss is the after
     assert fitted["eval"]["after"]["loss"] == pytest.approx(report["final"]["metrics"]["loss"])
