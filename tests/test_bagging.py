@@ -235,7 +235,11 @@ def test_more_iterations_grow_every_bag_and_export_the_bagged_model_again(tmp_pa
         json.loads((job / "bags" / str(b) / "model.json").read_text())["source"] for b in (0, 1)
     ]
     assert [s["iterations"] for s in stamps] == [2, 2]
-    assert json.loads((job / "model.json").read_text())["source"] == {"bags": stamps}
+    assert json.loads((job / "model.json").read_text())["source"] == {
+        "bags": stamps,
+        "calibration": "temperature",
+        "decision_objective": "",
+    }
     bagged, each = _outputs_of_bags(job, data.train, 2)
     mean = np.mean([o["probabilities"].numpy() for o in each], axis=0)
     np.testing.assert_allclose(bagged["probabilities"].numpy(), mean, atol=1e-5)

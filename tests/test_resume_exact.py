@@ -59,10 +59,15 @@ def test_a_grown_resume_exports_the_grown_ensemble_and_reports_its_metrics(tmp_p
     _train([*args, "--max_iterations=2"])
     stamp = json.loads((job / "model.json").read_text())
     report = load_report(job)
-    assert stamp == {
-        "model_dir": "model",
-        "source": {"iterations": 2, "chosen": report["iterations"][1]["chosen"]},
+    assert stamp["model_dir"] == "model"
+    assert stamp["source"] == {
+        "iterations": 2,
+        "chosen": report["iterations"][1]["chosen"],
+        "calibration": "temperature",  # the export's settings: other ones export again
+        "decision_objective": "",
     }
+    fitted = {k: v for k, v in report["calibration"].items() if k != "eval"}
+    assert stamp["calibration"] == fitted  # what the export was fitted with
     # The model in model/ is iteration 1's: two members, and the report's metrics are its own.
     members = report["architecture"]["members"]
     assert len(members) == 2

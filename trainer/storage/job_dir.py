@@ -83,7 +83,13 @@ def is_damage(error: Exception) -> bool:
 
 _TEMP_MARK = ".tmp-"
 MODEL_MARKER = "saved_model.pb"
-_SAVED_MODEL_ENTRIES = {"variables", "assets", "fingerprint.pb", "keras_metadata.pb"}
+_SAVED_MODEL_ENTRIES = {
+    "variables",
+    "assets",
+    "assets.extra",
+    "fingerprint.pb",
+    "keras_metadata.pb",
+}
 
 
 def write_atomically(path: str, text: str | bytes) -> None:
