@@ -41,6 +41,9 @@ METHODS = ("temperature", "none")
 # loss worse (titanic 0.4750 -> 0.4930, cells 0.3510 -> 0.3542, hpc 0.4340 -> 0.4358;
 # bench/HISTORY.md "Temperature without a significance test").
 SIGNIFICANT_SE = 2.0
+# The eval rows whose logits the job keeps for the calibration's figures on them (`on_eval`):
+# 2M binary rows are about 24 MB; more are streamed and not summarised.
+EVAL_ROWS_KEPT = 2_000_000
 
 
 @dataclasses.dataclass(frozen=True)

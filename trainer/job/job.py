@@ -189,11 +189,16 @@ def _train(
     serve = export_lib.load_serving_fn(job.model)  # the export itself, loaded back
     # A bag keeps its predictions on its hold-out fold for the bagged job's out-of-bag metrics
     # (trainer/job/bagging.py; with --eval_data the bagged model is evaluated on it instead).
+    bag_keeps = config.bag is not None and not data.eval_data
+    # The calibration's figures on the eval rows need their logits (a few numbers a row), kept
+    # up to a bound: a larger stream of eval rows is not held in memory for them.
+    on_eval = "before" in calibration and data.eval_rows <= calibration_lib.EVAL_ROWS_KEPT
     predictions: list[exported.Batch] = []
-    final = exported.evaluate_export(serve, data, head, keep=predictions.extend)
-    if config.bag is not None and not data.eval_data:
+    keep = predictions.extend if bag_keeps or on_eval else None
+    final = exported.evaluate_export(serve, data, head, keep=keep)
+    if bag_keeps:
         exported.save_predictions(job.eval_predictions, predictions, source=source)
-    if "before" in calibration and predictions:  # fitted (a classification head)
+    if on_eval and predictions:
         calibration["eval"] = calibration_lib.on_eval(head, predictions, calibration["temperature"])
     search_seconds = sum(r.seconds.total for r in records)
     importance = exported.feature_importance(config, serve, data, head, budget, search_seconds)
