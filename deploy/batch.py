@@ -89,6 +89,12 @@ def _run(argv: list[str] | None) -> int:
         help="jsonl: send the files to the job as they are, unconverted (each instance must "
         "then hold every field, a missing number as NaN: TensorFlow Serving refuses null).",
     )
+    vertex.add_argument(
+        "--explain",
+        action="store_true",
+        help="Ask the job for explanations (generateExplanation): the model must have been "
+        "published with deploy.publish --explain.",
+    )
     vertex.add_argument("--display_name", default="adanet-batch-prediction")
     vertex.add_argument("--machine_type", default="n2-standard-4")
     vertex.add_argument("--starting_replica_count", type=int, default=1)
@@ -202,6 +208,7 @@ def _run_vertex(args, sources: list[str], config: InstanceConfig) -> int:
         machine_type=args.machine_type,
         starting_replica_count=args.starting_replica_count,
         max_replica_count=args.max_replica_count,
+        explain=args.explain,
     )
     if args.send_as_is:
         if job.instances_format == "csv" or config != InstanceConfig() or args.model_dir:

@@ -24,6 +24,9 @@ class VertexBatchJob:
     # instanceConfig.keyField: a field of each instance that the job does not send to the
     # model and writes as `key` in its output line instead of the instance
     key_field: str | None = None
+    # generateExplanation: each output line gets the model's explanation (the model must have
+    # been uploaded with an explanation spec: `deploy.publish --explain`)
+    explain: bool = False
 
     def __post_init__(self):
         batch_local.check_format(self.instances_format)
@@ -59,6 +62,7 @@ class VertexBatchJob:
             },
             "manualBatchTuningParameters": {},  # what the SDK sends: the service's default
             **({"instanceConfig": {"keyField": self.key_field}} if self.key_field else {}),
+            **({"generateExplanation": True} if self.explain else {}),
         }
 
     def request(self, cloud: api.Cloud) -> api.ApiRequest:

@@ -807,7 +807,7 @@ def test_fields_that_cannot_work_fail_before_anything_is_written(
     assert not (tmp_path / "out").exists()
 
 
-def test_a_vertex_job_with_a_key_sends_it_and_asks_the_job_to_take_it_out(
+def test_a_vertex_job_with_a_key_and_explanations_sends_the_key_for_the_job_to_take_out(
     cloud_sdk, gcs, census_model, census_rows
 ):
     fake, cloud = cloud_sdk
@@ -822,6 +822,7 @@ def test_a_vertex_job_with_a_key_sends_it_and_asks_the_job_to_take_it_out(
         sources=("gs://test-bucket/in/a.csv",),
         output_prefix="gs://test-bucket/out",
         instances_format="csv",
+        explain=True,
     )
     converted = batch_convert.ConvertedVertexJob.of(
         job, excluded_fields=["income_bracket"], key_field="id"
@@ -834,3 +835,4 @@ def test_a_vertex_job_with_a_key_sends_it_and_asks_the_job_to_take_it_out(
     assert sent == census_rows[:5]  # the rest is the model's instance
     (body,) = fake.bodies("batchPredictionJobs.create")  # validated by the discovery document
     assert body["instanceConfig"] == {"keyField": "id"}
+    assert body["generateExplanation"] is True  # the explanations a published --explain model gives
