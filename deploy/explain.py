@@ -28,8 +28,9 @@ import numpy as np
 
 from deploy import api
 from deploy.instances import Predictor
+from trainer.storage.paths import EXPLANATION_BASELINE
 
-BASELINE = "assets.extra/explanation_baseline.json"  # trainer/serving/export.py writes it
+BASELINE = EXPLANATION_BASELINE  # trainer/serving/export.py writes it
 DEFAULT_PATH_COUNT = 10  # deploy/publish.py's default for a Vertex endpoint too
 
 

@@ -16,11 +16,7 @@ from trainer.model.heads import Head
 from trainer.search.frozen import FrozenEnsemble
 from trainer.storage import files as storage
 from trainer.storage import job_dir as job_dir_lib
-
-# The explanations' baseline instance (`ServingModel.baseline`), in the SavedModel's
-# assets.extra/ (files for those who serve it; TensorFlow loads none of them).
-EXTRA = "assets.extra"
-BASELINE = f"{EXTRA}/explanation_baseline.json"
+from trainer.storage import paths
 
 
 def baseline_of(schema: Schema) -> dict:
@@ -78,8 +74,8 @@ def export(
         tf.saved_model.save(model, temp, signatures={"serving_default": model.serve})
         baseline = getattr(model, "baseline", None)
         if baseline is not None:  # beside the graph, where TensorFlow Serving looks for none
-            tf.io.gfile.makedirs(f"{temp}/{EXTRA}")
-            job_dir_lib.write_json(f"{temp}/{BASELINE}", baseline())
+            tf.io.gfile.makedirs(f"{temp}/{paths.MODEL_EXTRA}")
+            job_dir_lib.write_json(f"{temp}/{paths.EXPLANATION_BASELINE}", baseline())
         job.remove_model()
         storage.publish_dir(temp, job.model, complete_marker=job_dir_lib.MODEL_MARKER)
     finally:

@@ -55,7 +55,7 @@ from google.protobuf import text_format
 
 from trainer.errors import InputError, first_line
 from trainer.storage import files as storage
-from trainer.storage.paths import OutputDirs, join
+from trainer.storage.paths import MODEL_EXTRA, OutputDirs, join
 
 _RECORD = re.compile(r"iteration-(\d+)\.json$")
 PERIODIC = re.compile(r"ckpt-(\d+)\.index$")  # a periodic checkpoint of an iteration
@@ -83,13 +83,7 @@ def is_damage(error: Exception) -> bool:
 
 _TEMP_MARK = ".tmp-"
 MODEL_MARKER = "saved_model.pb"
-_SAVED_MODEL_ENTRIES = {
-    "variables",
-    "assets",
-    "assets.extra",
-    "fingerprint.pb",
-    "keras_metadata.pb",
-}
+_SAVED_MODEL_ENTRIES = {"variables", "assets", MODEL_EXTRA, "fingerprint.pb", "keras_metadata.pb"}
 
 
 def write_atomically(path: str, text: str | bytes) -> None:
@@ -246,14 +240,19 @@ class JobDir:
 
     def exported_calibration(self) -> dict | None:
         """The `calibration` the model in the model dir was stamped with (None: none)."""
-        stamp = self._stamp() if self.exported_from() is not None else None
+        stamp = self._model_stamp()
         return stamp.get("calibration") if stamp else None
 
     def exported_from(self) -> dict | None:
         """What the complete model in the model dir was exported from (`stamp_model`); None
         when there is no complete model, or no stamp of it here."""
+        stamp = self._model_stamp()
+        return stamp["source"] if stamp else None
+
+    def _model_stamp(self) -> dict | None:
+        """The stamp of the complete model in the model dir, if it is this job's."""
         stamp = self._stamp()
-        return stamp["source"] if stamp and self.has_model() and self._stamped_here(stamp) else None
+        return stamp if stamp and self.has_model() and self._stamped_here(stamp) else None
 
     def _stamp(self) -> dict | None:
         """model.json, or None where there is none or it is damaged (the model is then

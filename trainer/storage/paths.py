@@ -9,6 +9,11 @@ import dataclasses
 GCS_PREFIX = "gs://"
 FUSE_ROOT = "/gcs/"
 DEFAULT_JOB_DIR = "runs/adanet"
+# Files for those who serve a SavedModel, beside its graph (TensorFlow loads none of them):
+# the baseline instance explanations start from (`trainer/serving/export.py` writes it,
+# `deploy/explain.py` reads it).
+MODEL_EXTRA = "assets.extra"
+EXPLANATION_BASELINE = f"{MODEL_EXTRA}/explanation_baseline.json"
 
 
 def is_gcs(path: str) -> bool:
