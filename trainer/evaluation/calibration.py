@@ -23,6 +23,7 @@ import tensorflow as tf
 from scipy import optimize
 
 from trainer.errors import InputError
+from trainer.evaluation import exported
 from trainer.input.features import WEIGHT
 from trainer.input.schema import HeadType
 from trainer.model import decision as decision_lib
@@ -101,7 +102,7 @@ def calibrate(
         "after": summary(head, labels, logits / temperature, weights),
     })  # fmt: skip
     if head.type is HeadType.BINARY:
-        probability = _positive(logits / temperature)
+        probability = head.probabilities_of(logits / temperature)[:, 1]
         chosen = decision_lib.choose(objective, labels, probability, weights)
         head = head.with_threshold(chosen.point.threshold)
         report["decision"] = chosen.to_json()
@@ -130,19 +131,18 @@ def deciding(head: Head, calibration: dict) -> Head:
     return head if threshold is None else head.with_threshold(threshold)
 
 
-def on_eval(head: Head, predictions: list, temperature: float) -> dict:
+def on_eval(head: Head, predictions: list[exported.Batch], temperature: float) -> dict:
     """The calibration's `summary` on the eval rows, before and after: `predictions`, the
     exported model's (calibrated) logits per batch (`exported.Batch`)."""
-    labels = np.concatenate([b[0] for b in predictions])
-    logits = np.concatenate([b[1] for b in predictions])
-    weights = None if predictions[0][2] is None else np.concatenate([b[2] for b in predictions])
+    labels, logits, weights = exported.concatenated(predictions)
     result = {
         "rows": int(len(labels)),
         "before": summary(head, labels, logits * temperature, weights),
         "after": summary(head, labels, logits, weights),
     }
     if head.type is HeadType.BINARY:  # the threshold's point on these rows
-        point = decision_lib.at(head.threshold, labels, _positive(logits), weights)
+        positive = head.probabilities_of(logits)[:, 1]
+        point = decision_lib.at(head.threshold, labels, positive, weights)
         result["decision"] = dataclasses.asdict(point)
     return result
 
@@ -201,7 +201,7 @@ def reliability(
     probabilities), their mean probability (`confidence`), the share of them
     whose prediction is right (`accuracy`) and their weight (rows without weights)."""
     w = np.ones(len(labels)) if weights is None else np.asarray(weights, np.float64)
-    probabilities = _probabilities(head, logits)
+    probabilities = head.probabilities_of(logits)
     predicted = probabilities.argmax(axis=1)  # the most probable class, whatever the threshold
     confidence = probabilities[np.arange(len(labels)), predicted]
     right = (predicted == labels).astype(np.float64)
@@ -221,19 +221,6 @@ def reliability(
                 }
             )
     return bins
-
-
-def _probabilities(head: Head, logits: np.ndarray) -> np.ndarray:
-    if head.type is HeadType.BINARY:
-        p = _positive(logits)
-        return np.stack([1.0 - p, p], axis=1)
-    shifted = logits.astype(np.float64) - logits.max(axis=1, keepdims=True)
-    exp = np.exp(shifted)
-    return exp / exp.sum(axis=1, keepdims=True)
-
-
-def _positive(logits: np.ndarray) -> np.ndarray:
-    return 1.0 / (1.0 + np.exp(-logits[:, 0].astype(np.float64)))
 
 
 def _predict(

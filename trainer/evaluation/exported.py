@@ -50,18 +50,29 @@ def _predict(serve: Any, data: JobInput) -> Iterator[Batch]:
         yield labels.numpy(), serve(**features)["logits"].numpy(), weights
 
 
+def concatenated(batches: Sequence[Batch]) -> Batch:
+    """Batches as one: their labels, logits and weights (None without) end to end."""
+    weights = None if batches[0][2] is None else np.concatenate([b[2] for b in batches])
+    return (
+        np.concatenate([b[0] for b in batches]),
+        np.concatenate([b[1] for b in batches]),
+        weights,
+    )
+
+
 def save_predictions(path: str, batches: list[Batch], source: dict) -> None:
     """The batches of `evaluate_export(keep=...)` in one .npz file, with `source` (what the
     model was exported from: `JobDir.exported_from`). Nothing without rows."""
     if not batches:
         return
+    labels, logits, weights = concatenated(batches)
     arrays = {
-        "labels": np.concatenate([labels for labels, _, _ in batches]),
-        "logits": np.concatenate([logits for _, logits, _ in batches]),
+        "labels": labels,
+        "logits": logits,
         "source": np.array(json.dumps(source, sort_keys=True)),
     }
-    if batches[0][2] is not None:
-        arrays["weights"] = np.concatenate([weights for _, _, weights in batches])
+    if weights is not None:
+        arrays["weights"] = weights
     buffer = io.BytesIO()
     np.savez(buffer, **arrays)
     job_dir_lib.write_atomically(path, buffer.getvalue())

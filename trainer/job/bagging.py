@@ -188,10 +188,8 @@ def bagged_decision(
         if (batch := exported.saved_predictions(bag.eval_predictions, bag.exported_from()))
     ]
     if objective.chosen_on_rows and saved and len(saved) == len(bags):
-        labels = np.concatenate([b[0] for b in saved])
-        logits = np.concatenate([b[1] for b in saved])
-        weights = None if saved[0][2] is None else np.concatenate([b[2] for b in saved])
-        probability = 1.0 / (1.0 + np.exp(-logits[:, 0].astype(np.float64)))
+        labels, logits, weights = exported.concatenated(saved)
+        probability = Head(data.schema.label).probabilities_of(logits)[:, 1]
         chosen = decision.choose(objective, labels, probability, weights).to_json()
         value["decision"] = {**chosen, "chosen_on_rows": "out of bag"}
         return value

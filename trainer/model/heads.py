@@ -76,6 +76,16 @@ class Head:
         }
 
     # -- evaluation (numpy) ---------------------------------------------------------------
+    def probabilities_of(self, logits: np.ndarray) -> np.ndarray:
+        """The numpy twin of `predictions`' probabilities (float64, [rows, classes]) of a
+        classification head."""
+        z = logits.astype(np.float64)
+        if self.type is HeadType.BINARY:
+            p = 1.0 / (1.0 + np.exp(-z[:, 0]))
+            return np.stack([1.0 - p, p], axis=1)
+        exp = np.exp(z - z.max(axis=1, keepdims=True))
+        return exp / exp.sum(axis=1, keepdims=True)
+
     def losses(self, labels: np.ndarray, logits: np.ndarray) -> np.ndarray:
         """Per-example loss, the numpy twin of `loss` (same formulas, float64)."""
         regression = self.type is HeadType.REGRESSION
@@ -183,7 +193,7 @@ class Metrics:
         self.class_weights += np.bincount(labels, weights=w, minlength=len(self.class_weights))
         if head.type is HeadType.BINARY:
             self.correct += float(w @ ((logits[:, 0] > head.decision_logit) == (labels == 1)))
-            probability = 1.0 / (1.0 + np.exp(-logits[:, 0].astype(np.float64)))
+            probability = head.probabilities_of(logits)[:, 1]
             bins = np.minimum((probability * self.AUC_BINS).astype(np.int64), self.AUC_BINS - 1)
             positive = labels == 1
             self.positives += np.bincount(
