@@ -21,7 +21,7 @@ from typing import Any
 from deploy import api, batch_local, storage
 from deploy.batch_vertex import VertexBatchJob, submit_vertex
 from deploy.instance_config import InstanceConfig
-from deploy.instances import Fields, NotJson, Predictor, parse_json
+from deploy.instances import Fields, Predictor
 
 _SUFFIXES = (".gz", ".csv", ".jsonl", ".json")
 
@@ -194,13 +194,8 @@ def _csv_instances(
     header = [h.strip() for h in next(csv.reader(lines[:1]), [])]
     batch_local.check_header(path, header, fields, config)
     for number, text in enumerate(lines[1:], start=2):
-        if not text.strip():
-            continue
-        where, row, reason = batch_local.csv_row(path, number, text, header)
-        key = batch_local.key_of(row, config)
-        if reason is None:
-            row, reason = batch_local.checked(fields, row, config, typed=False)
-        yield where, row, key, reason
+        if text.strip():
+            yield batch_local.read_instance(path, number, text, fields, config, header)
 
 
 def _jsonl_instances(
@@ -209,14 +204,8 @@ def _jsonl_instances(
     """(where, the instance, its key, why it does not fit or None) for each line of a JSON
     Lines file, checked as the local twin and the server check them."""
     for number, text in enumerate(lines, start=1):
-        if not text.strip():
-            continue
-        try:
-            read = parse_json(text, "the line")
-            instance, reason = batch_local.checked(fields, read, config, typed=True)
-        except NotJson as e:
-            read, instance, reason = None, text, str(e)
-        yield f"{path}:{number}", instance, batch_local.key_of(read, config), reason
+        if text.strip():
+            yield batch_local.read_instance(path, number, text, fields, config)
 
 
 def submit_vertex_converted(cloud: api.Cloud, converted: ConvertedVertexJob):

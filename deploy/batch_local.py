@@ -32,6 +32,7 @@ import socket
 import time
 import uuid
 from collections.abc import Iterator, Sequence
+from typing import Any
 
 import numpy as np
 import tensorflow as tf
@@ -362,13 +363,10 @@ def _csv_batches(
                     for i in range(3)
                 )
             ):
-                path = paths[int(file)]
-                where, row, reason = csv_row(
-                    path, int(line), text.decode("utf-8", "replace"), header
-                )
-                row_key = key_of(row, config)
-                if reason is None:
-                    row, reason = checked(fields, row, config, typed=False)
+                where, row, row_key, reason = read_instance(
+                    paths[int(file)], int(line), text.decode("utf-8", "replace"), fields,
+                    config, header,
+                )  # fmt: skip
                 if reason is None:
                     python.append(row)
                     keys.append(row_key)
@@ -473,21 +471,12 @@ def _lines_batches(
             ):
                 if not raw.strip() or (csv_format and number == 1):
                     continue
-                if csv_format:
-                    where, read, reason = csv_row(path, number, raw, header)
-                    instance = read
-                    if reason is None:
-                        instance, reason = checked(fields, read, config, typed=False)
-                else:
-                    where = f"{path}:{number}"
-                    try:
-                        read = parse_json(raw, "the line")
-                        instance, reason = checked(fields, read, config, typed=True)
-                    except NotJson as e:
-                        read, instance, reason = None, raw, str(e)
+                where, instance, key, reason = read_instance(
+                    path, number, raw, fields, config, header if csv_format else None
+                )
                 if reason is None:
                     good.append(instance)
-                    keys.append(key_of(read, config))
+                    keys.append(key)
                 else:
                     errors.append(_error_json(where, instance, reason, text=raw))
                 if len(good) == batch_size:
@@ -495,6 +484,32 @@ def _lines_batches(
                     good, keys, errors = [], [], []
     if good or errors:
         yield write(good, keys), len(good), errors
+
+
+def read_instance(
+    path: str,
+    number: int,
+    text: str,
+    fields: Fields,
+    config: InstanceConfig,
+    header: list[str] | None = None,
+) -> tuple[str, Any, Any, str | None]:
+    """(where, the instance for the model or as read, its key, why it does not fit or None)
+    of line `number` of a file: a CSV row under `header`, else a JSON line, checked as the
+    server checks an instance."""
+    if header is not None:
+        where, read, reason = csv_row(path, number, text, header)
+        key = key_of(read, config)
+        if reason is not None:
+            return where, read, key, reason
+        instance, reason = checked(fields, read, config, typed=False)
+        return where, instance, key, reason
+    try:
+        read = parse_json(text, "the line")
+    except NotJson as e:
+        return f"{path}:{number}", text, None, str(e)
+    instance, reason = checked(fields, read, config, typed=True)
+    return f"{path}:{number}", instance, key_of(read, config), reason
 
 
 def _error_json(where: str, instance, reason: str, *, text: str) -> str:
