@@ -118,15 +118,11 @@ class Curve:
         p, y, w = probability[order].astype(np.float64), labels[order] == 1, w[order]
         last = np.r_[np.flatnonzero(np.diff(p)), len(p) - 1]  # the last row of each p
         tp, fp = np.cumsum(w * y)[last], np.cumsum(w * ~y)[last]
-        positives, total = float(w @ y), float(w.sum())
         lower = np.r_[p[last[:-1] + 1], 0.0]  # the next lower probability (0 after the last)
         self.threshold = _between(p[last], lower)
-        self.precision = tp / (tp + fp)  # at least one row is predicted positive
-        self.recall = tp / positives if positives else np.zeros_like(tp)
-        both = self.precision + self.recall
-        self.f1 = np.divide(2 * self.precision * self.recall, both, where=both > 0,
-                            out=np.zeros_like(both))  # fmt: skip
-        self.accuracy = (tp + (total - positives) - fp) / total
+        self.precision, self.recall, self.f1, self.accuracy = _rates(
+            tp, fp, float(w @ y), float(w.sum())
+        )
 
     def __len__(self) -> int:
         return len(self.threshold)
@@ -185,13 +181,27 @@ def at(
     """The point of a given threshold (a row of probability above it is positive)."""
     w = np.ones(len(labels)) if weights is None else np.asarray(weights, np.float64)
     predicted, y = probability > threshold, labels == 1
-    tp, fp = float(w @ (predicted & y)), float(w @ (predicted & ~y))
-    positives, total = float(w @ y), float(w.sum())
-    precision = tp / (tp + fp) if tp + fp else 1.0
-    recall = tp / positives if positives else 0.0
-    f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
-    accuracy = (tp + (total - positives) - fp) / total if total else 0.0
-    return Point(threshold, precision, recall, f1, accuracy)
+    tp, fp = np.array([w @ (predicted & y)]), np.array([w @ (predicted & ~y)])
+    rates = _rates(tp, fp, float(w @ y), float(w.sum()))
+    return Point(threshold, *(float(r[0]) for r in rates))
+
+
+def _rates(
+    tp: np.ndarray, fp: np.ndarray, positives: float, total: float
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Precision (1 where nothing is predicted positive), recall, F1 and accuracy of the
+    (weighted) true and false positives at each threshold, of rows with `positives` of
+    `total` positive."""
+
+    def ratio(top: np.ndarray, bottom, empty: float) -> np.ndarray:
+        bottom = np.broadcast_to(np.asarray(bottom, np.float64), top.shape)
+        return np.divide(top, bottom, out=np.full(top.shape, empty), where=bottom > 0)
+
+    precision = ratio(tp, tp + fp, 1.0)
+    recall = ratio(tp, positives, 0.0)
+    f1 = ratio(2 * precision * recall, precision + recall, 0.0)
+    accuracy = ratio(tp + (total - positives) - fp, total, 0.0)
+    return precision, recall, f1, accuracy
 
 
 def _between(higher: np.ndarray, lower: np.ndarray) -> np.ndarray:
