@@ -13,6 +13,9 @@
 - `deploy.serve`: a local server with Vertex's custom-container contract (aiohttp), which
   predicts requests that arrive together in one model call (`deploy.batching`).
 - `deploy.batch`: a Vertex BatchPredictionJob, or its local twin with the same output layout.
+- `deploy.sdk`: the Python API for notebooks (train here or on Vertex AI and wait with the
+  logs streamed, `deploy.waiting`; the report as an object; predict, batch-predict and explain
+  DataFrames).
 
 Each module has a Python API and a `python -m deploy.<name>` entry point with `--help` and
 `--dry_run` (prints the exact REST requests without sending them). `deploy.api` holds the

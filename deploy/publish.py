@@ -444,11 +444,9 @@ def _explanation(args) -> Explanation | None:
 def _baselines(model_dir: str) -> dict | None:
     """The baseline instance the trainer exported beside the model (None for a model
     exported before it did)."""
-    from google.api_core import exceptions
-
     try:
         return json.loads(storage.read_bytes(f"{model_dir.rstrip('/')}/{BASELINE}"))
-    except (FileNotFoundError, exceptions.NotFound):
+    except FileNotFoundError:
         return None
 
 

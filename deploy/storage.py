@@ -39,10 +39,16 @@ def _client(client=None):
 def read_bytes(uri: str, *, client=None) -> bytes:
     """The whole file; `.gz` files are decompressed by the trainer's reader, gzip members one
     after another, zero bytes between them being padding (DeployError when one is cut short
-    or corrupt: never part of it read as if whole)."""
+    or corrupt: never part of it read as if whole). A file that is not there raises
+    FileNotFoundError, in a bucket as on disk."""
     if is_gcs(uri):
+        from google.api_core import exceptions
+
         bucket, name = split_gcs(uri)
-        data = _client(client).bucket(bucket).blob(name).download_as_bytes()
+        try:
+            data = _client(client).bucket(bucket).blob(name).download_as_bytes()
+        except exceptions.NotFound:
+            raise FileNotFoundError(f"{uri} does not exist") from None
     else:
         with open(uri, "rb") as f:
             data = f.read()

@@ -1,5 +1,7 @@
 """Vertex AI's official REST schema (`aiplatform.v1.json`, the discovery document that
-google-api-python-client ships) as a request router and a validator, for the fakes.
+google-api-python-client ships; and Cloud Logging's, `logging.v2.json`, for the job logs a
+wait streams) as a request router and a validator, for the fakes. The two documents share no
+schema name.
 
 Discovery documents say each field's type and format, and which are output-only (`readOnly`);
 they do not say which fields are required. `validate` therefore reports unknown fields, wrong
@@ -21,23 +23,25 @@ import googleapiclient
 from google.protobuf import descriptor as pb_descriptor
 from google.protobuf import descriptor_pool
 
-DOCUMENT = os.path.join(
-    os.path.dirname(googleapiclient.__file__), "discovery_cache", "documents", "aiplatform.v1.json"
-)
+_DOCUMENTS = os.path.join(os.path.dirname(googleapiclient.__file__), "discovery_cache", "documents")
+DOCUMENT = os.path.join(_DOCUMENTS, "aiplatform.v1.json")
+LOGGING_DOCUMENT = os.path.join(_DOCUMENTS, "logging.v2.json")
 _INT = re.compile(r"^-?\d+$")
 _DURATION = re.compile(r"^-?\d+(\.\d{1,9})?s$")
 _DATETIME = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?(Z|[+-]\d\d:\d\d)$")
 
 
-@functools.lru_cache(maxsize=1)
-def document() -> dict:
-    with open(DOCUMENT) as f:
+@functools.lru_cache(maxsize=2)
+def document(path: str = DOCUMENT) -> dict:
+    with open(path) as f:
         return json.load(f)
 
 
 def schema(name: str) -> dict:
-    """A named schema, e.g. "GoogleCloudAiplatformV1CustomJobSpec"."""
-    return document()["schemas"][name]
+    """A named schema, e.g. "GoogleCloudAiplatformV1CustomJobSpec" (or Logging's
+    "ListLogEntriesRequest")."""
+    schemas = document()["schemas"]
+    return schemas[name] if name in schemas else document(LOGGING_DOCUMENT)["schemas"][name]
 
 
 @functools.lru_cache(maxsize=1)
@@ -61,6 +65,7 @@ def _methods() -> list[tuple[str, re.Pattern, str, str | None]]:
             walk(resource.get("resources", {}))
 
     walk(document()["resources"])
+    walk(document(LOGGING_DOCUMENT)["resources"])
     return found
 
 

@@ -55,6 +55,8 @@ class FakeVertex(MetadataHandlers):
         self.requests: list[Recorded] = []
         self.problems: list[str] = []
         self.resources: dict[str, dict] = {}
+        # Cloud Logging's entries of each CustomJob id (`entries:list` answers with them)
+        self.log_entries: dict[str, list[dict]] = {}
         self._operations: dict[str, dict] = {}
         self._ids = itertools.count(1000)
         self._lock = threading.Lock()
@@ -109,6 +111,9 @@ class FakeVertex(MetadataHandlers):
                 problems = [p for p in problems if not p.endswith("output-only field in a request")]
             if problems:
                 self._fail(400, "INVALID_ARGUMENT", "; ".join(problems))
+        if method_id == "logging.entries.list":
+            with self._lock:
+                return self._entries_list(body or {})
         handler = getattr(self, "_" + method_id.split(".", 3)[3].replace(".", "_"), None)
         if handler is None:
             self._fail(501, "UNIMPLEMENTED", f"the fake does not answer {method_id}")
@@ -218,6 +223,33 @@ class FakeVertex(MetadataHandlers):
             if key not in inputs
         ]
         return problems
+
+    def set_state(self, name: str, state: str, error: str | None = None) -> None:
+        """Moves a job on, as the service would (the fake runs nothing)."""
+        with self._lock:
+            self.resources[name]["state"] = state
+            if error:
+                self.resources[name]["error"] = {"code": 13, "message": error}
+
+    # Cloud Logging's entries:list, for a job's log entries: the filter a wait sends (the
+    # job's id, and the timestamp from which it has not yet shown entries), oldest first.
+    _LOG_FILTER = re.compile(
+        r'^resource\.type="ml_job" AND resource\.labels\.job_id="(\d+)"'
+        r'(?: AND timestamp>="([^"]+)")?$'
+    )
+
+    def _entries_list(self, body: dict) -> dict:
+        match = self._LOG_FILTER.match(body.get("filter", ""))
+        if not match or body.get("orderBy") != "timestamp asc":
+            self._fail(400, "INVALID_ARGUMENT", f"the fake does not answer {body}")
+        job_id, after = match.groups()
+        entries = [e for e in self.log_entries.get(job_id, []) if e["timestamp"] >= (after or "")]
+        start = int(body.get("pageToken") or 0)
+        size = body.get("pageSize", 50)
+        page: dict = {"entries": entries[start : start + size]}
+        if start + size < len(entries):
+            page["nextPageToken"] = str(start + size)
+        return page
 
     def _batchPredictionJobs_create(self, parent, query, body):
         self._get_resource(body["model"].split("@")[0])
