@@ -9,6 +9,8 @@ inputs and writes the same output layout, so notebooks can use either.
     python -m deploy.batch local --model_dir=runs/job/model \\
         --source=data/test.csv --output_prefix=out --instances_format=csv \\
         --excluded_fields=income_bracket
+    python -m deploy.batch vertex --project=P --model=123 --key_field=id \\
+        --source=bq://P.dataset.people --output_prefix=gs://B/out --instances_format=bigquery
 
 Output: `OUTPUT_PREFIX/prediction-<model>-<time>/prediction.results-0000N-of-0000M`, one
 `{"instance": ..., "prediction": ...}` per line (`"key"` in place of the instance with
@@ -17,13 +19,14 @@ Output: `OUTPUT_PREFIX/prediction-<model>-<time>/prediction.results-0000N-of-000
 "message": ...}}` per bad line (its file and line number in the message). A bad line never
 stops the others.
 
-Inputs: `jsonl` (one JSON object per line) or `csv` (a header row, then rows; numbers parsed by
-the model's input types). The modules, one per job:
+Inputs: `jsonl` (one JSON object per line; an array is the values of `--included_fields`),
+`csv` (a header row, then rows; numbers parsed by the model's input types) or `bigquery` (one
+table, `bq://PROJECT.DATASET.TABLE`, each row an object). The modules, one per job:
 - `deploy/batch_local.py`: the local twin; streams the inputs in constant memory, reads `.gz`
   files too and sends the model only the fields `--excluded_fields`, `--included_fields` and
   `--key_field` leave (Vertex's `instanceConfig`, `deploy/instance_config.py`); with a key,
   each output line has `"key"` instead of `"instance"`.
-- `deploy/batch_vertex.py`: the Vertex AI BatchPredictionJob over JSON Lines.
+- `deploy/batch_vertex.py`: the Vertex AI BatchPredictionJob over JSON Lines or a table.
 - `deploy/batch_convert.py`: a Vertex job's sources, converted first to JSON Lines objects with
   every field and a missing value as TensorFlow Serving takes it (`--send_as_is` skips this for
   JSON Lines already in that form).
@@ -86,8 +89,10 @@ def _run(argv: list[str] | None) -> int:
     vertex.add_argument(
         "--send_as_is",
         action="store_true",
-        help="jsonl: send the files to the job as they are, unconverted (each instance must "
-        "then hold every field, a missing number as NaN: TensorFlow Serving refuses null).",
+        help="jsonl or bigquery: send the files or the table to the job as they are, "
+        "unconverted; Vertex applies --key_field, --included_fields and --excluded_fields "
+        "(each instance must then hold every field, a missing number as NaN: TensorFlow "
+        "Serving refuses null, which a table's NULL becomes).",
     )
     vertex.add_argument(
         "--explain",
@@ -125,7 +130,10 @@ def _run(argv: list[str] | None) -> int:
     )
     for command in (vertex, local):
         command.add_argument(
-            "--source", required=True, help="Comma-separated files or globs (gs:// or local)."
+            "--source",
+            required=True,
+            help="Comma-separated files or globs (gs:// or local), or with "
+            "--instances_format=bigquery one table, bq://PROJECT.DATASET.TABLE.",
         )
         command.add_argument("--output_prefix", required=True, help="Where outputs go.")
         command.add_argument("--instances_format", default="jsonl", choices=FORMATS)
@@ -211,11 +219,17 @@ def _run_vertex(args, sources: list[str], config: InstanceConfig) -> int:
         explain=args.explain,
     )
     if args.send_as_is:
-        if job.instances_format == "csv" or config != InstanceConfig() or args.model_dir:
+        if job.instances_format == "csv" or args.model_dir:
             raise api.DeployError(
-                "--send_as_is sends JSON Lines files unconverted: it takes no csv sources, "
-                "--excluded_fields, --included_fields, --key_field or --model_dir."
+                "--send_as_is sends JSON Lines files or a table unconverted: it takes no csv "
+                "sources (Vertex would send their rows as arrays) and no --model_dir."
             )
+        job = dataclasses.replace(  # Vertex applies the instanceConfig itself
+            job,
+            key_field=config.key_field,
+            included_fields=config.included_fields,
+            excluded_fields=config.excluded_fields,
+        )
         if args.dry_run:
             api.show([job.request(cloud)])
             return 0

@@ -78,6 +78,8 @@ class ConvertedVertexJob:
             sources=(f"{self.instances_dir}/*.jsonl",),
             instances_format="jsonl",
             key_field=self.config.key_field,
+            included_fields=(),
+            excluded_fields=(),
         )
 
     @property
@@ -103,9 +105,11 @@ class ConvertedVertexJob:
 
     def plan(self) -> str:
         """The files the conversion writes, in words (what --dry_run says)."""
-        kind = "CSV" if self.job.instances_format == "csv" else "JSON Lines"
+        kind = {"csv": "CSV file", "bigquery": "BigQuery table"}.get(
+            self.job.instances_format, "JSON Lines file"
+        )
         return (
-            f"would convert each {kind} file of {', '.join(self.job.sources)} to "
+            f"would convert each {kind} of {', '.join(self.job.sources)} to "
             f"{self.instances_dir}/NNNNN-NAME.jsonl (its index and name), one JSON object "
             "per instance with every field of the model (a missing number as NaN), and list "
             f"the instances that do not fit the model in {self.error_file}"
@@ -156,12 +160,10 @@ def convert(converted: ConvertedVertexJob, fields: Fields) -> Conversion:
     file.
     """
     config = converted.config
-    read = _csv_instances if converted.job.instances_format == "csv" else _jsonl_instances
     files, errors = {}, []
-    for index, path in enumerate(storage.expand(list(converted.job.sources))):
-        text = storage.read_bytes(path).decode("utf-8-sig", errors="replace")
+    for index, (path, instances) in enumerate(_sources(converted, fields)):
         rows = []
-        for where, instance, key, reason in read(path, text.split("\n"), fields, config):
+        for where, instance, key, reason in instances:
             if reason is None:  # the key goes with it: the job's keyField takes it out
                 keyed = {config.key_field: key} if config.key_field else {}
                 rows.append({**fields.for_tf_serving(instance), **keyed})
@@ -184,6 +186,22 @@ def convert(converted: ConvertedVertexJob, fields: Fields) -> Conversion:
 
 
 Instances = Iterator[tuple[str, Any, Any, "str | None"]]
+
+
+def _sources(converted: ConvertedVertexJob, fields: Fields) -> Iterator[tuple[str, Instances]]:
+    """(a source, its instances) for each source file, or for the job's one table."""
+    job, config = converted.job, converted.config
+    if job.instances_format == "bigquery":
+        rows = batch_local.table_rows(job.sources[0])
+        yield (
+            job.sources[0],
+            ((where, *batch_local.table_instance(row, fields, config)) for where, row in rows),
+        )
+        return
+    read = _csv_instances if job.instances_format == "csv" else _jsonl_instances
+    for path in storage.expand(list(job.sources)):
+        text = storage.read_bytes(path).decode("utf-8-sig", errors="replace")
+        yield path, read(path, text.split("\n"), fields, config)
 
 
 def _csv_instances(

@@ -1,6 +1,7 @@
 """Local batch prediction: the twin of a Vertex AI BatchPredictionJob, streamed.
 
-It reads the same inputs (`jsonl`, or `csv` with a header; local or gs://, `.gz` too) and
+It reads the same inputs (`jsonl`, or `csv` with a header, local or gs://, `.gz` too; or a
+`bigquery` table, `bq://PROJECT.DATASET.TABLE`, read with the Storage Read API) and
 writes the same layout: `OUTPUT_PREFIX/prediction-<model>-<time>/` holding
 `prediction.results-0000N-of-0000M` (one `{"instance": ..., "prediction": ...}` per line) and
 `prediction.errors_stats-00000-of-00001` (one `{"instance": ..., "error": {"code": 3,
@@ -43,7 +44,7 @@ from deploy.instance_config import InstanceConfig
 from deploy.instances import NUMBER, Fields, InstanceError, NotJson, Predictor, parse_json
 from trainer.errors import InputError
 
-FORMATS = ("jsonl", "csv")
+FORMATS = ("jsonl", "csv", "bigquery")
 EXPLAIN_BATCH = 32  # instances explained in one model call: 150 rows each for census
 INVALID_ARGUMENT = 3  # google.rpc.Code, as Vertex writes it in errors_stats
 _MODEL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
@@ -115,7 +116,8 @@ def predict_local(
     check_model_name(model_name)
     api.positive("batch_size", batch_size)
     api.positive("num_shards", num_shards)
-    files = storage.expand(list(sources))
+    bigquery = instances_format == "bigquery"
+    files = check_table(sources) if bigquery else storage.expand(list(sources))
     started = time.perf_counter()
     predictor = predictor or Predictor(model_dir)
     config = InstanceConfig.of(key_field, included_fields, excluded_fields)
@@ -133,6 +135,13 @@ def predict_local(
                 batches = _csv_batches(predictor, headers, config, batch_size, write)
             else:
                 batches = _lines_batches(headers, config, batch_size, write, csv_format=True)
+        elif bigquery:
+            fields = predictor.fields
+            instances = (
+                (where, *table_instance(row, fields, config), json.dumps(row))
+                for where, row in table_rows(files[0])
+            )
+            batches = _batched(instances, batch_size, write)
         else:
             batches = _lines_batches(
                 {path: [] for path in files}, config, batch_size, write, csv_format=False
@@ -155,6 +164,43 @@ def predict_local(
         output.errors,
         time.perf_counter() - started,
     )
+
+
+def check_table(sources: Sequence[str]) -> list[str]:
+    """The one `bq://` table a bigquery job reads."""
+    if len(sources) != 1 or not str(sources[0]).startswith("bq://"):
+        raise api.DeployError(
+            f"--source ({', '.join(sources)}): a bigquery job reads one table, "
+            "bq://PROJECT.DATASET.TABLE."
+        )
+    return [sources[0]]
+
+
+def table_rows(uri: str) -> Iterator[tuple[str, dict]]:
+    """(where, the row) of every row of a BigQuery table, as training reads its values
+    (`trainer/input/formats/bigquery.py`), stream by stream; `where` names the table, the
+    stream and the row. Through the emulator in BIGQUERY_STORAGE_EMULATOR_HOST, if set; the
+    URI names its project (or GOOGLE_CLOUD_PROJECT does). The read session is created at
+    once: a table that cannot be read raises InputError here, before any row is asked for."""
+    from trainer.input.formats import bigquery
+    from trainer.input.options import BigQueryConnection
+
+    connection = BigQueryConnection(
+        project=os.environ.get("GOOGLE_CLOUD_PROJECT") or None,
+        emulator_host=os.environ.get("BIGQUERY_STORAGE_EMULATOR_HOST") or None,
+    )
+    source = bigquery.open_table(uri, flag="--source", connection=connection)
+    return (
+        (f"{uri} stream {index} row {number}", row)
+        for index, stream in enumerate(source.files)
+        for number, row in enumerate(bigquery.rows(stream, source.state), start=1)
+    )
+
+
+def table_instance(row: dict, fields: Fields, config: InstanceConfig):
+    """(the instance for the model or as read, its key, why it does not fit or None)."""
+    instance, reason = checked(fields, row, config, typed=True)
+    return instance, key_of(row, config), reason
 
 
 def check_model_name(model_name: str) -> None:
@@ -239,7 +285,13 @@ def error_record(where: str, instance, reason: str) -> dict:
 def checked(fields: Fields, instance, config: InstanceConfig, *, typed: bool):
     """(instance ready for the model, None) or (the instance as read, the reason): `typed`
     instances (from JSON) are checked, others (text from CSV) typed by the model's fields;
-    the fields `config` does not send are dropped first."""
+    the fields `config` does not send are dropped first; an array is the values of its
+    included fields."""
+    if isinstance(instance, list):
+        as_object, reason = config.as_object(instance)
+        if as_object is None:
+            return instance, reason
+        instance = as_object
     if isinstance(instance, dict):
         if config.key_field and config.key_field not in instance:
             return instance, f"no field '{config.key_field}' (--key_field)."
@@ -461,27 +513,42 @@ def _lines_batches(
     from trainer.input import blocks as blocks_lib
 
     fields = write.predictor.fields
+
+    def instances():
+        for path, header in headers.items():
+            for chunk, first in blocks_lib.line_chunks(path):
+                for number, raw in enumerate(
+                    chunk.decode("utf-8-sig", "replace").split("\n"), start=first
+                ):
+                    if not raw.strip() or (csv_format and number == 1):
+                        continue
+                    yield (
+                        *read_instance(
+                            path, number, raw, fields, config, header if csv_format else None
+                        ),
+                        raw,
+                    )
+
+    return _batched(instances(), batch_size, write)
+
+
+def _batched(
+    instances: Iterator[tuple[str, Any, Any, str | None, str]], batch_size: int, write: _Writer
+) -> Iterator[tuple[bytes, int, list[str]]]:
+    """(result lines, how many, error records) for each `batch_size` good instances of
+    (where, the instance, its key, why it does not fit or None, its text)."""
     good: list[dict] = []
     keys: list = []
     errors: list[str] = []
-    for path, header in headers.items():
-        for chunk, first in blocks_lib.line_chunks(path):
-            for number, raw in enumerate(
-                chunk.decode("utf-8-sig", "replace").split("\n"), start=first
-            ):
-                if not raw.strip() or (csv_format and number == 1):
-                    continue
-                where, instance, key, reason = read_instance(
-                    path, number, raw, fields, config, header if csv_format else None
-                )
-                if reason is None:
-                    good.append(instance)
-                    keys.append(key)
-                else:
-                    errors.append(_error_json(where, instance, reason, text=raw))
-                if len(good) == batch_size:
-                    yield write(good, keys), len(good), errors
-                    good, keys, errors = [], [], []
+    for where, instance, key, reason, raw in instances:
+        if reason is None:
+            good.append(instance)
+            keys.append(key)
+        else:
+            errors.append(_error_json(where, instance, reason, text=raw))
+        if len(good) == batch_size:
+            yield write(good, keys), len(good), errors
+            good, keys, errors = [], [], []
     if good or errors:
         yield write(good, keys), len(good), errors
 

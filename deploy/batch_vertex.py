@@ -1,5 +1,6 @@
-"""A Vertex AI BatchPredictionJob over JSON Lines files in a bucket (`python -m deploy.batch
-vertex`); sources are converted first (`deploy/batch_convert.py`)."""
+"""A Vertex AI BatchPredictionJob over JSON Lines files in a bucket, or a BigQuery table
+(`python -m deploy.batch vertex`); sources are converted first (`deploy/batch_convert.py`)
+unless `--send_as_is`."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import dataclasses
 import json
 
 from deploy import api, batch_local
+from deploy.instance_config import InstanceConfig
 
 
 @dataclasses.dataclass(frozen=True)
@@ -27,13 +29,19 @@ class VertexBatchJob:
     # generateExplanation: each output line gets the model's explanation (the model must have
     # been uploaded with an explanation spec: `deploy.publish --explain`)
     explain: bool = False
+    # instanceConfig's includedFields / excludedFields, applied by Vertex (a table sent as is)
+    included_fields: tuple[str, ...] = ()
+    excluded_fields: tuple[str, ...] = ()
 
     def __post_init__(self):
         batch_local.check_format(self.instances_format)
         if not self.sources:
             raise api.DeployError("--source is empty: give gs:// files or globs.")
-        for source in self.sources:
-            api.gcs_uri("--source", source)
+        if self.instances_format == "bigquery":
+            batch_local.check_table(self.sources)
+        else:
+            for source in self.sources:
+                api.gcs_uri("--source", source)
         api.gcs_uri("--output_prefix", self.output_prefix)
         api.positive("--starting_replica_count", self.starting_replica_count)
         api.positive("--max_replica_count", self.max_replica_count)
@@ -47,10 +55,7 @@ class VertexBatchJob:
         return {
             "displayName": self.display_name,
             "model": cloud.resource("models", self.model),
-            "inputConfig": {
-                "instancesFormat": self.instances_format,
-                "gcsSource": {"uris": list(self.sources)},
-            },
+            "inputConfig": self._input_config(),
             "outputConfig": {
                 "predictionsFormat": "jsonl",
                 "gcsDestination": {"outputUriPrefix": self.output_prefix},
@@ -61,9 +66,23 @@ class VertexBatchJob:
                 "maxReplicaCount": self.max_replica_count,
             },
             "manualBatchTuningParameters": {},  # what the SDK sends: the service's default
-            **({"instanceConfig": {"keyField": self.key_field}} if self.key_field else {}),
+            **({"instanceConfig": self.instance_config()} if self.instance_config() else {}),
             **({"generateExplanation": True} if self.explain else {}),
         }
+
+    def _input_config(self) -> dict:
+        if self.instances_format == "bigquery":
+            return {"instancesFormat": "bigquery", "bigquerySource": {"inputUri": self.sources[0]}}
+        return {"instancesFormat": self.instances_format, "gcsSource": {"uris": list(self.sources)}}
+
+    def instance_config(self) -> dict:
+        """The job's instanceConfig (empty: none). A table's rows go to the model as objects
+        (instanceType "object"): Vertex's default for a table is arrays, which the model's
+        named inputs do not take."""
+        config = InstanceConfig(self.key_field, self.included_fields, self.excluded_fields).body()
+        if self.instances_format == "bigquery":
+            config["instanceType"] = "object"
+        return config
 
     def request(self, cloud: api.Cloud) -> api.ApiRequest:
         return api.ApiRequest(

@@ -7,6 +7,10 @@ the Vertex job alike.
 - `included_fields`: only these fields are sent to the model (the others are dropped).
 - `excluded_fields`: these fields are not sent to the model (a label, an id).
 Included and excluded fields are exclusive, as on Vertex. A CSV row's key is its text.
+
+Instances are objects (a JSON object per line, a CSV row under its header, a table's row). A
+JSON line that is an array is the values of `included_fields`, in their order (as Vertex
+orders an array instance by includedFields); without them it names nothing and is refused.
 """
 
 from __future__ import annotations
@@ -51,6 +55,22 @@ class InstanceConfig:
         if self.included_fields:
             return [n for n in names if n in self.included_fields]
         return [n for n in names if n not in self.excluded_fields and n != self.key_field]
+
+    def as_object(self, instance: list) -> tuple[dict | None, str | None]:
+        """(an array instance as an object, None), or (None, why it cannot be one)."""
+        if self.key_field:
+            return None, f"an array instance has no field '{self.key_field}' (--key_field)."
+        if not self.included_fields:
+            return None, (
+                "an array instance: name its values, in order, with --included_fields "
+                "(Vertex's instanceConfig.includedFields), or write objects."
+            )
+        if len(instance) != len(self.included_fields):
+            return None, (
+                f"{len(instance)} values, but --included_fields names "
+                f"{len(self.included_fields)} ({', '.join(self.included_fields)})."
+            )
+        return dict(zip(self.included_fields, instance)), None
 
     def dropped_by(self, name: str) -> str:
         """The flag that keeps field `name` from the model."""

@@ -675,9 +675,7 @@ def test_command_line_dry_run_of_a_jsonl_job(as_is):
     assert request["body"]["inputConfig"]["instancesFormat"] == "jsonl"
 
 
-@pytest.mark.parametrize(
-    "flags", [["--excluded_fields=label"], ["--model_dir=gs://b/model"], ["--instances_format=csv"]]
-)
+@pytest.mark.parametrize("flags", [["--model_dir=gs://b/model"], ["--instances_format=csv"]])
 def test_send_as_is_takes_no_conversion_flags(capsys, flags):
     code = batch.main(
         [
@@ -692,7 +690,7 @@ def test_send_as_is_takes_no_conversion_flags(capsys, flags):
         ]
     )
     assert code == 2
-    assert "--send_as_is sends JSON Lines files unconverted" in capsys.readouterr().err
+    assert "--send_as_is sends JSON Lines files or a table unconverted" in capsys.readouterr().err
 
 
 def test_csv_text_that_needs_escaping_and_bytes_that_are_not_utf8(tmp_path, predictor, census_rows):
@@ -836,3 +834,43 @@ def test_a_vertex_job_with_a_key_and_explanations_sends_the_key_for_the_job_to_t
     (body,) = fake.bodies("batchPredictionJobs.create")  # validated by the discovery document
     assert body["instanceConfig"] == {"keyField": "id"}
     assert body["generateExplanation"] is True  # the explanations a published --explain model gives
+
+
+def test_array_lines_are_the_values_of_the_included_fields_in_order(
+    tmp_path, predictor, census_model, census_rows
+):
+    """Vertex orders an array instance by includedFields: an array line is read as those
+    fields' values; without them, or with a key (an array has no field), it is refused."""
+    names = list(predictor.fields.kinds)
+    rows = census_rows[:3]
+    (tmp_path / "in.jsonl").write_text(
+        "\n".join(json.dumps([r[n] for n in names]) for r in rows) + "\n[1, 2]\n"
+    )
+
+    def run(**config):
+        result = batch_local.predict_local(
+            model_dir=census_model,
+            sources=[str(tmp_path / "in.jsonl")],
+            output_prefix=str(tmp_path / "out"),
+            predictor=predictor,
+            **config,
+        )
+        return batch.read_results(result.output_dir)
+
+    results, errors = run(included_fields=names)
+    expected = predictor.predict([{n: r[n] for n in names} for r in rows])
+    np.testing.assert_allclose(
+        [r["prediction"]["probabilities"] for r in results],
+        [p["probabilities"] for p in expected],
+        rtol=1e-6,
+    )
+    assert [e["error"]["message"].split(": ", 1)[1] for e in errors] == [
+        f"2 values, but --included_fields names {len(names)} ({', '.join(names)})."
+    ]
+    results, errors = run()
+    assert (
+        results == []
+        and "name its values, in order, with --included_fields" in (errors[0]["error"]["message"])
+    )
+    results, errors = run(key_field="id")
+    assert "an array instance has no field 'id' (--key_field)" in errors[0]["error"]["message"]

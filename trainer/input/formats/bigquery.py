@@ -382,6 +382,19 @@ def table_choices(source: Source, choices: ColumnChoices) -> ColumnChoices:
 
 
 # -- reading ----------------------------------------------------------------------------------
+def record_batches(stream: str, session: Session):
+    """The Arrow record batches of one read stream, in order (empty ones skipped)."""
+    import pyarrow as pa
+
+    schema = _arrow_schema(session.arrow_schema)
+    for response in _client(session.connection).read_rows(stream):
+        batch = pa.ipc.read_record_batch(
+            pa.py_buffer(response.arrow_record_batch.serialized_record_batch), schema
+        )
+        if batch.num_rows:
+            yield batch
+
+
 def csv_chunks(stream: str, session: Session):
     """(CSV lines of a ReadRows response, the number of its first row) for one stream: the
     columns of the schema in order, unreadable types (ignored columns) left empty."""
@@ -392,12 +405,7 @@ def csv_chunks(stream: str, session: Session):
     schema = _arrow_schema(session.arrow_schema)
     options = pa_csv.WriteOptions(include_header=False)
     row = 1
-    for response in _client(session.connection).read_rows(stream):
-        batch = pa.ipc.read_record_batch(
-            pa.py_buffer(response.arrow_record_batch.serialized_record_batch), schema
-        )
-        if not batch.num_rows:
-            continue
+    for batch in record_batches(stream, session):
         columns = []
         for array, kind in zip(batch.columns, session.types):
             if kind in ("NUMERIC", "BIGNUMERIC"):
@@ -411,6 +419,35 @@ def csv_chunks(stream: str, session: Session):
         pa_csv.write_csv(pa.RecordBatch.from_arrays(columns, names=schema.names), sink, options)
         yield sink.getvalue().removesuffix(b"\n"), row
         row += batch.num_rows
+
+
+def rows(stream: str, session: Session):
+    """One read stream's rows as dicts of JSON values, each column's value as training reads
+    it (NUMERIC as a float, a line end in a STRING as a space, BOOL as "true" or "false"),
+    other types as text (an ISO date, base64 bytes): what batch prediction sends a model
+    trained on the table, and the key it writes back."""
+    for batch in record_batches(stream, session):
+        for record in batch.to_pylist():
+            yield {
+                name: _json_value(value, kind)
+                for (name, value), kind in zip(record.items(), session.types)
+            }
+
+
+def _json_value(value, kind: str):
+    if value is None:
+        return None
+    if kind in ("NUMERIC", "BIGNUMERIC"):
+        return float(value)
+    if kind == "STRING":
+        return re.sub(r"[\r\n]", " ", value)
+    if kind == "BOOL":
+        return "true" if value else "false"
+    if kind in NUMERIC:
+        return value
+    if isinstance(value, bytes):
+        return base64.b64encode(value).decode("ascii")
+    return value.isoformat() if hasattr(value, "isoformat") else str(value)
 
 
 def _write_stream(stream: str, session: Session, header: bytes, prefix: str):
