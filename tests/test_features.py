@@ -180,3 +180,84 @@ def test_the_compact_half_then_expand_is_the_encoding():
     np.testing.assert_array_equal(expanded["dense"], encoded["dense"])
     np.testing.assert_array_equal(expanded["ids"], encoded["ids"])
     np.testing.assert_array_equal(expanded["weight"], np.ones(4))
+
+
+@pytest.mark.parametrize("missing", [np.nan, np.inf])
+def test_a_column_with_an_indicator_flags_its_missing_values(missing):
+    """Value (at the mean where missing), then the indicator, then the bins."""
+    column = S.NumericColumn("a", 3.0, 2.0, (1.0, 4.0, 6.0), missing=5, indicator=True)
+    schema = S.Schema((column, S.NumericColumn("b", 0.0, 1.0)), LABEL)
+    out = encode(
+        schema, a=np.array([missing, 5.0], np.float32), b=np.array([1.0, np.nan], np.float32)
+    )
+    assert schema.dense_width == column.width + 1 == 5
+    np.testing.assert_allclose(out[:, 0], [0.0, 1.0])
+    np.testing.assert_allclose(out[:, 1], [1.0, 0.0])  # the indicator
+    np.testing.assert_allclose(out[:, 2:4], [[2.0 / 3.0, 0.0], [1.0, 0.5]], rtol=1e-6)
+    np.testing.assert_allclose(out[:, 4], [1.0, 0.0])  # b has none: at its mean, unflagged
+    assert schema.plain_positions == (0, 1, 4)
+    assert schema.indicated_positions == ((0, 1),)
+
+
+def test_indicators_come_with_missing_training_values_and_survive_schema_json():
+    def column(missing, wanted=True):
+        return S.numeric_column(
+            "a",
+            count=10,
+            missing=missing,
+            mean=0.0,
+            std=1.0,
+            minimum=-1.0,
+            maximum=1.0,
+            sample=np.linspace(-1, 1, 10),
+            num_bins=2,
+            missing_indicator=wanted,
+        )
+
+    assert column(3).indicator and not column(0).indicator and not column(3, False).indicator
+    schema = S.Schema((column(3), column(0)), LABEL)
+    assert S.Schema.from_json(schema.to_json()).columns == schema.columns
+    # a schema.json written before indicators existed reads as without them
+    import json
+
+    old = json.loads(schema.to_json())
+    for c in old["columns"]:
+        del c["indicator"]
+    read = S.Schema.from_document(old).columns
+    assert not any(isinstance(c, S.NumericColumn) and c.indicator for c in read)
+
+
+def test_a_fitted_member_reads_a_missing_value_as_nan_and_the_others_at_the_mean():
+    """Boosted trees route a missing value themselves (NaN); a network reads the mean and the
+    indicator."""
+    from trainer.model import trees
+    from trainer.model.subnetwork import Inputs, Subnetwork
+
+    schema = S.Schema(
+        (
+            S.NumericColumn("a", 3.0, 2.0, (1.0, 4.0, 6.0), missing=5, indicator=True),
+            S.CategoricalColumn("c", ("x", "y")),
+            S.NumericColumn("b", 0.0, 1.0, missing=2, indicator=True),
+        ),
+        LABEL,
+    )
+    inputs = Inputs(
+        schema.dense_width, schema.embedded, schema.plain_positions, schema.indicated_positions
+    )
+    dense = Preprocessor(schema)(
+        {
+            "a": tf.constant([np.nan, 5.0]),
+            "c": tf.constant(["x", "y"]),
+            "b": tf.constant([2.0, np.nan]),
+        }
+    )
+    member = Subnetwork(
+        trees.TreesBuilder(max_trees=2), inputs=inputs, logits_dimension=1, seed=1, name="t"
+    )
+    seen = member.fit_inputs(dense).numpy()
+    # plain: a, a's indicator, c's three one-hots, b, b's indicator
+    np.testing.assert_array_equal(np.isnan(seen[:, 0]), [True, False])
+    np.testing.assert_array_equal(seen[:, 1], [1.0, 0.0])
+    np.testing.assert_array_equal(np.isnan(seen[:, 5]), [False, True])
+    assert not np.isnan(seen[:, 2:5]).any() and not np.isnan(seen[:, 6]).any()
+    assert not np.isnan(dense["dense"].numpy()).any()

@@ -182,6 +182,15 @@ FLAGS: tuple[Flag, ...] = (
         tunable=True,
     ),
     Flag(
+        "missing_indicators",
+        "bool",
+        True,
+        "Give each numeric column missing in some training rows an input that says so (1 "
+        "where missing, the value then at the mean), inside the exported model; boosted "
+        "trees get the missing value itself. Read at the scan of a new job dir.",
+        tunable=True,
+    ),
+    Flag(
         "max_vocabulary_size",
         "int",
         100_000,

@@ -192,6 +192,7 @@ def build_config(f=FLAGS, environment: Environment | None = None) -> config_lib.
         one_hot_max_size=f.one_hot_max_size,
         embedding_dim=f.embedding_dim,
         weight=f.weight_column or None,
+        missing_indicators=f.missing_indicators,
     )
     return config_lib.RunConfig(
         **flags.fields_of(config_lib.RunConfig, values),

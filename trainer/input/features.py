@@ -43,7 +43,8 @@ def encoded(dense: tf.Tensor, ids: tf.Tensor | None = None) -> dict[str, tf.Tens
 
 class Preprocessor(tf.Module):
     """Encodes raw columns: numerics standardised plus a piecewise-linear encoding over
-    quantile bins, missing values at the mean; categoricals one-hot over the vocabulary with
+    quantile bins, missing values (NaN, infinite) at the mean and, for a column with an
+    indicator, flagged 1 there; categoricals one-hot over the vocabulary with
     one out-of-vocabulary slot, or (large vocabularies) as ids for the subnetworks'
     embeddings. Its lookup tables are created with it, so build it where it is used (an input
     pipeline on a worker builds its own)."""
@@ -79,8 +80,8 @@ class Preprocessor(tf.Module):
         return expand(self._schema, self.compact(features))
 
     def compact(self, features: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
-        """The encoding's first half: the numeric columns as floats (missing: the mean),
-        "numeric" [batch, numeric columns]; the categorical ones as indices into their
+        """The encoding's first half: the numeric columns as floats (a missing value as read:
+        NaN), "numeric" [batch, numeric columns]; the categorical ones as indices into their
         vocabularies, "index" [batch, one-hot columns] and "ids" [batch, embedded columns]
         (keys without columns left out). A few numbers per row where the encoded row holds
         each numeric's bins and each category's one-hot slots: what an in-memory table keeps
@@ -91,8 +92,7 @@ class Preprocessor(tf.Module):
         for column in self._schema.columns:
             value = features[column.name]
             if isinstance(column, NumericColumn):
-                value = tf.cast(value, tf.float32)
-                numeric.append(tf.where(tf.math.is_finite(value), value, column.mean))
+                numeric.append(tf.cast(value, tf.float32))
                 continue
             looked_up = self._tables[column.name].lookup(tf.strings.strip(value))
             (ids if column.encoding is Encoding.EMBEDDING else index).append(looked_up)
@@ -105,7 +105,8 @@ class Preprocessor(tf.Module):
 
 def expand(schema: schema_lib.Schema, compact: Mapping[str, tf.Tensor]) -> Encoded:
     """The encoding's second half, from `Preprocessor.compact`'s output (other keys pass
-    through): each numeric standardised plus its piecewise-linear bins, each one-hot column
+    through): each numeric standardised (a missing value at the mean), its missing indicator
+    (where it has one) and its piecewise-linear bins, each one-hot column
     over its vocabulary and one out-of-vocabulary slot, in the schema's column order. Needs
     no lookup table: it runs anywhere, e.g. in a dataset's map over an in-memory table."""
     parts = []
@@ -114,8 +115,12 @@ def expand(schema: schema_lib.Schema, compact: Mapping[str, tf.Tensor]) -> Encod
     for column in schema.columns:
         if isinstance(column, NumericColumn):
             assert numeric is not None
-            value = next(numeric)
+            raw = next(numeric)
+            present = tf.math.is_finite(raw)
+            value = tf.where(present, raw, column.mean)
             parts.append(tf.expand_dims((value - column.mean) / column.std, -1))
+            if column.indicator:
+                parts.append(tf.expand_dims(1.0 - tf.cast(present, tf.float32), -1))
             if column.num_bins:
                 parts.append(_piecewise_linear(value, column.edges))
         elif column.encoding is not Encoding.EMBEDDING:

@@ -310,6 +310,7 @@ def scan_training(
                     maximum=m.max,
                     sample=samples[name].values,
                     num_bins=choices.num_bins,
+                    missing_indicator=choices.missing_indicators,
                 )
             )
         else:

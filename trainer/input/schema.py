@@ -60,9 +60,12 @@ class Encoding(str, enum.Enum):
 
 @dataclasses.dataclass(frozen=True)
 class NumericColumn:
-    """A numeric feature: its standardised value, plus a piecewise-linear encoding over
-    quantile bins whose edges are `edges` (first edge the minimum, last the maximum).
-    `count` values were present and `missing` were not (they are encoded as the mean)."""
+    """A numeric feature: its standardised value, then (`indicator`) whether it was missing,
+    then a piecewise-linear encoding over quantile bins whose edges are `edges` (first edge
+    the minimum, last the maximum). `count` values were present and `missing` were not (they
+    are encoded as the mean; with the indicator, 1 says so). The indicator is given to a
+    column missing in some training rows (`--missing_indicators`); schemas written before it
+    existed read as without one."""
 
     name: str
     mean: float
@@ -72,6 +75,7 @@ class NumericColumn:
     missing: int = 0
     min: float | None = None
     max: float | None = None
+    indicator: bool = False
 
     kind = Kind.NUMERIC
 
@@ -81,7 +85,7 @@ class NumericColumn:
 
     @property
     def width(self) -> int:
-        return 1 + self.num_bins
+        return 1 + int(self.indicator) + self.num_bins
 
 
 @dataclasses.dataclass(frozen=True)
@@ -207,14 +211,29 @@ class Schema:
 
     @property
     def plain_positions(self) -> tuple[int, ...]:
-        """Positions in the dense encoding of each numeric column's standardised value and of
-        the one-hots: all but the piecewise-linear bins."""
+        """Positions in the dense encoding of each numeric column's standardised value (and
+        missing indicator) and of the one-hots: all but the piecewise-linear bins."""
         positions: list[int] = []
         start = 0
         for c in self.columns:
-            positions.extend([start] if c.kind is Kind.NUMERIC else range(start, start + c.width))
+            if isinstance(c, NumericColumn):
+                positions.extend(range(start, start + 1 + int(c.indicator)))
+            else:
+                positions.extend(range(start, start + c.width))
             start += c.width
         return tuple(positions)
+
+    @property
+    def indicated_positions(self) -> tuple[tuple[int, int], ...]:
+        """(position of the standardised value, position of the missing indicator) in the
+        dense encoding, for each numeric column with an indicator."""
+        pairs: list[tuple[int, int]] = []
+        start = 0
+        for c in self.columns:
+            if isinstance(c, NumericColumn) and c.indicator:
+                pairs.append((start, start + 1))
+            start += c.width
+        return tuple(pairs)
 
     @property
     def embedded(self) -> tuple[Embedded, ...]:
@@ -308,6 +327,7 @@ class ColumnChoices:
     one_hot_max_size: int = 64
     embedding_dim: int = 16
     weight: str | None = None
+    missing_indicators: bool = True
 
     def __post_init__(self):
         for name in ("num_bins",):
@@ -421,7 +441,10 @@ def numeric_column(
     maximum: float,
     sample: np.ndarray,
     num_bins: int,
+    missing_indicator: bool = False,
 ) -> NumericColumn:
+    """The column's encoding from its statistics; an indicator of missing values where
+    `missing_indicator` and some training rows miss it."""
     if count == 0:
         raise InputError(
             f"numeric column '{name}' has no values in the training data; drop it "
@@ -436,6 +459,7 @@ def numeric_column(
         missing=missing,
         min=float(minimum),
         max=float(maximum),
+        indicator=missing_indicator and missing > 0,
     )
 
 

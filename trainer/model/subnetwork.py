@@ -231,11 +231,13 @@ def find_builder(generator: Generator, context: IterationContext, name: str) -> 
 class Inputs:
     """What the subnetworks take (see `trainer.input.features.Encoded`): `dense_width` float inputs
     and the ids of the `embedded` columns; `plain`, the positions of the dense inputs that are
-    not piecewise-linear bins (None: all of them)."""
+    not piecewise-linear bins (None: all of them); `indicated`, (value, missing indicator)
+    positions of the numeric columns with an indicator."""
 
     dense_width: int
     embedded: tuple[Embedded, ...] = ()
     plain: tuple[int, ...] | None = None
+    indicated: tuple[tuple[int, int], ...] = ()
 
     def width(self, plain: bool = False, ids_as_numbers: bool = False) -> int:
         """The width of what a builder's body gets: the (plain) dense inputs and the
@@ -244,6 +246,28 @@ class Inputs:
         if ids_as_numbers:
             return dense + len(self.embedded)
         return dense + sum(e.dim for e in self.embedded)
+
+
+def _missing_as_nan(
+    inputs: Inputs, plain: tuple[int, ...] | None
+) -> tuple[list[int], list[int]] | None:
+    """For a member that reads a missing value as NaN: (the positions of the indicators in
+    what it reads, and for each position there the 1-based indicator that makes it NaN, 0 for
+    none); None where no column has an indicator."""
+    if not inputs.indicated:
+        return None
+    at = {p: i for i, p in enumerate(plain)} if plain is not None else None
+
+    def position(p: int) -> int:
+        return p if at is None else at[p]
+
+    width = len(plain) if plain is not None else inputs.dense_width
+    slots = [0] * width
+    indicators = []
+    for k, (value, indicator) in enumerate(inputs.indicated, start=1):
+        slots[position(value)] = k
+        indicators.append(position(indicator))
+    return indicators, slots
 
 
 class Subnetwork(tf.Module):
@@ -271,6 +295,7 @@ class Subnetwork(tf.Module):
             [] if builder.fitted else embedding.make_tables(inputs.embedded, seed=seed + 2)
         )
         self._plain = inputs.plain if builder.plain_inputs else None
+        self._missing = _missing_as_nan(inputs, self._plain) if builder.fitted else None
         width = inputs.width(plain=builder.plain_inputs, ids_as_numbers=builder.fitted)
         member = builder.build_member(input_dim=width, logits_dimension=logits_dimension, seed=seed)
         self._mean_of_heads = mean_of_heads
@@ -299,6 +324,11 @@ class Subnetwork(tf.Module):
         x = features["dense"]
         if self._plain is not None:
             x = tf.gather(x, self._plain, axis=1)
+        if self._missing is not None:  # a fitted member (trees) routes missing values itself
+            indicators, slots = self._missing
+            missing = tf.gather(x, indicators, axis=1) > 0.5
+            padded = tf.concat([tf.zeros_like(missing[:, :1]), missing], axis=1)
+            x = tf.where(tf.gather(padded, slots, axis=1), tf.constant(np.nan, x.dtype), x)
         if self._ids_as_numbers and self.inputs.embedded:
             x = tf.concat([x, tf.cast(features["ids"], x.dtype)], axis=-1)
         if self._tables:

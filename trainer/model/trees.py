@@ -24,7 +24,8 @@ The arrays have a fixed capacity (`TreesBuilder.max_trees` x the nodes a tree of
 and reads its fitted trees from a checkpoint; unused trees are a single leaf of value 0.
 
 The member sees what the other members see, encoded (their plain inputs): each numeric column
-standardised (a missing number is the training mean), the one-hot columns of the small
+standardised (a missing number is NaN where the column has a missing indicator, so each split
+learns the side missing values take; else the training mean), the one-hot columns of the small
 vocabularies, and each embedded column's id as a number (vocabularies of hundreds and more:
 the library's categorical splits take at most 255 values, and would make the library reorder
 and re-code the columns). So no split is categorical, and an unseen category is the encoder's

@@ -36,7 +36,9 @@ class Models:
         self.config = config
         self.search = Search(config.search)
         self.head = Head(schema.label)
-        self.inputs = Inputs(schema.dense_width, schema.embedded, schema.plain_positions)
+        self.inputs = Inputs(
+            schema.dense_width, schema.embedded, schema.plain_positions, schema.indicated_positions
+        )
         self.strategy = strategy or tf.distribute.get_strategy()
         self.layout = layout
         self.checkpoint_options = checkpoint_options
