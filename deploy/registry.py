@@ -84,7 +84,8 @@ def parse_aliases(text: str) -> tuple[str, ...]:
 @dataclasses.dataclass(frozen=True)
 class JobEvaluation:
     """A training job's eval metrics (report.json `final`: the exported model itself on the eval
-    data), imported as a ModelEvaluation of the uploaded version.
+    data; `test` in its place where the job had test data, `--test_data` or a managed
+    dataset's test split), imported as a ModelEvaluation of the uploaded version.
 
     Of Vertex's metrics schemas it fills what the report measures: classification `logLoss`
     (the report's loss, the mean cross-entropy) and, for a binary label, `auRoc` (its auc);
@@ -146,10 +147,12 @@ class JobEvaluation:
                 "together: JOB_DIR/report.json beside JOB_DIR/model; a job on Vertex AI given no "
                 "--job_dir: OUTPUT_DIR/checkpoints/report.json for OUTPUT_DIR/model)."
             )
+        test = report.get("test")
+        scored: dict = test if isinstance(test, dict) else final
         metrics, constant, examples = (
-            final.get("metrics"),
-            final.get("constant") or {},
-            final.get("examples"),
+            scored.get("metrics"),
+            scored.get("constant") or {},
+            scored.get("examples"),
         )
         if (
             not isinstance(metrics, dict)
@@ -164,10 +167,10 @@ class JobEvaluation:
             report=report_uri,
             head=str(report.get("head")),
             metrics={name: float(v) for name, v in metrics.items() if _finite(v)},
-            eval_data=str(final.get("eval_data")),
+            eval_data=str(scored.get("test_data") or scored.get("eval_data")),
             examples=examples or 0,
             constant={k: float(v) for k, v in constant.items() if _finite(v)} or None,
-            weight_column=final.get("weight_column"),
+            weight_column=scored.get("weight_column"),
         )
 
     @property

@@ -551,3 +551,46 @@ def test_an_evaluator_beside_a_lone_chief_evaluates_until_the_job_is_complete(
     assert code == 0, said("evaluator")[-3000:]
     assert "Evaluator: the job is complete after" in said("evaluator")
     assert (job / "eval" / "iteration-0.json").exists()
+
+
+def test_test_data_is_scored_once_by_the_exported_model(binary_data, tmp_path):
+    """--test_data: checked by the scan, never read by the search, scored by the exported
+    model: on the eval file itself its metrics are the eval metrics."""
+    job = tmp_path / "job"
+    args = [
+        f"--train_data={binary_data.train}",
+        f"--eval_data={binary_data.eval}",
+        f"--test_data={binary_data.eval}",
+        "--label_column=target",
+        f"--job_dir={job}",
+    ]
+    result = run_task([*args, *FAST_FLAGS])
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = load_report(job)
+    test, final = report["test"], report["final"]
+    assert test["test_data"] == str(binary_data.eval) and test["examples"] == final["examples"]
+    assert test["metrics"] == pytest.approx(final["metrics"], rel=1e-6)
+    assert f"exported model on the test data {binary_data.eval}" in result.stdout
+    summary = json.loads((job / "schema.json").read_text())["input"]
+    assert summary["test"]["rows"] == final["examples"]
+
+
+def test_test_data_without_a_model_column_stops_before_training(binary_data, tmp_path):
+    bad = tmp_path / "test.csv"
+    with open(binary_data.eval) as src:
+        rows = list(csv.reader(src))
+    with open(bad, "w", newline="") as dst:
+        csv.writer(dst).writerows([r[1:] for r in rows])
+    job = tmp_path / "job"
+    result = run_task(
+        [
+            f"--train_data={binary_data.train}",
+            f"--test_data={bad}",
+            "--label_column=target",
+            f"--job_dir={job}",
+            *FAST_FLAGS,
+        ]
+    )
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert "--test_data" in result.stderr and str(bad) in result.stderr
+    assert not (job / "schema.json").exists()

@@ -30,6 +30,8 @@ class DataConfig:
     columns: ColumnChoices
     holdout_fraction: float = flags.field("holdout_fraction")
     input: InputOptions = InputOptions()
+    # scored once by the exported model, never by the search: not part of the fingerprint
+    test_data: str | None = None
 
     def __post_init__(self):
         flags.check_fields(self)
@@ -60,6 +62,7 @@ class DataConfig:
             "weight_column": columns.weight,
             "numeric_columns": sorted(columns.numeric),
             "categorical_columns": sorted(columns.categorical),
+            **({"date_columns": sorted(map(list, columns.dates))} if columns.dates else {}),
             "ignore_columns": sorted(columns.ignore),
             "head": columns.head.value if columns.head else "auto",
             "num_bins": columns.num_bins,
@@ -70,7 +73,11 @@ class DataConfig:
 
     def input_flags(self) -> list[tuple[str, str | None]]:
         """(flag, comma-separated files or globs) of every input, for the preflight check."""
-        return [("--train_data", self.train_data), ("--eval_data", self.eval_data)]
+        return [
+            ("--train_data", self.train_data),
+            ("--eval_data", self.eval_data),
+            ("--test_data", self.test_data),
+        ]
 
 
 # Bag b's training seed is --seed + b x this: far from the next --seed's bags.

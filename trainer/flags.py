@@ -146,6 +146,14 @@ FLAGS: tuple[Flag, ...] = (
         "--train_data, else --holdout_fraction of it.",
     ),
     Flag(
+        "test_data",
+        "str",
+        None,
+        "Test data in the same format: scored once by the exported model after the eval data "
+        "(report.json test, the console, the Model Registry evaluation), never read by the "
+        "search. Default: a Vertex AI managed dataset's test split (AIP_TEST_DATA_URI).",
+    ),
+    Flag(
         "holdout_fraction",
         "float",
         0.1,
@@ -157,6 +165,14 @@ FLAGS: tuple[Flag, ...] = (
     Flag("numeric_columns", "list", [], "Columns to treat as numeric (default: inferred)."),
     Flag("categorical_columns", "list", [], "Columns to treat as categorical (default: inferred)."),
     Flag("ignore_columns", "list", [], "Columns not to use as features."),
+    Flag(
+        "date_columns",
+        "list",
+        [],
+        "Columns of dates or date-times, each NAME or NAME:FORMAT (iso, mdy: 3/1/2024, dmy: "
+        "1/3/2024; default iso). Text columns of ISO dates are found without it; a column "
+        "named --categorical_columns stays a category.",
+    ),
     Flag(
         "weight_column",
         "str",

@@ -75,6 +75,7 @@ from trainer.distribute import cluster as cluster_lib
 from trainer.distribute import preemption
 from trainer.distribute import runtime as distributed
 from trainer.errors import TrainingError
+from trainer.input import dates
 from trainer.input import files as files_lib
 from trainer.input.options import BadRows, BigQueryConnection, InputOptions
 from trainer.input.schema import ColumnChoices, HeadType
@@ -103,6 +104,21 @@ def _choice(flag: str, values: list[str], allowed) -> list[str]:
     return values
 
 
+def _date_columns(values: list[str]) -> tuple[tuple[str, str], ...]:
+    """--date_columns' (name, format) pairs."""
+    pairs = []
+    for value in values:
+        name, _, fmt = value.partition(":")
+        fmt = fmt.strip().lower() or "iso"
+        if fmt not in dates.FORMATS:
+            raise InputError(
+                f"--date_columns={value}: format '{fmt}' is not one of "
+                f"{', '.join(dates.FORMATS)} (iso: 2024-03-01 09:00, mdy: 3/1/2024, dmy: 1/3/2024)."
+            )
+        pairs.append((name.strip(), fmt))
+    return tuple(pairs)
+
+
 def build_config(f=FLAGS, environment: Environment | None = None) -> config_lib.RunConfig:
     """Turns flags into the frozen run configuration: each flag checked by its rule
     (trainer/flags.py), then their combinations."""
@@ -110,15 +126,18 @@ def build_config(f=FLAGS, environment: Environment | None = None) -> config_lib.
     values = {name: f[name].value for name in flags.BY_NAME}
     flags.check(values)
     train_data, eval_data, label = f.train_data, f.eval_data, f.label_column
+    test_data = f.test_data
     jsonl = False  # every file read as JSON Lines, whatever its name
     if train_data is None and environment.training_data_uri:  # a Vertex managed dataset
         jsonl = (environment.data_format or "").strip().lower() == "jsonl"
-        train_data, validation = files_lib.managed_dataset(
+        train_data, validation, test = files_lib.managed_dataset(
             environment.data_format,
             training=environment.training_data_uri,
             validation=environment.validation_data_uri,
+            test=environment.test_data_uri,
         )
         eval_data = eval_data or validation
+        test_data = test_data or test
         if not label:
             raise InputError(
                 f"--label_column is required with a managed dataset ({train_data}): name "
@@ -185,6 +204,7 @@ def build_config(f=FLAGS, environment: Environment | None = None) -> config_lib.
         label=label,
         numeric=tuple(f.numeric_columns),
         categorical=tuple(f.categorical_columns),
+        dates=_date_columns(f.date_columns),
         ignore=tuple(f.ignore_columns),
         head=None if f.head == "auto" else HeadType(f.head),
         num_bins=f.num_bins,
@@ -201,6 +221,7 @@ def build_config(f=FLAGS, environment: Environment | None = None) -> config_lib.
             **flags.fields_of(config_lib.DataConfig, values),
             train_data=train_data,
             eval_data=eval_data,
+            test_data=test_data,
             columns=columns,
             input=InputOptions(
                 bad_rows=BadRows(f.bad_rows),

@@ -495,3 +495,21 @@ def test_the_newest_evaluation_wins_also_within_one_second():
     newer = {**_imported("binary", accuracy=0.90), "createTime": "2026-11-27T10:00:00.500Z"}
     for evaluations in ([older, newer], [newer, older]):
         assert registry.measured("1", evaluations, "accuracy", "binary").value == 0.90
+
+
+def test_a_job_with_test_data_imports_its_test_metrics():
+    """A job given test data (--test_data, a managed dataset's test split) is evaluated on it:
+    the imported evaluation is the test split's, not the eval rows'."""
+    report = trainer_report(1, "binary", loss=0.30, auc=0.90)
+    report["test"] = {
+        "test_data": "gs://test-bucket/dataset/test-*",
+        "examples": 5000,
+        "metrics": {"loss": 0.35, "auc": 0.88, "accuracy": 0.84},
+        "constant": {"loss": 0.55},
+    }
+    evaluation = registry.JobEvaluation.of_report(
+        report, "gs://test-bucket/runs/1/report.json", "gs://test-bucket/runs/1/model"
+    )
+    assert evaluation.eval_data == "gs://test-bucket/dataset/test-*"
+    assert evaluation.examples == 5000
+    assert evaluation.body()["metrics"] == {"logLoss": 0.35, "auRoc": 0.88}

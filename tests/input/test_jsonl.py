@@ -125,12 +125,14 @@ def test_managed_jsonl_dataset_reads_every_file_as_json_lines(tmp_path):
         "AIP_DATA_FORMAT": "jsonl",
         "AIP_TRAINING_DATA_URI": "gs://b/dataset/training-*",
         "AIP_VALIDATION_DATA_URI": "gs://b/dataset/validation-*",
+        "AIP_TEST_DATA_URI": "gs://b/dataset/test-*",
     }
     with parsed_flags(["--label_column=target"]) as flags:
         data = task.build_config(flags, Environment.from_environ(environ)).data
-    assert (data.train_data, data.eval_data) == (
+    assert (data.train_data, data.eval_data, data.test_data) == (
         "gs://b/dataset/training-*",
         "gs://b/dataset/validation-*",
+        "gs://b/dataset/test-*",
     )
     assert data.input.jsonl
     # Vertex AI names the files training-00000-of-00002 and so on: no .jsonl suffix
@@ -154,10 +156,11 @@ def test_managed_jsonl_dataset_reads_every_file_as_json_lines(tmp_path):
 @pytest.mark.slow
 def test_trains_on_a_managed_jsonl_dataset_in_cloud_storage(gcs, bucket, tmp_path):
     """No data flags: AIP_DATA_FORMAT=jsonl and gs:// wildcards of files without a suffix,
-    read through the Cloud Storage emulator."""
+    read through the Cloud Storage emulator; the test split is scored by the exported model."""
     for name, rows in (
         ("training-00000-of-00001", _rows(1000, 1)),
         ("validation-0", _rows(300, 2)),
+        ("test-0", _rows(200, 3)),
     ):
         local = _write_jsonl(tmp_path / name, rows)
         tf.io.gfile.copy(local, f"gs://{bucket}/dataset/{name}")
@@ -167,12 +170,16 @@ def test_trains_on_a_managed_jsonl_dataset_in_cloud_storage(gcs, bucket, tmp_pat
         AIP_DATA_FORMAT="jsonl",
         AIP_TRAINING_DATA_URI=f"gs://{bucket}/dataset/training-*",
         AIP_VALIDATION_DATA_URI=f"gs://{bucket}/dataset/validation-*",
+        AIP_TEST_DATA_URI=f"gs://{bucket}/dataset/test-*",
     )
     result = run_task(["--label_column=target", f"--job_dir={job}", *FAST_FLAGS], env=env)
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads((job / "report.json").read_text())
     assert report["final"]["examples"] == 300
     assert report["final"]["metrics"]["accuracy"] > 0.8
+    assert report["test"]["test_data"] == f"gs://{bucket}/dataset/test-*"
+    assert report["test"]["examples"] == 200 and report["test"]["metrics"]["accuracy"] > 0.8
+    assert "exported model on the test data" in result.stdout
     summary = json.loads((job / "schema.json").read_text())["input"]
     assert summary["train"]["format"] == "jsonl" and summary["train"]["rows"] == 1000
 

@@ -36,6 +36,19 @@ def evaluate_export(
     return pooled_metrics(batches, head, data.describe_eval(), data.schema.weight)
 
 
+def evaluate_test(serve: Any, data: JobInput, head: Head) -> dict | None:
+    """The exported model's metrics on --test_data (report.json `test`: `final`'s fields,
+    `test_data` in place of `eval_data`), streamed; None without test data."""
+    if data.test is None:
+        return None
+    batches = (
+        (batch[1].numpy(), serve(**batch[0])["logits"].numpy(), _weights(batch))
+        for batch in data.test_raw()
+    )
+    value = pooled_metrics(batches, head, data.test.pattern, data.schema.weight)
+    return {"test_data": value.pop("eval_data"), **value}
+
+
 def evaluate_pooled(parts: Sequence[tuple[Any, JobInput]], head: Head, eval_data: str) -> dict:
     """Metrics over several (serving function, its eval rows) parts pooled, as one set of
     predictions (a bagged job's out-of-bag metrics: each bag on its own hold-out)."""
@@ -45,9 +58,11 @@ def evaluate_pooled(parts: Sequence[tuple[Any, JobInput]], head: Head, eval_data
 
 def _predict(serve: Any, data: JobInput) -> Iterator[Batch]:
     for batch in data.eval_raw(with_weight=True):
-        features, labels = batch[:2]
-        weights = batch[2].numpy() if len(batch) > 2 else None
-        yield labels.numpy(), serve(**features)["logits"].numpy(), weights
+        yield batch[1].numpy(), serve(**batch[0])["logits"].numpy(), _weights(batch)
+
+
+def _weights(batch: tuple) -> np.ndarray | None:
+    return batch[2].numpy() if len(batch) > 2 else None
 
 
 def concatenated(batches: Sequence[Batch]) -> Batch:

@@ -137,10 +137,11 @@ MANAGED_FORMATS = {"bigquery": "bq://", "csv": "gs://", "jsonl": "gs://"}
 
 
 def managed_dataset(
-    data_format: str | None, *, training: str, validation: str | None
-) -> tuple[str, str | None]:
-    """(train data, eval data) of a Vertex AI managed dataset, from the URIs Vertex passes
-    (`AIP_TRAINING_DATA_URI`, `AIP_VALIDATION_DATA_URI`): a table, or gs:// wildcards of CSV
+    data_format: str | None, *, training: str, validation: str | None, test: str | None = None
+) -> tuple[str, str | None, str | None]:
+    """(train data, eval data, test data) of a Vertex AI managed dataset, from the URIs Vertex
+    passes (`AIP_TRAINING_DATA_URI`, `AIP_VALIDATION_DATA_URI`, `AIP_TEST_DATA_URI`): a
+    table, or gs:// wildcards of CSV
     or JSON Lines files (`jsonl`: read with `open_source(jsonl=True)`, whatever the files'
     names). Fails naming an unknown `AIP_DATA_FORMAT`, or a URI of another kind than the
     format."""
@@ -150,10 +151,15 @@ def managed_dataset(
             f"AIP_DATA_FORMAT={data_format!r} is not a managed dataset format this trainer "
             f"knows ({', '.join(MANAGED_FORMATS)}); AIP_TRAINING_DATA_URI={training}."
         )
-    for name, uri in (("AIP_TRAINING_DATA_URI", training), ("AIP_VALIDATION_DATA_URI", validation)):
+    uris = (
+        ("AIP_TRAINING_DATA_URI", training),
+        ("AIP_VALIDATION_DATA_URI", validation),
+        ("AIP_TEST_DATA_URI", test),
+    )
+    for name, uri in uris:
         if uri and not uri.strip().startswith(MANAGED_FORMATS[fmt]):
             raise InputError(
                 f"{name}={uri} does not start with {MANAGED_FORMATS[fmt]}, as "
                 f"AIP_DATA_FORMAT={fmt} data must."
             )
-    return training, validation
+    return training, validation, test

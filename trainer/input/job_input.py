@@ -67,6 +67,8 @@ class JobInput:
     # Whether the search chose on the eval rows too (held-out selection without --eval_data):
     # the exported model's figure on them is then a selection score, said so.
     selected_on_eval: bool = False
+    # --test_data (the chief's): scored once by the exported model, after the eval rows
+    test: Source | None = None
     # The encoded tables this process holds in memory (`_table`), built on first use.
     _tables: dict = dataclasses.field(default_factory=dict, init=False, repr=False, compare=False)
 
@@ -143,6 +145,12 @@ class JobInput:
                 return pipeline.raw(self.eval_selection, with_weight=with_weight)
             self._tables[key] = tf.nest.map_structure(lambda *b: tf.concat(b, 0), *batches)
         return tf.data.Dataset.from_tensor_slices(self._tables[key]).batch(EVAL_BATCH_SIZE)
+
+    def test_raw(self) -> tf.data.Dataset:
+        """One pass over the --test_data rows as the exported model takes them, `(features,
+        labels[, weights])`, streamed."""
+        assert self.test is not None, "a job given --test_data"
+        return self._pipeline(self.test).raw(Selection(), with_weight=True)
 
     def describe_eval(self) -> str:
         if self.eval_data or self.holdout is None:
@@ -276,6 +284,7 @@ def prepare(
     wait_secs: float = 0.0,
     open_train: bool = True,
     stage_tables: bool = False,
+    test_data: str | None = None,
 ) -> JobInput:
     """Opens the sources and gets the schema: from the job dir when it exists; else scanned
     here (`scan_if_new`, the chief: InputError on bad input, before anything is written);
@@ -286,7 +295,9 @@ def prepare(
     reader, the JSON Lines and Parquet converters) the chief of a new job first stages each
     such input into `JOB_DIR/data` (`trainer/input/formats/shards.py`), and the job reads
     those files; bad input found after staging deletes them. `holdout_fold`: which of the
-    seed's disjoint hold-outs (a bag's, `trainer/job/bagging.py`)."""
+    seed's disjoint hold-outs (a bag's, `trainer/job/bagging.py`). `test_data` is opened by
+    the chief alone (`scan_if_new`) and checked against the schema in the scan of a new job
+    (summary `test`); a resumed job's, first given then, is checked as it is read."""
     schema = None
     if job.exists():
         schema = Schema.from_document(job_dir_lib.read_json(job.schema), path=job.schema)
@@ -315,6 +326,7 @@ def prepare(
         return fmt.open(data, files, flag=flag, options=options, recorded=recorded.get(fmt.name))
 
     eval_source = open_input(eval_data, "--eval_data", "eval") if eval_data else None
+    test = open_input(test_data, "--test_data", "test") if test_data and scan_if_new else None
     # Counted by the scan with --eval_data too: the rows a search that selects on held-out
     # rows holds out (`JobInput.for_selection`), so that it never selects on the test rows.
     scan_holdout = Holdout(holdout_fraction, seed, holdout_fold)
@@ -336,7 +348,7 @@ def prepare(
                     for source, key in ((train, "train"), (eval_source, "eval"))
                 )
             assert train is not None
-            schema = _scan(train, eval_source, columns, options, scan_holdout, seed)
+            schema = _scan(train, eval_source, test, columns, options, scan_holdout, seed)
             schema = _with_records(schema, train=train, eval=eval_source)
             schema = _with_identities(schema, identities)
         except InputError:
@@ -354,18 +366,21 @@ def prepare(
             "servers), which parameter-server workers cannot run. Resume it without a ps pool, "
             "or start a new --job_dir."
         )
-    for source, key in ((train, "train"), (eval_source, "eval")):
+    for source, key in ((train, "train"), (eval_source, "eval")):  # not the test: never trained on
         _check_same_files(source, schema.summary.get(key))
         if resumed and scan_if_new:  # the chief of a resumed job: the same contents too
             _check_unchanged(source, schema.summary.get(key))
     evaluated = eval_source or train
     assert evaluated is not None, "without --eval_data the hold-out opens the training data"
-    return JobInput(schema, train, evaluated, holdout, options, eval_data=eval_source is not None)
+    return JobInput(
+        schema, train, evaluated, holdout, options, eval_data=eval_source is not None, test=test
+    )
 
 
 def _scan(
     train: Source,
     eval_source: Source | None,
+    test: Source | None,
     columns: ColumnChoices,
     options: InputOptions,
     holdout: Holdout,
@@ -374,12 +389,12 @@ def _scan(
     schema = scan.scan_training(
         train, columns, bad_rows=options.bad_rows, holdout=holdout, seed=seed
     )
-    if eval_source:
-        summary = dict(
-            schema.summary, eval=scan.scan_eval(eval_source, schema, bad_rows=options.bad_rows)
-        )
-        schema = dataclasses.replace(schema, summary=summary)
-    return schema
+    checked = {
+        key: scan.scan_eval(source, schema, bad_rows=options.bad_rows)
+        for key, source in (("eval", eval_source), ("test", test))
+        if source
+    }
+    return dataclasses.replace(schema, summary={**schema.summary, **checked})
 
 
 def _recorded_by_chief(data: str | None) -> bool:

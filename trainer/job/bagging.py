@@ -53,9 +53,10 @@ COMBINE_SECS_PER_BAG = 1.5
 def bag_config(config: RunConfig, job: job_dir_lib.JobDir, bag: int, seconds: float | None):
     """Bag `bag`'s job: `config` (the flags, not the choices: each bag adapts to its own
     rows) in JOB_DIR/bags/<bag>, its TensorBoard logs under the job's, no hyperparameter
-    tuning report of its own."""
+    tuning report and no test data of its own (the bagged model is scored on it)."""
     return dataclasses.replace(
         config,
+        data=dataclasses.replace(config.data, test_data=None),
         bags=1,
         bag=bag,
         job_dir=job.bag(bag),
@@ -249,9 +250,9 @@ def run(
         export_lib.export(BaggedModel(models, data.schema, threshold), job, source, calibration)
         logging.info("Exported the bagged model of %d bags to %s", len(models), job.model)
     calibration = job.exported_calibration() or {}
-    final = evaluate(
-        data, job, roots, calibration_lib.deciding(Head(data.schema.label), calibration)
-    )
+    head = calibration_lib.deciding(Head(data.schema.label), calibration)
+    final = evaluate(data, job, roots, head)
+    test = exported.evaluate_test(export_lib.load_serving_fn(job.model), data, head)
     importance = importance_lib.mean_of([r.get("feature_importance") for r in reports])
     bags = [
         summary(b, r, dataclasses.replace(flags_config, bag=b).training_seed)
@@ -269,6 +270,7 @@ def run(
         "leaderboard": [],
         "architecture": None,
         "final": final,
+        **({"test": test} if test else {}),
         "config": config.fingerprint(),
         "adapted": adapted,
         "budget": None

@@ -69,6 +69,7 @@ def prepare_input(
         wait_secs=wait_secs,
         open_train=open_train,
         stage_tables=stage_tables,
+        test_data=data.test_data,
     )
 
 
@@ -121,6 +122,7 @@ def _train(
         calibration: dict | None = None,
         records: list | None = None,
         ending_seconds: float | None = None,
+        test: dict | None = None,
     ) -> dict:
         summary = data.schema.summary
         value = report_lib.build_report(
@@ -145,6 +147,7 @@ def _train(
             adapted=adapted,
             feature_importance=importance,
             calibration=calibration,
+            test=test,
         )
         job_dir_lib.write_json(job.report, value)
         return value
@@ -196,13 +199,16 @@ def _train(
     predictions: list[exported.Batch] = []
     keep = predictions.extend if bag_keeps or on_eval else None
     final = exported.evaluate_export(serve, data, head, keep=keep)
+    test = exported.evaluate_test(serve, data, head)
     if bag_keeps:
         exported.save_predictions(job.eval_predictions, predictions, source=source)
     if on_eval and predictions:
         calibration["eval"] = calibration_lib.on_eval(head, predictions, calibration["temperature"])
     search_seconds = sum(r.seconds.total for r in records)
     importance = exported.feature_importance(config, serve, data, head, budget, search_seconds)
-    value = report(final, importance, calibration, ending_seconds=time.monotonic() - ending_started)
+    value = report(
+        final, importance, calibration, ending_seconds=time.monotonic() - ending_started, test=test
+    )
     job_dir_lib.write_atomically(
         job.report_png,
         leaderboard.plot(value["iterations"], models.head.objective_metric, final.get("constant")),

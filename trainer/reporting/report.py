@@ -29,9 +29,10 @@ def build_report(
     budget: dict | None = None,
     feature_importance: dict | None = None,
     calibration: dict | None = None,
+    test: dict | None = None,
 ) -> dict:
     """`report.json`: complete with the exported model's `final` metrics (and its
-    `calibration`), else training."""
+    `calibration`, and its metrics on --test_data, `test`), else training."""
     iterations = [r.to_json() for r in records]
     return {
         "status": "complete" if final else "training",
@@ -44,6 +45,7 @@ def build_report(
         "leaderboard": leaderboard.rows(iterations),
         "architecture": records[-1].to_json()["architecture"] if records else None,
         "final": final,
+        **({"test": test} if test else {}),
         "config": config.fingerprint(),
         "adapted": adapted or {},
         "budget": budget,
@@ -209,6 +211,13 @@ def table(report: dict) -> str:
             f"exported model on {final['eval_data']} ({final['examples']} examples): {metrics}"
         )
         lines += _constant(final)
+        if report.get("test"):
+            test = report["test"]
+            metrics = ", ".join(f"{k} {fmt(v)}" for k, v in test["metrics"].items())
+            lines.append(
+                f"exported model on the test data {test['test_data']} ({test['examples']} "
+                f"examples): {metrics}"
+            )
         lines += _calibration(report.get("calibration") or {})
         lines.append(f"model: {report['model_dir']}")
     if report.get("feature_importance"):
