@@ -130,6 +130,14 @@ TABLES = {
             note="suspicious or traffic stop",
         ),
         Table(
+            "mpls_dated",
+            "carData/MplsStops",
+            "problem",
+            "binary",
+            drop=("idNum",),
+            note="mpls_stops with the stop's date-time kept (read as dates since issue 47)",
+        ),
+        Table(
             "diamonds",
             "ggplot2/diamonds",
             "log_price",

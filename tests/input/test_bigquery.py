@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import csv
+import datetime
 import gzip
 import json
 import os
@@ -26,7 +27,7 @@ from trainer.input.formats import bigquery
 from trainer.input.formats import shards as shards_lib
 from trainer.input.options import BadRows, BigQueryConnection, InputOptions
 from trainer.input.pipeline import Pipeline, Selection, Shard
-from trainer.input.schema import CategoricalColumn, ColumnChoices, NumericColumn
+from trainer.input.schema import CategoricalColumn, ColumnChoices, DateColumn, NumericColumn
 from trainer.storage import job_dir as job_dir_lib
 
 SMALL_ROWS, EVAL_ROWS, BIG_ROWS = 1200, 300, 25_000
@@ -53,6 +54,9 @@ def emulator(tmp_path_factory):
         # Features with a learnable signal, every type the trainer reads, and a DATE.
         emulator.query(f"CREATE TABLE ds.small AS {_learnable(1, SMALL_ROWS)}")
         emulator.query(f"CREATE TABLE ds.small_eval AS {_learnable(5001, 5000 + EVAL_ROWS)}")
+        emulator.query(
+            "CREATE TABLE ds.timed AS SELECT x1, TIME '09:00:00' AS at, target FROM ds.small"
+        )
         # Over 1 MB of Arrow data: the emulator splits it into several streams (10).
         emulator.query(
             f"""CREATE TABLE ds.big AS
@@ -211,14 +215,30 @@ def test_a_column_of_another_type_is_named_unless_ignored(emulator_env, tmp_path
     job = tmp_path / "job"
     code, stderr = run_in_process(
         [
-            f"--train_data={emulator_env.uri('ds.small')}",
+            f"--train_data={emulator_env.uri('ds.timed')}",
             "--label_column=target",
             f"--job_dir={job}",
         ]
     )
     assert code == 2
-    assert "day (DATE)" in stderr and "--ignore_columns=day" in stderr
+    assert "at (TIME)" in stderr and "--ignore_columns=at" in stderr
     assert not job.exists() or not any(job.iterdir())
+
+
+def test_a_date_column_is_read_as_dates(emulator):
+    """A DATE column is a date column of ISO text (trainer/input/dates.py), its days counted
+    from the table's values."""
+    source = bigquery.open_table(
+        emulator.uri("ds.small"), flag="--train_data", connection=_connection(emulator)
+    )
+    choices = bigquery.table_choices(source, ColumnChoices(label="target"))
+    assert choices.dates == (("day", "iso"),)
+    schema = scan.scan_training(source, choices, bad_rows=BadRows.ERROR, holdout=None)
+    (day,) = [c for c in schema.columns if c.name == "day"]
+    assert isinstance(day, DateColumn) and not day.has_time and day.missing == 0
+    first = datetime.datetime(2020, 1, 2, tzinfo=datetime.timezone.utc).timestamp()
+    assert (day.min, day.max) == (first, first + (SMALL_ROWS - 1) * 86400)
+    assert day.count == SMALL_ROWS
 
 
 @pytest.fixture

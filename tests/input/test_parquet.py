@@ -68,7 +68,7 @@ def _scan(pattern: str, **flags):
     return source, scan.scan_training(source, choices, bad_rows=BadRows.ERROR, holdout=None)
 
 
-def test_kinds_follow_the_column_types_and_temporal_values_are_seconds(tmp_path):
+def test_kinds_follow_the_column_types_and_timestamps_and_dates_are_dates(tmp_path):
     source, schema = _scan(_dataset(tmp_path, 2))
     assert source.format is parquet.PARQUET and source.columns[0] == "id"
     kinds = {c.name: c.kind.value for c in schema.columns}
@@ -77,12 +77,16 @@ def test_kinds_follow_the_column_types_and_temporal_values_are_seconds(tmp_path)
         "x": "numeric",
         "color": "categorical",  # dictionary-encoded strings
         "flag": "categorical",  # booleans: "true", "false"
-        "when": "numeric",  # seconds since 1970-01-01 UTC
-        "day": "numeric",
+        "when": "datetime",  # read as ISO text (trainer/input/dates.py)
+        "day": "datetime",
     }
     columns = {c.name: c for c in schema.columns}
     start = datetime.datetime(2024, 1, 1, tzinfo=datetime.timezone.utc).timestamp()
-    assert columns["when"].mean == pytest.approx(start + 149.5 * 3600)
+    when, day = columns["when"], columns["day"]
+    assert isinstance(when, S.DateColumn) and isinstance(day, S.DateColumn)
+    assert when.mean == pytest.approx(start + 149.5 * 3600) and when.has_time
+    assert (when.min, when.max) == (start, start + 299 * 3600)
+    assert not day.has_time and day.max == start + 27 * 86400
     assert isinstance(columns["color"], S.CategoricalColumn)
     assert set(columns["color"].vocabulary) == {"red", "green", "blue"}
     assert set(columns["flag"].vocabulary) == {"true", "false"}

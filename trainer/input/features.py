@@ -6,12 +6,14 @@ model, so training and serving cannot disagree about the encoding.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 
 import tensorflow as tf
 
+from trainer.input import dates
 from trainer.input import schema as schema_lib
-from trainer.input.schema import CategoricalColumn, Encoding, Kind, NumericColumn
+from trainer.input.schema import CategoricalColumn, DateColumn, Encoding, Kind, NumericColumn
 
 # One batch, encoded: "dense" [batch, schema.dense_width] float32 and, with embedded columns,
 # "ids" [batch, number of embedded columns] int64 (each column's id into its vocabulary, the
@@ -34,7 +36,7 @@ PREVIOUS_LOGITS = "previous_logits"
 # per fitted member, in the order of the iteration's subnetworks, each row's held-out ones.
 FITTED_LOGITS = "fitted_logits"
 # The keys of `Preprocessor.compact`'s half-encoded rows.
-_COMPACT_KEYS = ("numeric", "index", "ids")
+_COMPACT_KEYS = ("numeric", "index", "ids", "dates")
 
 
 def encoded(dense: tf.Tensor, ids: tf.Tensor | None = None) -> dict[str, tf.Tensor]:
@@ -89,15 +91,21 @@ class Preprocessor(tf.Module):
         numeric: list[tf.Tensor] = []
         index: list[tf.Tensor] = []
         ids: list[tf.Tensor] = []
+        encoded_dates: list[tf.Tensor] = []
         for column in self._schema.columns:
             value = features[column.name]
             if isinstance(column, NumericColumn):
                 numeric.append(tf.cast(value, tf.float32))
                 continue
+            if isinstance(column, DateColumn):
+                encoded_dates.append(date_features(value, column))
+                continue
             looked_up = self._tables[column.name].lookup(tf.strings.strip(value))
             (ids if column.encoding is Encoding.EMBEDDING else index).append(looked_up)
         parts = {"numeric": numeric, "index": index, "ids": ids}
         compact = {k: tf.stack(v, axis=1) for k, v in parts.items() if v}
+        if encoded_dates:
+            compact["dates"] = tf.concat(encoded_dates, axis=1)
         if not compact:  # (a schema of no columns cannot be made: the label is one)
             raise ValueError("no feature columns")
         return compact
@@ -112,8 +120,12 @@ def expand(schema: schema_lib.Schema, compact: Mapping[str, tf.Tensor]) -> Encod
     parts = []
     numeric = iter(tf.unstack(compact["numeric"], axis=1)) if "numeric" in compact else None
     index = iter(tf.unstack(compact["index"], axis=1)) if "index" in compact else None
+    date_at = 0
     for column in schema.columns:
-        if isinstance(column, NumericColumn):
+        if isinstance(column, DateColumn):
+            parts.append(compact["dates"][:, date_at : date_at + column.width])
+            date_at += column.width
+        elif isinstance(column, NumericColumn):
             assert numeric is not None
             raw = next(numeric)
             present = tf.math.is_finite(raw)
@@ -139,3 +151,74 @@ def _piecewise_linear(value: tf.Tensor, edges: tuple[float, ...]) -> tf.Tensor:
     low = tf.constant(edges[:-1], tf.float32)
     width = tf.constant([b - a for a, b in zip(edges[:-1], edges[1:])], tf.float32)
     return tf.clip_by_value((value[:, None] - low) / width, 0.0, 1.0)
+
+
+def date_features(text: tf.Tensor, column: DateColumn) -> tf.Tensor:
+    """A date column's encoding [batch, column.width] from its text (`trainer/input/dates.py`:
+    the same rewrites to the canonical form, then fixed-position fields): standardised UTC
+    seconds and year, month, day of month, weekday and (with times) time of day as sine and
+    cosine, then 1 where the value is missing (every other part then 0)."""
+    value = tf.strings.strip(text)
+    for pattern, replacement in dates.rewrites(column.format):
+        value = tf.strings.regex_replace(value, pattern, replacement)
+    shaped = tf.strings.regex_full_match(value, dates.CANONICAL)
+    value = tf.where(shaped, value, "1970-01-01T00:00:00+0000")
+
+    def field(start: int, length: int) -> tf.Tensor:
+        return tf.strings.to_number(tf.strings.substr(value, start, length), tf.int64)
+
+    year, month, day = field(0, 4), field(5, 2), field(8, 2)
+    hour, minute, second = field(11, 2), field(14, 2), field(17, 2)
+    sign = tf.where(tf.strings.substr(value, 19, 1) == "+", 1, -1)
+    offset = tf.cast(sign, tf.int64) * (field(20, 2) * 3600 + field(22, 2) * 60)
+    days = _days_from_civil(year, month, day)
+    valid = (
+        shaped
+        & (month >= 1)
+        & (month <= 12)
+        & (day >= 1)
+        & (day <= _days_in_month(year, month))
+        & (hour <= 23)
+        & (minute <= 59)
+        & (second <= 60)
+    )
+    seconds = tf.cast(days * 86400 + hour * 3600 + minute * 60 + second - offset, tf.float64)
+    weekday = tf.math.floormod(days + 3, 7)  # 1970-01-01 was a Thursday; Monday is 0
+
+    def circle(position: tf.Tensor, period: float) -> list[tf.Tensor]:
+        angle = 2.0 * math.pi * tf.cast(position, tf.float32) / period
+        return [tf.sin(angle), tf.cos(angle)]
+
+    parts = [
+        tf.cast((seconds - column.mean) / column.std, tf.float32),
+        tf.cast((tf.cast(year, tf.float64) - column.year_mean) / column.year_std, tf.float32),
+        *circle(month - 1, 12.0),
+        *circle(day - 1, 31.0),
+        *circle(weekday, 7.0),
+    ]
+    if column.has_time:
+        parts += circle(tf.cast(hour, tf.float32) + tf.cast(minute, tf.float32) / 60.0, 24.0)
+    encoded = tf.stack(parts, axis=1)
+    encoded = tf.where(valid[:, None], encoded, tf.zeros_like(encoded))
+    return tf.concat([encoded, 1.0 - tf.cast(valid, tf.float32)[:, None]], axis=1)
+
+
+def _days_from_civil(year: tf.Tensor, month: tf.Tensor, day: tf.Tensor) -> tf.Tensor:
+    """Days since 1970-01-01 of a proleptic Gregorian date (int64 tensors), by counting
+    400-year eras from March (so that a leap day ends the year)."""
+    y = year - tf.cast(month <= 2, tf.int64)
+    era = tf.math.floordiv(y, 400)
+    year_of_era = y - era * 400
+    shifted_month = tf.math.floormod(month + 9, 12)  # March 0 .. February 11
+    day_of_year = (153 * shifted_month + 2) // 5 + day - 1
+    day_of_era = year_of_era * 365 + year_of_era // 4 - year_of_era // 100 + day_of_year
+    return era * 146097 + day_of_era - 719468
+
+
+def _days_in_month(year: tf.Tensor, month: tf.Tensor) -> tf.Tensor:
+    leap = (tf.math.floormod(year, 4) == 0) & (
+        (tf.math.floormod(year, 100) != 0) | (tf.math.floormod(year, 400) == 0)
+    )
+    lengths = tf.constant([31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31], tf.int64)
+    length = tf.gather(lengths, tf.clip_by_value(month - 1, 0, 11))
+    return length + tf.cast(leap & (month == 2), tf.int64)

@@ -186,6 +186,33 @@ def _sample_kinds(source: Source, choices: ColumnChoices) -> dict[str, Kind]:
     return {name: kinds[name] for name in features}
 
 
+# The most frequent values of a date column its statistics are computed from.
+DATE_VALUES = 100_000
+
+
+def _date_columns(counters: dict, choices: ColumnChoices) -> dict[str, schema_lib.DateColumn]:
+    """The text columns that are dates: declared (`choices.dates`), or found so (ISO dates, in
+    a column no flag names categorical), from the values the scan counted."""
+    declared = dict(choices.dates)
+    found = {}
+    for name, counter in counters.items():
+
+        def values(n: int, counter=counter) -> list[tuple[str, int]]:
+            return [(v.decode("utf-8", "replace"), c) for v, c in counter.most_common(n)]
+
+        if name in declared:
+            fmt = declared[name]
+        elif name not in choices.categorical and schema_lib.detected_dates(values(200)):
+            fmt = "iso"
+        else:
+            continue
+        found[name] = schema_lib.date_column(
+            name, values(DATE_VALUES), fmt=fmt, missing=0, declared=name in declared
+        )
+        logging.info("Column '%s' holds %s dates: read as dates.", name, fmt)
+    return found
+
+
 def scan_training(
     source: Source,
     choices: ColumnChoices,
@@ -295,6 +322,7 @@ def scan_training(
         mean=label.moments.mean if label.moments.count else float("nan"),
         std=label.moments.std,
     )
+    date_columns = _date_columns(counters, choices)
     columns: list[schema_lib.Column] = []
     for name in kinds:
         if name in moments:
@@ -313,6 +341,8 @@ def scan_training(
                     missing_indicator=choices.missing_indicators,
                 )
             )
+        elif name in date_columns:
+            columns.append(date_columns[name])
         else:
             counter = counters[name]
             columns.append(
@@ -329,6 +359,7 @@ def scan_training(
     warnings = [
         warning
         for name, counter in counters.items()
+        if name not in date_columns
         for warning in schema_lib.column_warnings(
             name,
             [v.decode("utf-8", "replace") for v, _ in counter.most_common(200)],

@@ -12,6 +12,7 @@ The rules here are pure functions of what the scan counted, tested without Tenso
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import enum
 import json
 import math
@@ -21,6 +22,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from trainer.errors import InputError
+from trainer.input import dates
 
 # Values that mean "missing" in a numeric column and in the label (a row without a label is a
 # bad row). Categorical columns keep them as a category.
@@ -43,6 +45,7 @@ SERVING_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
 class Kind(str, enum.Enum):
     NUMERIC = "numeric"
     CATEGORICAL = "categorical"
+    DATETIME = "datetime"
 
 
 class HeadType(str, enum.Enum):
@@ -123,7 +126,47 @@ class CategoricalColumn:
         return self.size if self.encoding is Encoding.ONE_HOT else 0
 
 
-Column = NumericColumn | CategoricalColumn
+@dataclasses.dataclass(frozen=True)
+class DateColumn:
+    """A date or date-time feature, read as text in `format` (`trainer/input/dates.py`: what the
+    model gets of it). `mean` and `std` are the training values' UTC seconds', `year_mean` and
+    `year_std` their years'; `has_time`: some carry a time of day. `count` values parsed and
+    `missing` did not (or were empty)."""
+
+    name: str
+    format: str
+    mean: float
+    std: float
+    year_mean: float
+    year_std: float
+    has_time: bool = False
+    count: int = 0
+    missing: int = 0
+    min: float | None = None
+    max: float | None = None
+
+    kind = Kind.DATETIME
+
+    @property
+    def width(self) -> int:
+        """Seconds, year, month (2), day (2), weekday (2), time of day (2, with times), the
+        missing indicator."""
+        return 8 + (2 if self.has_time else 0) + 1
+
+    @property
+    def indicator_position(self) -> int:
+        """The missing indicator's position in the column's encoding: the last."""
+        return self.width - 1
+
+    def baseline_text(self) -> str:
+        """The date-time at the training mean, as text of the column's format (the
+        explanation baseline's value)."""
+        moment = datetime.datetime.fromtimestamp(self.mean, tz=datetime.timezone.utc)
+        day = {"iso": "%Y-%m-%d", "mdy": "%m/%d/%Y", "dmy": "%d/%m/%Y"}[self.format]
+        return moment.strftime(day + (" %H:%M:%S" if self.has_time else ""))
+
+
+Column = NumericColumn | CategoricalColumn | DateColumn
 
 
 @dataclasses.dataclass(frozen=True)
@@ -212,7 +255,8 @@ class Schema:
     @property
     def plain_positions(self) -> tuple[int, ...]:
         """Positions in the dense encoding of each numeric column's standardised value (and
-        missing indicator) and of the one-hots: all but the piecewise-linear bins."""
+        missing indicator), of the one-hots and of the date columns' parts: all but the
+        piecewise-linear bins."""
         positions: list[int] = []
         start = 0
         for c in self.columns:
@@ -226,12 +270,15 @@ class Schema:
     @property
     def indicated_positions(self) -> tuple[tuple[int, int], ...]:
         """(position of the standardised value, position of the missing indicator) in the
-        dense encoding, for each numeric column with an indicator."""
+        dense encoding, for each numeric column with an indicator and each date column (its
+        seconds)."""
         pairs: list[tuple[int, int]] = []
         start = 0
         for c in self.columns:
             if isinstance(c, NumericColumn) and c.indicator:
                 pairs.append((start, start + 1))
+            elif isinstance(c, DateColumn):
+                pairs.append((start, start + c.indicator_position))
             start += c.width
         return tuple(pairs)
 
@@ -253,7 +300,8 @@ class Schema:
 
     @property
     def categorical_names(self) -> tuple[str, ...]:
-        return tuple(c.name for c in self.columns if c.kind is Kind.CATEGORICAL)
+        """The columns read as text: categories and dates."""
+        return tuple(c.name for c in self.columns if c.kind is not Kind.NUMERIC)
 
     def bytes_per_example(self) -> int:
         """Memory of one encoded example: dense floats, embedding ids, the label and the
@@ -298,6 +346,8 @@ class Schema:
             if kind is Kind.NUMERIC:
                 c["edges"] = tuple(c["edges"])
                 columns.append(NumericColumn(**c))
+            elif kind is Kind.DATETIME:
+                columns.append(DateColumn(**c))
             else:
                 c.update(
                     vocabulary=tuple(c["vocabulary"]),
@@ -328,6 +378,9 @@ class ColumnChoices:
     embedding_dim: int = 16
     weight: str | None = None
     missing_indicators: bool = True
+    # (column, format) of date columns declared (--date_columns) or typed so by the data
+    # (a Parquet timestamp, a BigQuery DATE); text columns of ISO dates are found by the scan
+    dates: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self):
         for name in ("num_bins",):
@@ -351,10 +404,12 @@ def check_choices(header: Sequence[str], choices: ColumnChoices, *, source: str)
             f"--label_column='{choices.label}' is not a column of {source}; "
             f"its columns are: {', '.join(header)}."
         )
+    declared_dates = tuple(name for name, _ in choices.dates)
     for flag, names in (
         ("--numeric_columns", choices.numeric),
         ("--categorical_columns", choices.categorical),
         ("--ignore_columns", choices.ignore),
+        ("--date_columns", declared_dates),
     ):
         unknown = [n for n in names if n not in known]
         if unknown:
@@ -369,6 +424,12 @@ def check_choices(header: Sequence[str], choices: ColumnChoices, *, source: str)
         raise InputError(
             f"column(s) {sorted(both)} are in both --numeric_columns and "
             "--categorical_columns; name each column once."
+        )
+    named = set(choices.numeric) | set(choices.categorical) | set(choices.ignore)
+    if named & set(declared_dates):
+        raise InputError(
+            f"column(s) {sorted(named & set(declared_dates))} are in --date_columns and another "
+            "of --numeric_columns, --categorical_columns, --ignore_columns; name each once."
         )
     check_weight(header, choices, source=source)
     features = [c for c in header if c not in (choices.label, choices.weight, *choices.ignore)]
@@ -422,8 +483,8 @@ def infer_kind(name: str, choices: ColumnChoices, *, numbers: int, not_numbers: 
     """A column's kind from a sample of it: `numbers` values parsed as numbers and
     `not_numbers` did not (missing values count as neither). A numeric column may hold a few
     typos (they are bad rows); a column with many non-numbers is categorical."""
-    if name in choices.categorical:
-        return Kind.CATEGORICAL
+    if name in choices.categorical or name in dict(choices.dates):
+        return Kind.CATEGORICAL  # text (a declared date column is parsed from its text)
     if name in choices.numeric or not_numbers == 0:
         return Kind.NUMERIC
     share = numbers / (numbers + not_numbers)
@@ -524,9 +585,9 @@ def column_warnings(
     if dates >= 0.9 * len(values):
         return [
             f"column '{name}' looks like dates (e.g. '{values[0]}') and is read as a category "
-            f"({how_many}), which a model can only memorise: drop it with "
-            f"--ignore_columns={name}, or give the parts that matter (year, month, weekday, "
-            "days since a start) as columns of their own."
+            f"({how_many}), which a model can only memorise: read it as dates with "
+            f"--date_columns={name}:mdy (month first) or {name}:dmy (day first), or drop it "
+            f"with --ignore_columns={name}."
         ]
     if per_value < NEAR_UNIQUE_ROWS_PER_VALUE:
         return [
@@ -534,6 +595,48 @@ def column_warnings(
             f"which a model can only memorise; drop it with --ignore_columns={name}."
         ]
     return []
+
+
+def date_column(
+    name: str, values: Sequence[tuple[str, int]], *, fmt: str, missing: int, declared: bool
+) -> DateColumn:
+    """A date column from its counted values (text, count) read as `fmt`; values that do not
+    parse count as missing, beside `missing` empty ones. A declared column (`--date_columns`)
+    most of whose values do not parse stops the job, naming one."""
+    share, total = dates.parsed_share(values, fmt)
+    if declared and total and share < dates.DECLARED_SHARE:
+        example = next(text for text, _ in values if dates.parse(text, fmt) is None)
+        raise InputError(
+            f"--date_columns names '{name}' as {fmt} dates, but {1 - share:.0%} of its values "
+            f"do not parse as such (e.g. '{example}'). Give its format ({', '.join(dates.FORMATS)}"
+            f": --date_columns={name}:mdy), or drop it from --date_columns."
+        )
+    parsed = [(p, c) for text, c in values if (p := dates.parse(text, fmt)) is not None]
+    count = sum(c for _, c in parsed)
+    seconds = [(p.seconds, c) for p, c in parsed]
+    mean, std = dates.moments(seconds)
+    year_mean, year_std = dates.moments([(float(p.year), c) for p, c in parsed])
+    timed = [dates.has_time(text, fmt) for text, _ in values[:1000] if dates.parse(text, fmt)]
+    return DateColumn(
+        name,
+        fmt,
+        mean,
+        std or 86400.0,
+        year_mean,
+        max(year_std, 1.0),
+        has_time=any(timed),
+        count=count,
+        missing=missing + total - count,
+        min=min((s for s, _ in seconds), default=None),
+        max=max((s for s, _ in seconds), default=None),
+    )
+
+
+def detected_dates(values: Sequence[tuple[str, int]]) -> bool:
+    """Whether a text column's counted values (text, count; the most frequent) are ISO dates:
+    `dates.DETECT_SHARE` of them parse."""
+    share, total = dates.parsed_share(values, "iso")
+    return total > 0 and share >= dates.DETECT_SHARE
 
 
 def infer_label(

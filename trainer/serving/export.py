@@ -11,7 +11,7 @@ from __future__ import annotations
 import tensorflow as tf
 
 from trainer.input.features import Preprocessor
-from trainer.input.schema import NumericColumn, Schema
+from trainer.input.schema import Column, DateColumn, NumericColumn, Schema
 from trainer.model.heads import Head
 from trainer.search.frozen import FrozenEnsemble
 from trainer.storage import files as storage
@@ -22,11 +22,16 @@ from trainer.storage import paths
 def baseline_of(schema: Schema) -> dict:
     """The instance explanations start from (`deploy/explain.py`): each number at its training
     mean, each category at its most frequent value (the typical row, as the model saw the
-    training data; "" for a column with no vocabulary)."""
-    return {
-        c.name: c.mean if isinstance(c, NumericColumn) else (c.vocabulary or ("",))[0]
-        for c in schema.columns
-    }
+    training data; "" for a column with no vocabulary; a date column at its training mean)."""
+    return {c.name: _typical(c) for c in schema.columns}
+
+
+def _typical(column: Column) -> float | str:
+    if isinstance(column, NumericColumn):
+        return column.mean
+    if isinstance(column, DateColumn):
+        return column.baseline_text()
+    return (column.vocabulary or ("",))[0]
 
 
 class ServingModel(tf.Module):

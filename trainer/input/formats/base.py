@@ -291,6 +291,38 @@ def with_typed_categorical(choices: ColumnChoices, names) -> ColumnChoices:
     return dataclasses.replace(choices, categorical=choices.categorical + text)
 
 
+def with_typed_dates(choices: ColumnChoices, names) -> ColumnChoices:
+    """`choices` with the columns `names` (dates or timestamps by the data's own types) date
+    columns of ISO text, but for those a flag names otherwise (numeric, categorical, ignored,
+    the label or the weight) or declares with a format."""
+    named = {
+        choices.label,
+        choices.weight,
+        *choices.numeric,
+        *choices.categorical,
+        *choices.ignore,
+        *(n for n, _ in choices.dates),
+    }
+    typed = tuple((n, "iso") for n in names if n not in named)
+    return dataclasses.replace(choices, dates=choices.dates + typed)
+
+
+def iso_text(array):
+    """An Arrow array of dates or timestamps as ISO text (`trainer/input/dates.py` reads it):
+    `2024-03-01`, or `2024-03-01T09:00:00` (a timestamp with a zone: in UTC, `...Z`); null
+    stays null."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    kind = array.type
+    if pa.types.is_date(kind):
+        return pc.strftime(pc.cast(array, pa.timestamp("s")), format="%Y-%m-%d")
+    if kind.tz is not None:
+        utc = pc.cast(array, pa.timestamp(kind.unit, "UTC"))
+        return pc.strftime(pc.cast(utc, pa.timestamp(kind.unit)), format="%Y-%m-%dT%H:%M:%SZ")
+    return pc.strftime(array, format="%Y-%m-%dT%H:%M:%S")
+
+
 # -- CSV lines ----------------------------------------------------------------------------------
 def csv_fields(text: bytes) -> list[str] | None:
     """The fields of a CSV line (None: not valid CSV)."""

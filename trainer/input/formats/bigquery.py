@@ -9,7 +9,8 @@ fewer streams than readers), and the hold-out and the row counts stay those of t
 BigQuery keeps a read session for at most 6 hours: a job resumed after that must start anew.
 
 Column kinds come from the table schema: INT64, FLOAT64, NUMERIC and BIGNUMERIC columns are
-numeric, STRING and BOOL categorical (flags override); any other type must be ignored
+numeric, STRING and BOOL categorical, DATE, DATETIME and TIMESTAMP dates (read as ISO text,
+`trainer/input/dates.py`; flags override); any other type must be ignored
 (`--ignore_columns`). Each stream's Arrow record batches become CSV lines (pyarrow's C++
 writer, no Python per row) that the CSV row parser reads: row numbers count from 1 in each
 stream, line ends inside strings become spaces, NULL is a missing value.
@@ -42,7 +43,14 @@ from absl import logging
 from trainer.errors import InputError, require
 from trainer.input import blocks
 from trainer.input.formats import shards
-from trainer.input.formats.base import Format, Reading, Source, with_typed_categorical
+from trainer.input.formats.base import (
+    Format,
+    Reading,
+    Source,
+    iso_text,
+    with_typed_categorical,
+    with_typed_dates,
+)
 from trainer.input.options import BigQueryConnection, InputOptions
 from trainer.input.schema import ColumnChoices
 from trainer.storage import files as storage
@@ -50,6 +58,7 @@ from trainer.storage import files as storage
 PREFIX = "bq://"
 NUMERIC = frozenset({"INT64", "FLOAT64", "NUMERIC", "BIGNUMERIC"})
 CATEGORICAL = frozenset({"STRING", "BOOL"})
+TEMPORAL = frozenset({"DATE", "DATETIME", "TIMESTAMP"})
 # Streams asked for: the server may return fewer (one for a small table).
 MAX_STREAMS = 64
 # Streams staged at once: each is a gRPC read, a CSV writer and gzip, which release the GIL.
@@ -369,15 +378,17 @@ def table_choices(source: Source, choices: ColumnChoices) -> ColumnChoices:
     unusable = {
         name: kind
         for name, kind in types.items()
-        if kind not in NUMERIC | CATEGORICAL and name not in choices.ignore
+        if kind not in NUMERIC | CATEGORICAL | TEMPORAL and name not in choices.ignore
     }
     if unusable:
         listed = ", ".join(f"{n} ({k})" for n, k in unusable.items())
         raise InputError(
             f"{source.flag}: column(s) {listed} of {source.pattern} have types the trainer "
-            "cannot read (INT64, FLOAT64, NUMERIC, BIGNUMERIC, STRING, BOOL). Pass "
+            "cannot read (INT64, FLOAT64, NUMERIC, BIGNUMERIC, STRING, BOOL, DATE, DATETIME, "
+            "TIMESTAMP). Pass "
             f"--ignore_columns={','.join(unusable)}, or cast them in a view."
         )
+    choices = with_typed_dates(choices, (n for n, k in types.items() if k in TEMPORAL))
     return with_typed_categorical(choices, (n for n, k in types.items() if k in CATEGORICAL))
 
 
@@ -412,6 +423,8 @@ def csv_chunks(stream: str, session: Session):
                 array = pc.cast(array, pa.float64())
             elif kind == "STRING":  # one row per line
                 array = pc.replace_substring_regex(array, r"[\r\n]", " ")
+            elif kind in TEMPORAL:
+                array = iso_text(array)
             elif kind not in NUMERIC | CATEGORICAL:
                 array = pa.nulls(len(array), pa.string())
             columns.append(array)

@@ -7,9 +7,10 @@ record batch becomes CSV lines (pyarrow's CSV writer, no Python per row) that th
 parser reads, so the scan, sharding (whole files, or every n-th row of each), bad rows (named
 by file and row), caching and weights are the CSV input's. Column kinds follow the types:
   - integers, floats and decimals are numbers;
-  - timestamps, dates, times of day and durations are numbers too: seconds (since
-    1970-01-01 UTC; since midnight), so that a model can order and compare them; serving
-    takes the same seconds;
+  - timestamps and dates are date columns (`trainer/input/dates.py`): written as ISO text
+    (a timestamp with a zone in UTC, `...Z`), which serving takes too, and encoded as seconds,
+    year, month, day, weekday and time of day;
+  - times of day and durations are numbers: seconds (since midnight);
   - strings, booleans ("true"/"false") and dictionary-encoded columns are categorical (unless
     `--numeric_columns` names them: then text that is not a number is a bad row);
   - lists, structs, maps and binary values cannot be read: a used column of such a type in
@@ -35,7 +36,15 @@ import tensorflow as tf
 from trainer.errors import InputError
 from trainer.input import blocks
 from trainer.input.formats import shards
-from trainer.input.formats.base import NESTED, Format, Reading, Source, with_typed_categorical
+from trainer.input.formats.base import (
+    NESTED,
+    Format,
+    Reading,
+    Source,
+    iso_text,
+    with_typed_categorical,
+    with_typed_dates,
+)
 from trainer.input.options import InputOptions
 from trainer.input.schema import ColumnChoices
 
@@ -46,6 +55,7 @@ _OPEN_THREADS = 16
 # A column's kind by its types (`Source.state`): categorical, or "" (sampled, as CSV text);
 # a type the trainer cannot read is named.
 CATEGORICAL = "categorical"
+DATE = "date"
 _SECONDS = {"s": 1, "ms": 1e3, "us": 1e6, "ns": 1e9}
 
 
@@ -79,7 +89,9 @@ class Parquet(Format):
     def column_choices(self, source: Source, choices: ColumnChoices) -> ColumnChoices:
         kinds = dict(zip(source.columns, source.state))
         unusable = {
-            n: k for n, k in kinds.items() if k not in ("", CATEGORICAL) and n not in choices.ignore
+            n: k
+            for n, k in kinds.items()
+            if k not in ("", CATEGORICAL, DATE) and n not in choices.ignore
         }
         if unusable:
             listed = ", ".join(f"{n} ({k})" for n, k in unusable.items())
@@ -88,6 +100,7 @@ class Parquet(Format):
                 "cannot read (it reads numbers, strings, booleans, timestamps and dates). Pass "
                 f"--ignore_columns={','.join(unusable)}, or flatten them."
             )
+        choices = with_typed_dates(choices, (n for n, k in kinds.items() if k == DATE))
         return with_typed_categorical(choices, (n for n, k in kinds.items() if k == CATEGORICAL))
 
     def reader(self, source: Source, reading: Reading):
@@ -180,6 +193,8 @@ def _kind(kind) -> str:
         kind = kind.value_type
     if pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_boolean(kind):
         return CATEGORICAL
+    if pa.types.is_timestamp(kind) or pa.types.is_date(kind):
+        return DATE
     if (
         pa.types.is_integer(kind)
         or pa.types.is_floating(kind)
@@ -232,7 +247,8 @@ def csv_chunks(path: str, *, lost_tails: bool = False, notes: blocks.Notes | Non
 
 def _readable(array):
     """A column of a record batch as the CSV writer should write it: numbers, text on one
-    line, booleans; temporal values as seconds; other types as a `NESTED` mark."""
+    line, booleans; timestamps and dates as ISO text; times of day and durations as seconds;
+    other types as a `NESTED` mark."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -243,11 +259,9 @@ def _readable(array):
         return pc.replace_substring_regex(array, r"[\r\n]", " ")  # one row per line
     if pa.types.is_decimal(kind):
         return pc.cast(array, pa.float64())
-    if pa.types.is_date32(kind):
-        return pc.multiply(pc.cast(pc.cast(array, pa.int32()), pa.float64()), 86_400.0)
-    if pa.types.is_date64(kind):
-        return pc.divide(pc.cast(pc.cast(array, pa.int64()), pa.float64()), 1e3)
-    if pa.types.is_temporal(kind):  # timestamps, times of day, durations: a count of units
+    if pa.types.is_date(kind) or pa.types.is_timestamp(kind):
+        return iso_text(array)
+    if pa.types.is_temporal(kind):  # times of day, durations: a count of units
         count = pc.cast(array, pa.int64() if kind.bit_width == 64 else pa.int32())
         return pc.divide(pc.cast(count, pa.float64()), _SECONDS[kind.unit])
     if pa.types.is_floating(kind) and kind.bit_width == 16:
