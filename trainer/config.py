@@ -15,7 +15,7 @@ from absl import logging
 from trainer import ensemble as ens
 from trainer import flags
 from trainer.errors import InputError
-from trainer.input.options import InputOptions
+from trainer.input.options import InputOptions, SplitOptions
 from trainer.input.schema import ColumnChoices
 from trainer.model import Generator, decision
 from trainer.placement import Placement
@@ -32,6 +32,8 @@ class DataConfig:
     input: InputOptions = InputOptions()
     # scored once by the exported model, never by the search: not part of the fingerprint
     test_data: str | None = None
+    # a split column or a time split: train_data, eval_data and test_data are its files
+    split: SplitOptions = SplitOptions()
 
     def __post_init__(self):
         flags.check_fields(self)
@@ -56,6 +58,7 @@ class DataConfig:
             "eval_data": self.eval_data,
             "holdout_fraction": None if self.eval_data else self.holdout_fraction,
             **rule,
+            **self.split.fingerprint(),
             "bad_rows": self.input.bad_rows.value,
             "jsonl": self.input.jsonl,
             "label_column": columns.label,
@@ -73,6 +76,8 @@ class DataConfig:
 
     def input_flags(self) -> list[tuple[str, str | None]]:
         """(flag, comma-separated files or globs) of every input, for the preflight check."""
+        if self.split.enabled:  # the split files are written by the job
+            return [("--train_data", self.split.source)]
         return [
             ("--train_data", self.train_data),
             ("--eval_data", self.eval_data),

@@ -154,6 +154,27 @@ FLAGS: tuple[Flag, ...] = (
         "search. Default: a Vertex AI managed dataset's test split (AIP_TEST_DATA_URI).",
     ),
     Flag(
+        "split_column",
+        "str",
+        None,
+        "A column of each row's split: TRAIN, VALIDATE (the eval data) or TEST (the test "
+        "data); other values are left out. Not a feature. Not with --eval_data or --test_data.",
+    ),
+    Flag(
+        "timestamp_split_column",
+        "str",
+        None,
+        "Split by time on this column (a date-time or seconds): the oldest rows train, then "
+        "validate (the eval data), the newest test, by --split_fractions. Still a feature "
+        "unless --ignore_columns names it.",
+    ),
+    Flag(
+        "split_fractions",
+        "list",
+        ["0.8", "0.1", "0.1"],
+        "Train, validate and test shares of --timestamp_split_column's split.",
+    ),
+    Flag(
         "holdout_fraction",
         "float",
         0.1,

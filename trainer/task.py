@@ -75,9 +75,9 @@ from trainer.distribute import cluster as cluster_lib
 from trainer.distribute import preemption
 from trainer.distribute import runtime as distributed
 from trainer.errors import TrainingError
-from trainer.input import dates
+from trainer.input import dates, splits
 from trainer.input import files as files_lib
-from trainer.input.options import BadRows, BigQueryConnection, InputOptions
+from trainer.input.options import BadRows, BigQueryConnection, InputOptions, SplitOptions
 from trainer.input.schema import ColumnChoices, HeadType
 from trainer.job import evaluator
 from trainer.job import job as job_lib
@@ -119,6 +119,28 @@ def _date_columns(values: list[str]) -> tuple[tuple[str, str], ...]:
     return tuple(pairs)
 
 
+def _split(f, train_data: str, eval_data: str | None, test_data: str | None) -> SplitOptions:
+    """The split users chose (flags), checked against the data flags it replaces."""
+    try:
+        fractions = tuple(float(x) for x in f.split_fractions)
+    except ValueError:
+        raise InputError(
+            f"--split_fractions={','.join(f.split_fractions)}: give three numbers."
+        ) from None
+    split = SplitOptions(
+        column=f.split_column or None,
+        timestamp_column=f.timestamp_split_column or None,
+        fractions=fractions,  # type: ignore[arg-type]
+        source=train_data,
+    )
+    if split.enabled and (f.eval_data or f.test_data):
+        raise InputError(
+            f"--{'split_column' if split.column else 'timestamp_split_column'} gives the eval "
+            "and test rows: drop --eval_data and --test_data, or the split."
+        )
+    return split
+
+
 def build_config(f=FLAGS, environment: Environment | None = None) -> config_lib.RunConfig:
     """Turns flags into the frozen run configuration: each flag checked by its rule
     (trainer/flags.py), then their combinations."""
@@ -143,6 +165,8 @@ def build_config(f=FLAGS, environment: Environment | None = None) -> config_lib.
                 f"--label_column is required with a managed dataset ({train_data}): name "
                 "the column to predict."
             )
+    elif train_data is None and (f.split_column or f.timestamp_split_column):
+        raise InputError("--split_column and --timestamp_split_column split --train_data: give it.")
     elif train_data is None:
         train_data = files_lib.CENSUS_TRAIN
         eval_data = eval_data or files_lib.CENSUS_TEST
@@ -151,6 +175,11 @@ def build_config(f=FLAGS, environment: Environment | None = None) -> config_lib.
         raise InputError(
             "--label_column is required with --train_data: name the column to predict."
         )
+    split = _split(f, train_data, eval_data, test_data)
+    if split.enabled:  # the job reads the split files it writes into its job dir
+        fmt = splits.input_format(train_data, jsonl=jsonl)
+        at = splits.paths(_output_dirs(f, environment)["job_dir"], fmt)
+        train_data, eval_data, test_data = at["train"], at["validate"], at["test"]
     generator = model.make_generator(
         f.generator, model.GeneratorOptions(**flags.fields_of(model.GeneratorOptions, values))
     )
@@ -205,7 +234,7 @@ def build_config(f=FLAGS, environment: Environment | None = None) -> config_lib.
         numeric=tuple(f.numeric_columns),
         categorical=tuple(f.categorical_columns),
         dates=_date_columns(f.date_columns),
-        ignore=tuple(f.ignore_columns),
+        ignore=tuple(f.ignore_columns) + ((split.column,) if split.column else ()),
         head=None if f.head == "auto" else HeadType(f.head),
         num_bins=f.num_bins,
         max_vocabulary_size=f.max_vocabulary_size,
@@ -222,6 +251,7 @@ def build_config(f=FLAGS, environment: Environment | None = None) -> config_lib.
             train_data=train_data,
             eval_data=eval_data,
             test_data=test_data,
+            split=split,
             columns=columns,
             input=InputOptions(
                 bad_rows=BadRows(f.bad_rows),

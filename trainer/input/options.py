@@ -1,10 +1,12 @@
 """How the input is read: what a bad row does, the memory budget for keeping the training data
-in memory, and the shuffle buffer. A leaf: no TensorFlow here."""
+in memory, the shuffle buffer, and the splits users choose (`trainer/input/splits.py`). A leaf: no
+TensorFlow here."""
 
 from __future__ import annotations
 
 import dataclasses
 import enum
+import math
 
 from trainer.errors import InputError
 
@@ -58,3 +60,52 @@ class InputOptions:
     @property
     def cache_bytes(self) -> int:
         return int(self.cache_mb * (1 << 20))
+
+
+@dataclasses.dataclass(frozen=True)
+class SplitOptions:
+    """`column`: the predefined split column; `timestamp_column`: the time split's; at most
+    one. `fractions`: the time split's train, validate and test shares."""
+
+    column: str | None = None
+    timestamp_column: str | None = None
+    fractions: tuple[float, float, float] = (0.8, 0.1, 0.1)
+    source: str | None = None  # the --train_data split (the job reads the split files)
+
+    def __post_init__(self):
+        if self.column and self.timestamp_column:
+            raise InputError(
+                "--split_column and --timestamp_split_column are exclusive: choose the rows' "
+                "own split, or a split by time."
+            )
+        if len(self.fractions) != 3 or any(f < 0 for f in self.fractions):
+            raise InputError(
+                f"--split_fractions={','.join(map(str, self.fractions))}: give three shares "
+                ">= 0 (train, validate, test), e.g. 0.8,0.1,0.1."
+            )
+        if not math.isclose(sum(self.fractions), 1.0, abs_tol=1e-6) or not all(self.fractions):
+            raise InputError(
+                f"--split_fractions={','.join(map(str, self.fractions))} must sum to 1, each "
+                "share above 0 (the job trains, evaluates and tests on its own rows)."
+            )
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.column or self.timestamp_column)
+
+    @property
+    def split_by(self) -> str:
+        return self.column or self.timestamp_column or ""
+
+    def fingerprint(self) -> dict:
+        if not self.enabled:
+            return {}
+        by = (
+            {"split_column": self.column}
+            if self.column
+            else {
+                "timestamp_split_column": self.timestamp_column,
+                "split_fractions": list(self.fractions),
+            }
+        )
+        return {**by, "split_data": self.source}

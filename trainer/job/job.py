@@ -26,6 +26,7 @@ from trainer.evaluation import calibration as calibration_lib
 from trainer.evaluation import exported
 from trainer.evaluation import importance as importance_lib
 from trainer.input import job_input as input_lib
+from trainer.input import splits
 from trainer.input.features import Preprocessor
 from trainer.job import bagging
 from trainer.job.controller import Controller
@@ -305,6 +306,11 @@ def _run(
     cluster = cluster or Cluster()
     job = job_dir_lib.JobDir.of(config.outputs)
     storage.preflight(outputs=job.output_flags(), inputs=config.data.input_flags())
+    split = config.data.split
+    if split.enabled and cluster.is_chief:  # before any other input is opened: it reads them
+        splits.write(split, split.source or "", config.data.input, job.root)
+    elif split.enabled:
+        splits.wait_for(job.root, config.distribution.cluster_timeout_secs)
     placement = config.distribution.placement
     if cluster.is_distributed and not cluster.has_ps and placement is not Placement.REPLICATION:
         raise InputError(
