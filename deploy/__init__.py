@@ -13,6 +13,8 @@
 - `deploy.serve`: a local server with Vertex's custom-container contract (aiohttp), which
   predicts requests that arrive together in one model call (`deploy.batching`).
 - `deploy.batch`: a Vertex BatchPredictionJob, or its local twin with the same output layout.
+- `deploy.monitor`: a model monitoring job on an endpoint, the model's training data as the
+  skew baseline.
 - `deploy.sdk`: the Python API for notebooks (train here or on Vertex AI and wait with the
   logs streamed, `deploy.waiting`; the report as an object; predict, batch-predict and explain
   DataFrames).

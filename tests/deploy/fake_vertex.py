@@ -251,6 +251,16 @@ class FakeVertex(MetadataHandlers):
             page["nextPageToken"] = str(start + size)
         return page
 
+    def _modelDeploymentMonitoringJobs_create(self, parent, query, body):
+        endpoint = self._get_resource(body["endpoint"])
+        deployed = {m["id"] for m in endpoint.get("deployedModels", [])}
+        for config in body.get("modelDeploymentMonitoringObjectiveConfigs", []):
+            if config.get("deployedModelId") not in deployed:
+                self._fail(
+                    400, "INVALID_ARGUMENT", f"no deployed model {config.get('deployedModelId')}"
+                )
+        return self._new(parent, {**body, "state": "JOB_STATE_PENDING"})
+
     def _batchPredictionJobs_create(self, parent, query, body):
         self._get_resource(body["model"].split("@")[0])
         return self._new(parent, {**body, "state": "JOB_STATE_PENDING"})

@@ -42,6 +42,7 @@ from trainer.search import record as record_lib
 from trainer.search.budget import TimeBudget
 from trainer.search.rules import Search
 from trainer.serving import export as export_lib
+from trainer.serving import monitoring
 from trainer.serving.bagged import BaggedModel
 from trainer.storage import job_dir as job_dir_lib
 
@@ -247,7 +248,11 @@ def run(
         models = [job_dir_lib.JobDir(root).model for root in roots]
         calibration = bagged_decision(data, roots, config.calibration.objective)
         threshold = calibration_lib.deciding(Head(data.schema.label), calibration).threshold
-        export_lib.export(BaggedModel(models, data.schema, threshold), job, source, calibration)
+        bagged = BaggedModel(models, data.schema, threshold)
+        baseline = monitoring.files(
+            data.schema, config.data.train_data, jsonl=config.data.input.jsonl
+        )
+        export_lib.export(bagged, job, source, calibration, extras=baseline)
         logging.info("Exported the bagged model of %d bags to %s", len(models), job.model)
     calibration = job.exported_calibration() or {}
     head = calibration_lib.deciding(Head(data.schema.label), calibration)

@@ -41,6 +41,7 @@ from trainer.search import record as record_lib
 from trainer.search.budget import TimeBudget
 from trainer.search.factory import Models
 from trainer.serving import export as export_lib
+from trainer.serving import monitoring
 from trainer.storage import files as storage
 from trainer.storage import job_dir as job_dir_lib
 
@@ -184,7 +185,10 @@ def _train(
         model = export_lib.ServingModel(
             Preprocessor(data.schema), local, fitted.head, fitted.temperature
         )
-        export_lib.export(model, job, source, fitted.to_json())
+        baseline = monitoring.files(
+            data.schema, config.data.train_data, jsonl=config.data.input.jsonl
+        )
+        export_lib.export(model, job, source, fitted.to_json(), extras=baseline)
         logging.info(
             "Exported the chosen ensemble of iteration %d to %s", len(records) - 1, job.model
         )

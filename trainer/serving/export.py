@@ -8,6 +8,8 @@ time, so serving paid for the losers).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import tensorflow as tf
 
 from trainer.input.features import Preprocessor
@@ -66,14 +68,20 @@ class ServingModel(tf.Module):
 
 
 def export(
-    model: tf.Module, job: job_dir_lib.JobDir, source: dict, calibration: dict | None = None
+    model: tf.Module,
+    job: job_dir_lib.JobDir,
+    source: dict,
+    calibration: dict | None = None,
+    extras: Mapping[str, str | dict] | None = None,
 ) -> str:
     """Saves `model` (its `serve` function as `serving_default`) to a temporary dir, then
     publishes it as `job.model`, replacing the model there (or what an interrupted publish
     left): one rename locally; on Cloud Storage a copy with `saved_model.pb` last, so that
     `job.has_model()` is true only for a complete model. Then stamps it as exported from
-    `source` (`job.exported_from()`) with its `calibration` (report.json's). A failure leaves
-    no temporary dir behind."""
+    `source` (`job.exported_from()`) with its `calibration` (report.json's). `extras`: more
+    files beside the graph ({path in the model dir: text, or a document written as JSON}: the
+    monitoring baseline, `trainer/serving/monitoring.py`). A failure leaves no temporary dir
+    behind."""
     temp = job.model_temp()
     try:
         tf.saved_model.save(model, temp, signatures={"serving_default": model.serve})
@@ -81,6 +89,12 @@ def export(
         if baseline is not None:  # beside the graph, where TensorFlow Serving looks for none
             tf.io.gfile.makedirs(f"{temp}/{paths.MODEL_EXTRA}")
             job_dir_lib.write_json(f"{temp}/{paths.EXPLANATION_BASELINE}", baseline())
+        for path, content in (extras or {}).items():
+            tf.io.gfile.makedirs(f"{temp}/{path.rsplit('/', 1)[0]}")
+            if isinstance(content, str):
+                job_dir_lib.write_atomically(f"{temp}/{path}", content)
+            else:
+                job_dir_lib.write_json(f"{temp}/{path}", content)
         job.remove_model()
         storage.publish_dir(temp, job.model, complete_marker=job_dir_lib.MODEL_MARKER)
     finally:

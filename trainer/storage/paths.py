@@ -14,6 +14,10 @@ DEFAULT_JOB_DIR = "runs/adanet"
 # `deploy/explain.py` reads it).
 MODEL_EXTRA = "assets.extra"
 EXPLANATION_BASELINE = f"{MODEL_EXTRA}/explanation_baseline.json"
+# The monitoring baseline (trainer/serving/monitoring.py; deploy.monitor reads it)
+MONITORING_BASELINE = f"{MODEL_EXTRA}/monitoring/baseline.json"
+MONITORING_INSTANCE_SCHEMA = f"{MODEL_EXTRA}/monitoring/instance_schema.yaml"
+MONITORING_ANALYSIS_SCHEMA = f"{MODEL_EXTRA}/monitoring/analysis_schema.yaml"
 
 
 def is_gcs(path: str) -> bool:
