@@ -102,7 +102,11 @@ def test_a_job_trains_on_its_split_and_reports_validation_and_test(tmp_path):
     result = run_task([*args, "--split_column=part"])
     assert result.returncode == 0, result.stderr[-3000:]
     report = load_report(job)
-    assert report["final"]["eval_data"].endswith("splits/validate.csv.gz")
+    # the search chose on the validation split, and the calibration was fitted there
+    assert report["final"]["eval_data"].endswith(
+        "splits/validate.csv.gz, the validation split the search chose on"
+    )
+    assert report["calibration"]["fitted_on"].startswith("the validation split")
     assert report["final"]["examples"] == 150
     assert report["test"]["examples"] == 150 and report["test"]["test_data"].endswith("test.csv.gz")
     schema = json.loads((job / "schema.json").read_text())

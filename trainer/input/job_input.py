@@ -69,6 +69,9 @@ class JobInput:
     selected_on_eval: bool = False
     # --test_data (the chief's): scored once by the exported model, after the eval rows
     test: Source | None = None
+    # `eval` is the validation split a user chose (`trainer/input/splits.py`): the search
+    # chooses on it and the calibration fits on it; the test data is the unseen figure
+    validation: bool = False
     # The encoded tables this process holds in memory (`_table`), built on first use.
     _tables: dict = dataclasses.field(default_factory=dict, init=False, repr=False, compare=False)
 
@@ -83,8 +86,8 @@ class JobInput:
         """This input for a search that selects on held-out rows (`on_holdout`) or not: with
         --eval_data and `on_holdout`, the training rows the scan held out become the selection
         rows (and are not trained on); a job dir scanned before hold-outs were counted beside
-        --eval_data keeps selecting on the eval data."""
-        if not self.eval_data:
+        --eval_data keeps selecting on the eval data, and a validation split is chosen on."""
+        if not self.eval_data or self.validation:
             return dataclasses.replace(self, selected_on_eval=on_holdout)
         recorded = self.schema.summary.get("holdout")
         if not on_holdout or self.train is None or not recorded:
@@ -111,7 +114,7 @@ class JobInput:
 
     @property
     def has_calibration_rows(self) -> bool:
-        return not (self.eval_data and not self.holdout)
+        return self.validation or not (self.eval_data and not self.holdout)
 
     def calibration_rows(self) -> tuple[tf.data.Dataset, str] | None:
         """The rows the exported model's calibration may be fitted on, encoded, and their
@@ -119,6 +122,8 @@ class JobInput:
         stays a test set); None then."""
         if not self.has_calibration_rows:
             return None
+        if self.validation:
+            return self.eval_encoded(), f"the validation split {self.eval.pattern}"
         if self.eval_data:  # (and a hold-out: `for_selection`)
             return self.selection_encoded(), self.holdout.describe()  # type: ignore[union-attr]
         return self.selection_encoded(), self.describe_eval()
@@ -153,6 +158,8 @@ class JobInput:
         return self._pipeline(self.test).raw(Selection(), with_weight=True)
 
     def describe_eval(self) -> str:
+        if self.validation and self.selected_on_eval:
+            return f"{self.eval.pattern}, the validation split the search chose on"
         if self.eval_data or self.holdout is None:
             return self.eval.pattern
         if self.selected_on_eval:
@@ -285,6 +292,7 @@ def prepare(
     open_train: bool = True,
     stage_tables: bool = False,
     test_data: str | None = None,
+    validation: bool = False,
 ) -> JobInput:
     """Opens the sources and gets the schema: from the job dir when it exists; else scanned
     here (`scan_if_new`, the chief: InputError on bad input, before anything is written);
@@ -297,7 +305,8 @@ def prepare(
     those files; bad input found after staging deletes them. `holdout_fold`: which of the
     seed's disjoint hold-outs (a bag's, `trainer/job/bagging.py`). `test_data` is opened by
     the chief alone (`scan_if_new`) and checked against the schema in the scan of a new job
-    (summary `test`); a resumed job's, first given then, is checked as it is read."""
+    (summary `test`); a resumed job's, first given then, is checked as it is read.
+    `validation`: `eval_data` is a validation split (`JobInput.validation`)."""
     schema = None
     if job.exists():
         schema = Schema.from_document(job_dir_lib.read_json(job.schema), path=job.schema)
@@ -373,7 +382,14 @@ def prepare(
     evaluated = eval_source or train
     assert evaluated is not None, "without --eval_data the hold-out opens the training data"
     return JobInput(
-        schema, train, evaluated, holdout, options, eval_data=eval_source is not None, test=test
+        schema,
+        train,
+        evaluated,
+        holdout,
+        options,
+        eval_data=eval_source is not None,
+        test=test,
+        validation=validation and eval_source is not None,
     )
 
 

@@ -6,8 +6,8 @@ trainer's own hold-out.
 The chief writes the training input's rows, as they are, into three files of the job dir
 (`JOB_DIR/splits/train`, `validate`, `test`, in the input's format, gzipped), once; `done.json`
 there says they are whole and counts them. The job then reads them as `--train_data`,
-`--eval_data` (VALIDATE: the exported model's eval metrics, and the rows a search that selects
-on eval data chooses on) and `--test_data` (TEST: scored once), and the split column is not a
+`--eval_data` (VALIDATE: the rows the search chooses on and the calibration fits on,
+`JobInput.validation`) and `--test_data` (TEST: scored once), and the split column is not a
 feature. Every replica reads the same files; a resumed job reuses them.
 
 Predefined values (any case): `TRAIN`/`TRAINING`, `VALIDATE`/`VALIDATION`, `TEST`; a row with

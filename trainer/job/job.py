@@ -72,6 +72,7 @@ def prepare_input(
         open_train=open_train,
         stage_tables=stage_tables,
         test_data=data.test_data,
+        validation=data.split.enabled,
     )
 
 
