@@ -202,7 +202,7 @@ def _write(rows: list[dict], path, fmt: str) -> str:
 @pytest.mark.slow  # trains a model a format (about 20 s each on 2 cores)
 @pytest.mark.parametrize("fmt", ["csv", "jsonl", "parquet"])
 def test_a_table_with_dates_trains_and_serves_raw_date_strings(tmp_path, fmt):
-    from deploy import batch, batch_local
+    from deploy import batch, batch_local, predict, serve
     from deploy.instances import Predictor
     from tests.support import FAST_FLAGS, load_report, run_task
 
@@ -236,6 +236,13 @@ def test_a_table_with_dates_trains_and_serves_raw_date_strings(tmp_path, fmt):
     weekend_night, weekday_day, unknown = predictor.predict(instances)
     assert weekend_night["classes"] == "yes" and weekday_day["classes"] == "no"
     assert 0.0 < unknown["probabilities"][1] < 1.0
+    server = serve.PredictionServer(predictor, routes=serve.Routes(port=0)).start()
+    try:  # the local server: the same request and response as a Vertex endpoint's
+        served = predict.predict_at_url(server.url, instances)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert [p["classes"] for p in served] == ["yes", "no", unknown["classes"]]
     source = tmp_path / "instances.jsonl"
     source.write_text("".join(json.dumps({**x, "id": i}) + "\n" for i, x in enumerate(instances)))
     out = batch_local.predict_local(
