@@ -113,7 +113,7 @@ def test_bags_follow_the_rows_the_hold_outs_the_budget_and_the_machine(
     args, one_machine, expected, why
 ):
     config, changes = adapt.resolve(
-        _config(args), rows=383, head=HeadType.BINARY, one_machine=one_machine
+        _config(args), rows=383, head=HeadType.BINARY, shape=adapt.Shape(one_machine=one_machine)
     )
     assert config.bags == expected
     if why:
@@ -153,7 +153,9 @@ def test_synchronous_replicas_get_a_batch_they_split_evenly():
     """Three replicas (a chief and two workers under MultiWorkerMirroredStrategy) cannot split
     256 examples: left to the data, the batch becomes 255; set by the user, it is refused
     before any work, naming sizes that split (TensorFlow's own error came after the scan)."""
-    config, changes = adapt.resolve(_config([]), rows=100_000, head=HeadType.BINARY, replicas=3)
+    config, changes = adapt.resolve(
+        _config([]), rows=100_000, head=HeadType.BINARY, shape=adapt.Shape(replicas=3)
+    )
     assert config.train.batch_size == 255
     assert "a multiple of the 3 synchronous replicas" in changes["batch_size"]["why"]
     adapt.check_global_batch(_config([]), 3)  # left to the data: resolve rounds it
@@ -161,7 +163,9 @@ def test_synchronous_replicas_get_a_batch_they_split_evenly():
     adapt.check_global_batch(_config(["--batch_size=256"]), 1)
     with pytest.raises(InputError, match=r"--batch_size=256 .* 3 synchronous .*=255 or 258"):
         adapt.check_global_batch(_config(["--batch_size=256"]), 3)
-    small, _ = adapt.resolve(_config([]), rows=120, head=HeadType.BINARY, replicas=5)
+    small, _ = adapt.resolve(
+        _config([]), rows=120, head=HeadType.BINARY, shape=adapt.Shape(replicas=5)
+    )
     assert small.train.batch_size == 15  # 16 rounded down to 5 replicas' multiple
 
 

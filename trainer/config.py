@@ -289,7 +289,7 @@ def check_resolved(config: RunConfig, job: job_dir_lib.JobDir) -> None:
     recorded = job_dir_lib.read_json(job.run).get("resolved")
     if recorded is None:
         return
-    changed = _changed(recorded, config.fingerprint())
+    changed = changed_settings(recorded, config.fingerprint())
     if changed:
         lines = "; ".join(f"{k}: was {old!r}, now {new!r}" for k, (old, new) in changed.items())
         raise InputError(
@@ -299,7 +299,7 @@ def check_resolved(config: RunConfig, job: job_dir_lib.JobDir) -> None:
         )
 
 
-def _changed(recorded: dict, current: dict) -> dict:
+def changed_settings(recorded: dict, current: dict) -> dict:
     """{setting: (recorded value, current value)} of the recorded settings that differ."""
     return {k: (recorded[k], v) for k, v in current.items() if k in recorded and recorded[k] != v}
 
@@ -321,7 +321,7 @@ def check_resumable(config: RunConfig, job: job_dir_lib.JobDir) -> None:
             job.root,
             ", ".join(unknown),
         )
-    changed = _changed(recorded, current)
+    changed = changed_settings(recorded, current)
     if changed:
         lines = "; ".join(
             f"{k}: was {old!r}{'' if k in written else ' (before it was recorded)'}, now {new!r}"

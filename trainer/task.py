@@ -184,7 +184,7 @@ def build_config(f=FLAGS, environment: Environment | None = None) -> config_lib.
         f.generator, model.GeneratorOptions(**flags.fields_of(model.GeneratorOptions, values))
     )
 
-    ensembler_names = _choice("ensemblers", f.ensemblers, {"complexity_regularized", "mean"})
+    ensembler_names = _choice("ensemblers", f.ensemblers, ens.ENSEMBLERS)
     regularized_flags = {
         "adanet_lambda": f.adanet_lambda != 0.0,
         "adanet_beta": f.adanet_beta != 0.0,
@@ -203,21 +203,15 @@ def build_config(f=FLAGS, environment: Environment | None = None) -> config_lib.
             )
     if f.mixture_learning_rate is not None and not f.learn_mixture_weights:
         raise InputError("--mixture_learning_rate needs --learn_mixture_weights.")
-    ensemblers: list[ens.Ensembler] = []
-    for name in ensembler_names:
-        if name == "mean":
-            ensemblers.append(ens.MeanEnsembler())
-        else:
-            ensemblers.append(
-                ens.ComplexityRegularizedEnsembler(
-                    mixture_weight_type=ens.MixtureWeightType(f.mixture_weight_type),
-                    adanet_lambda=f.adanet_lambda,
-                    adanet_beta=f.adanet_beta,
-                    use_bias=f.use_bias,
-                    learn_mixture_weights=f.learn_mixture_weights,
-                    warm_start_mixture_weights=f.warm_start_mixture_weights,
-                )
-            )
+    options = ens.EnsemblerOptions(
+        mixture_weight_type=ens.MixtureWeightType(f.mixture_weight_type),
+        adanet_lambda=f.adanet_lambda,
+        adanet_beta=f.adanet_beta,
+        use_bias=f.use_bias,
+        learn_mixture_weights=f.learn_mixture_weights,
+        warm_start_mixture_weights=f.warm_start_mixture_weights,
+    )
+    ensemblers = [ens.ENSEMBLERS[name].from_options(options) for name in ensembler_names]
     strategies = tuple(
         ens.STRATEGIES[n]
         for n in _choice("ensemble_strategies", f.ensemble_strategies, ens.STRATEGIES)

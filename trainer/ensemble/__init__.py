@@ -1,8 +1,10 @@
 """Ensembles: ensemblers, ensemble strategies, the AdaNet objective and selection."""
 
 from trainer.ensemble.ensembler import (
+    ENSEMBLERS,
     ComplexityRegularizedEnsembler,
     Ensembler,
+    EnsemblerOptions,
     MeanEnsembler,
     Member,
     MixtureWeights,
@@ -20,8 +22,10 @@ from trainer.ensemble.strategy import (
 )
 
 __all__ = [
+    "ENSEMBLERS",
     "ComplexityRegularizedEnsembler",
     "Ensembler",
+    "EnsemblerOptions",
     "MeanEnsembler",
     "Member",
     "MixtureWeights",

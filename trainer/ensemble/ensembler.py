@@ -1,7 +1,9 @@
 """Ensemblers: how the members' outputs combine into the ensemble's logits.
 
 An `Ensembler` is a frozen description; `build` makes the `MixtureWeights` (a tf.Module of
-variables) of one candidate ensemble.
+variables) of one candidate ensemble. `--ensemblers` names them in `ENSEMBLERS`, each made
+from the flags' `EnsemblerOptions` (`from_options`), as `--generator` names generators: a new
+ensembler is a class here and a line there.
 """
 
 from __future__ import annotations
@@ -22,6 +24,18 @@ class MixtureWeightType(str, enum.Enum):
     SCALAR = "scalar"  # w_j is a scalar times member j's logits
     VECTOR = "vector"  # w_j is a [logits_dim] vector times member j's logits, elementwise
     MATRIX = "matrix"  # w_j is a [last_layer_dim, logits_dim] matrix on member j's last layer
+
+
+@dataclasses.dataclass(frozen=True)
+class EnsemblerOptions:
+    """The flags of the ensemblers (those of complexity_regularized; mean takes none)."""
+
+    mixture_weight_type: MixtureWeightType = MixtureWeightType.SCALAR
+    adanet_lambda: float = 0.0
+    adanet_beta: float = 0.0
+    use_bias: bool = False
+    learn_mixture_weights: bool = False
+    warm_start_mixture_weights: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -123,6 +137,10 @@ class ComplexityRegularizedEnsembler(Ensembler):
     warm_start_mixture_weights: bool = False
 
     name = "complexity_regularized"
+
+    @classmethod
+    def from_options(cls, options: EnsemblerOptions) -> ComplexityRegularizedEnsembler:
+        return cls(**dataclasses.asdict(options))
 
     def __post_init__(self):
         if self.adanet_lambda < 0 or self.adanet_beta < 0:
@@ -234,6 +252,10 @@ class MeanEnsembler(Ensembler):
 
     name = "mean"
 
+    @classmethod
+    def from_options(cls, options: EnsemblerOptions) -> MeanEnsembler:
+        return cls()
+
     def build(self, *, members, logits_dimension, previous=None):
         return _Mean(tuple(members))
 
@@ -248,3 +270,10 @@ class _Mean(MixtureWeights):
 
     def describe(self):
         return {"type": "mean", "weights": {m.key: 1.0 / len(self.members) for m in self.members}}
+
+
+# What --ensemblers names.
+ENSEMBLERS: dict[str, type[ComplexityRegularizedEnsembler] | type[MeanEnsembler]] = {
+    ComplexityRegularizedEnsembler.name: ComplexityRegularizedEnsembler,
+    MeanEnsembler.name: MeanEnsembler,
+}

@@ -28,9 +28,10 @@ import time
 import tensorflow as tf
 from absl import logging
 
+from trainer import config as config_lib
 from trainer.config import RunConfig
 from trainer.distribute.cluster import ChiefWatch
-from trainer.errors import TrainingError, first_line
+from trainer.errors import InputError, TrainingError, first_line
 from trainer.evaluation import streaming as evaluation
 from trainer.input.job_input import JobInput
 from trainer.job import job as job_lib
@@ -82,7 +83,7 @@ def run(config: RunConfig, *, chief: ChiefWatch | None, poll_secs: float = 5.0) 
         logging.info("Evaluator: waiting for the chief to create %s.", job.root)
         _wait(poll_secs, chief)
     data = job_lib.prepare_input(config, job, scan_if_new=False, open_train=False)
-    config, _ = adapt.resolve(config, data.train_rows, data.schema.label.head)
+    config = resolved_as_chief(config, job, data)
     evaluator = _Evaluator(job, data, Models(config, data.schema))
     evaluations, seen = [], set()
     iterations: dict[int, object] = {}  # built once per iteration; checkpoints are read in
@@ -115,6 +116,26 @@ def run(config: RunConfig, *, chief: ChiefWatch | None, poll_secs: float = 5.0) 
             logging.info("Evaluator: the job is complete after %d evaluations.", len(evaluations))
             return evaluations
         _wait(poll_secs, chief)
+
+
+def resolved_as_chief(config: RunConfig, job: job_dir_lib.JobDir, data: JobInput) -> RunConfig:
+    """`config` with the flags the chief left to the data chosen as the chief chose them: for
+    the cluster the chief recorded (`resolved_for` in run.json), not this evaluator's (one
+    machine, one replica); checked against what the chief recorded it resolved to. A job dir
+    of an older version, without the record, is resolved for one machine as it was."""
+    run = job_dir_lib.read_json(job.run) if tf.io.gfile.exists(job.run) else {}
+    shape = adapt.Shape(**run["resolved_for"]) if "resolved_for" in run else adapt.Shape()
+    config, _ = adapt.resolve(config, data.train_rows, data.schema.label.head, shape=shape)
+    differ = config_lib.changed_settings(run.get("resolved") or {}, config.fingerprint())
+    if differ:
+        lines = "; ".join(
+            f"{k}: the chief's {old!r}, here {new!r}" for k, (old, new) in differ.items()
+        )
+        raise InputError(
+            f"the evaluator's settings differ from those the chief trained with ({lines}): "
+            "give the evaluator the chief's flags."
+        )
+    return config
 
 
 def _latest_checkpoint(directory: str) -> str | None:

@@ -244,15 +244,25 @@ def _runtime(config: RunConfig, cluster: Cluster) -> distributed.Runtime:
 
 
 def _start_job_dir(
-    config: RunConfig, resolved: RunConfig, job: job_dir_lib.JobDir, data: input_lib.JobInput
+    config: RunConfig,
+    resolved: RunConfig,
+    job: job_dir_lib.JobDir,
+    data: input_lib.JobInput,
+    shape: adapt.Shape,
 ) -> None:
     """Creates the job dir (removing what a crash left), and on a new job writes its schema,
-    the flags a resume must match (`config`) and what they resolved to (`resolved`)."""
+    the flags a resume must match (`config`), what they resolved to (`resolved`) and the
+    cluster they were resolved for (`shape`: the evaluator resolves its flags for the same)."""
     job.create()
     if not job.exists():
         job_dir_lib.write_atomically(job.schema, data.schema.to_json())
         job_dir_lib.write_json(
-            job.run, {"fingerprint": config.fingerprint(), "resolved": resolved.fingerprint()}
+            job.run,
+            {
+                "fingerprint": config.fingerprint(),
+                "resolved": resolved.fingerprint(),
+                "resolved_for": dataclasses.asdict(shape),
+            },
         )
 
 
@@ -367,13 +377,8 @@ def _run(
             f"{', '.join(metrics)}."
         )
     flags_config = config
-    config, adapted = adapt.resolve(
-        config,
-        data.train_rows,
-        data.schema.label.head,
-        one_machine=not cluster.is_distributed,
-        replicas=replicas,
-    )
+    shape = adapt.Shape(one_machine=not cluster.is_distributed, replicas=replicas)
+    config, adapted = adapt.resolve(config, data.train_rows, data.schema.label.head, shape=shape)
     if "bags" in adapted and record_lib.finished(
         job
     ):  # a job dir of one search, from before --bags
@@ -385,7 +390,7 @@ def _run(
     if cluster.is_chief:
         config_lib.check_resolved(config, job)
     if config.bags > 1:
-        _start_job_dir(flags_config, config, job, data)
+        _start_job_dir(flags_config, config, job, data, shape)
         return bagging.run(
             flags_config,
             config,
@@ -408,7 +413,7 @@ def _run(
         )
     runtime = runtime or _runtime(config, cluster)
     if cluster.is_chief:  # from here on the job dir is written, by the chief alone
-        _start_job_dir(flags_config, config, job, data)
+        _start_job_dir(flags_config, config, job, data, shape)
         if tracker:
             tracker.on_start()
     try:

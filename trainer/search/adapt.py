@@ -172,13 +172,24 @@ def _flag_value(value):
     return getattr(value, "value", value)
 
 
+@dataclasses.dataclass(frozen=True)
+class Shape:
+    """What of the cluster the choices depend on: one machine or a cluster, and how many
+    synchronous replicas split each batch. The chief records it in run.json
+    (`resolved_for`), and the evaluator resolves its flags for the chief's."""
+
+    one_machine: bool = True
+    replicas: int = 1
+
+
 def resolve(
-    config: RunConfig, rows: int, head: HeadType, *, one_machine: bool = True, replicas: int = 1
+    config: RunConfig, rows: int, head: HeadType, *, shape: Shape = Shape()
 ) -> tuple[RunConfig, dict]:
     """`config` with its `auto` flags chosen for `rows` training rows of a `head` task on one
-    machine or a cluster of `replicas` synchronous replicas (each batch split over them),
-    and what changed ({flag: {"value", "default", "why"}}, values as the command line writes
-    them; empty when nothing did)."""
+    machine or a cluster of `shape.replicas` synchronous replicas (each batch split over
+    them), and what changed ({flag: {"value", "default", "why"}}, values as the command line
+    writes them; empty when nothing did)."""
+    one_machine, replicas = shape.one_machine, shape.replicas
     small = rows < SMALL_TABLE_ROWS
     changes: dict[str, dict] = {}
 
