@@ -71,7 +71,7 @@ FAST_FLAGS = [
     "--batch_size=32",
     "--learning_rate=0.01",
     "--steps_per_loop=50",
-    "--bags=1",  # one search (tests/test_bagging.py runs bags)
+    "--bags=1",  # one search (tests/job/test_bagging.py runs bags)
 ]
 
 

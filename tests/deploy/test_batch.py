@@ -485,7 +485,7 @@ def test_vertex_csv_job_reads_jsonl_objects_converted_in_the_bucket(
         gzip.compress("\n".join([header, *rows[10:20], "1,2"]).encode())
     )  # "1,2": line 12
     # The fake keeps the artifactUri as given: here the local export (TensorFlow reads a
-    # gs:// one natively; tests/test_gcs.py covers that route).
+    # gs:// one natively; tests/storage/test_gcs.py covers that route).
     model = fake.add_model(cloud.parent, "census", artifact_uri=census_model)
     csv_job = _csv_job(["gs://test-bucket/in/*.csv", "gs://test-bucket/in/*.csv.gz"], model=model)
 

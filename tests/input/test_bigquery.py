@@ -518,7 +518,7 @@ def test_a_job_that_reads_streams_is_not_resumed_with_parameter_servers(emulator
 def test_a_parameter_server_cluster_trains_on_a_table(emulator, tmp_path):
     """The default Vertex shape (chief, workers, ps) on bq:// tables: the chief stages them,
     the workers read the shards through the dataset function it traces."""
-    from tests.test_distributed import Job
+    from tests.distribute.test_distributed import Job
 
     env = task_env(**emulator.env())
     args = (

@@ -386,7 +386,7 @@ def test_a_bad_json_line_staged_for_parameter_servers_is_named_and_leaves_no_sha
 def test_a_parameter_server_cluster_trains_on_json_lines(tmp_path):
     """The default Vertex shape (chief, workers, ps) on .jsonl files: the chief stages them,
     the workers read the shards through the dataset function it traces."""
-    from tests.test_distributed import Job
+    from tests.distribute.test_distributed import Job
     from trainer.distribute.local.cluster import ClusterShape
 
     (tmp_path / "json").mkdir()

@@ -19,7 +19,7 @@ import tensorflow as tf
 
 from tests.input.support import ps_prepare
 from tests.support import FAST_FLAGS, run_in_process, synthetic_rows, task_env
-from tests.test_distributed import Job
+from tests.distribute.test_distributed import Job
 from trainer.distribute.local.cluster import ClusterShape
 from trainer.errors import InputError
 from trainer.input import files, scan

@@ -9,7 +9,7 @@ code. Anywhere else (the data scan, building an iteration, selection, the export
 training to save and no safe point to wait for: the handler ends the process at once
 (`os._exit`), as SIGKILL would but with the same exit code. That is safe because every artifact
 is published atomically (see `trainer/storage/job_dir.py`), the property that lets a SIGKILLed
-job resume (tests/test_resume.py). (Raising an exception from the handler instead, as Python's
+job resume (tests/job/test_resume.py). (Raising an exception from the handler instead, as Python's
 own SIGINT handler raises KeyboardInterrupt, is not reliable: the handler may run inside one of
 TensorFlow's `__del__` methods, where Python prints an exception and drops it; the job then ran
 on to the end. It also printed a traceback and saved nothing.)

@@ -3,7 +3,7 @@
 Pure decisions over small values: the generator proposes builders from the iteration context,
 the ensemble strategies make candidate specs from them, the objectives become scores and the
 best score is chosen. A resume replays the generator to get each member's builder back. Tested
-without building any model (tests/test_search.py).
+without building any model (tests/search/test_search.py).
 """
 
 from __future__ import annotations

@@ -489,7 +489,7 @@ def test_a_server_stopped_before_its_chief_is_done_exits_to_be_restarted(chief, 
 def test_a_preempted_chief_of_a_parameter_server_cluster_saves_and_its_restart_resumes(tmp_path):
     """Under parameter servers the chief checkpoints between two chunks it fetches; chunks
     still in flight may add steps before the save reads the counters, never remove any."""
-    from tests.test_distributed import Job, assert_trained
+    from tests.distribute.test_distributed import Job, assert_trained
     from trainer.distribute.local.cluster import ClusterShape
 
     steps = 30_000  # (about 15 s of training here: the first progress line comes after 5 s)
@@ -519,7 +519,7 @@ def test_a_synchronous_replica_stops_at_once_on_sigterm_in_training(tmp_path):
     """A replica of a synchronous cluster cannot checkpoint alone: SIGTERM in training stops it
     at once with 143 (TensorFlow's coordination service, which swallowed the signal with a
     handler of its own, is not used)."""
-    from tests.test_distributed import Job
+    from tests.distribute.test_distributed import Job
     from trainer.distribute.local.cluster import ClusterShape
 
     extra = ("--max_iterations=1", "--max_iteration_steps=30000")
