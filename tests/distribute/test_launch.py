@@ -12,9 +12,9 @@ import threading
 
 import pytest
 
+from tests.distribute.test_job_spec import write
 from tests.support import DUMMY_TASK as DUMMY
 from tests.support import REPO, is_alive, kill_quietly, wait_for
-from tests.distribute.test_job_spec import write
 from trainer.distribute.local import launch
 from trainer.distribute.local.cluster import ClusterShape
 from trainer.errors import InputError

@@ -17,9 +17,9 @@ import pyarrow.parquet as pq
 import pytest
 import tensorflow as tf
 
+from tests.distribute.test_distributed import Job
 from tests.input.support import ps_prepare
 from tests.support import FAST_FLAGS, run_in_process, synthetic_rows, task_env
-from tests.distribute.test_distributed import Job
 from trainer.distribute.local.cluster import ClusterShape
 from trainer.errors import InputError
 from trainer.input import files, scan

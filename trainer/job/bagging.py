@@ -263,35 +263,28 @@ def run(
         summary(b, r, dataclasses.replace(flags_config, bag=b).training_seed)
         for b, r in enumerate(reports)
     ]
-    value = {
-        "status": "complete",
-        "job_dir": job.root,
-        "model_dir": job.model,
-        "head": data.schema.label.head.value,
-        "label": data.schema.label.name,
-        "classes": list(data.schema.label.classes),
-        "bags": bags,
-        "iterations": [],
-        "leaderboard": [],
-        "architecture": None,
-        "final": final,
-        **({"test": test} if test else {}),
-        "config": config.fingerprint(),
-        "adapted": adapted,
-        "budget": None
-        if budget is None
-        else {**budget.to_json(), "bags_planned": config.bags, "bags_trained": len(bags)},
-        "early_stop": None,
-        "feature_importance": importance,
-        "calibration": calibration,
-        "input": {
+    value = report_lib.build_report(
+        config=config,
+        schema=data.schema,
+        records=[],
+        final=final,
+        job=job,
+        input_summary={
             "training_rows": data.schema.summary["train"]["rows"],
             "bad_rows": report_lib.bad_rows(data.schema.summary),
             "statistics": data.schema.summary.get("statistics"),
             "warnings": data.schema.summary.get("warnings", []),
         },
-        "timing": {"input_seconds": input_seconds, "seconds": time.monotonic() - started},
-    }
+        timing={"input_seconds": input_seconds, "seconds": time.monotonic() - started},
+        adapted=adapted,
+        budget=None
+        if budget is None
+        else {**budget.to_json(), "bags_planned": config.bags, "bags_trained": len(bags)},
+        feature_importance=importance,
+        calibration=calibration,
+        test=test,
+        bags=bags,
+    )
     job_dir_lib.write_json(job.report, value)
     job_dir_lib.write_atomically(
         job.report_png,

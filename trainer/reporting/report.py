@@ -30,9 +30,11 @@ def build_report(
     feature_importance: dict | None = None,
     calibration: dict | None = None,
     test: dict | None = None,
+    bags: list[dict] | None = None,
 ) -> dict:
     """`report.json`: complete with the exported model's `final` metrics (and its
-    `calibration`, and its metrics on --test_data, `test`), else training."""
+    `calibration`, and its metrics on --test_data, `test`), else training. A bagged job's
+    (`trainer/job/bagging.py`) has its `bags` and no iterations of its own."""
     iterations = [r.to_json() for r in records]
     return {
         "status": "complete" if final else "training",
@@ -41,6 +43,7 @@ def build_report(
         "head": schema.label.head.value,
         "label": schema.label.name,
         "classes": list(schema.label.classes),
+        **({"bags": bags} if bags is not None else {}),
         "iterations": iterations,
         "leaderboard": leaderboard.rows(iterations),
         "architecture": records[-1].to_json()["architecture"] if records else None,
@@ -49,7 +52,7 @@ def build_report(
         "config": config.fingerprint(),
         "adapted": adapted or {},
         "budget": budget,
-        "early_stop": early_stop(config, records),
+        "early_stop": None if bags is not None else early_stop(config, records),
         "overfitting": overfitting(iterations, (final or {}).get("constant")),
         "feature_importance": feature_importance,
         "calibration": calibration,
