@@ -33,9 +33,10 @@ from trainer.evaluation import exported
 from trainer.evaluation import importance as importance_lib
 from trainer.input import job_input as input_lib
 from trainer.input.schema import HeadType, Schema
+from trainer.job import ending
 from trainer.model import decision
 from trainer.model.heads import Head
-from trainer.reporting import hypertune, leaderboard
+from trainer.reporting import leaderboard
 from trainer.reporting import report as report_lib
 from trainer.reporting.experiments import Tracker
 from trainer.search import record as record_lib
@@ -286,20 +287,14 @@ def run(
         bags=bags,
     )
     job_dir_lib.write_json(job.report, value)
-    job_dir_lib.write_atomically(
-        job.report_png,
-        leaderboard.plot_bags(
-            [r["iterations"] for r in reports], Head(data.schema.label).objective_metric, final
+    return ending.publish(
+        job,
+        value,
+        leaderboard_png=leaderboard.plot_bags(
+            [r["iterations"] for r in reports], head.objective_metric, final
         ),
+        head=head,
+        hypertune_metric=config.hypertune_metric,
+        steps=sum(b["steps"] for b in bags),
+        tracker=tracker,
     )
-    if importance:
-        job_dir_lib.write_atomically(job.importance_png, importance_lib.plot(importance))
-    if config.hypertune_metric is not None:
-        hypertune.report(
-            config.hypertune_metric or Head(data.schema.label).objective_metric,
-            final["metrics"],
-            sum(b["steps"] for b in bags),
-        )
-    if tracker:
-        tracker.on_end(value)
-    return value

@@ -24,16 +24,14 @@ from trainer.distribute.loops import LoopMaker
 from trainer.errors import InputError, TrainingError
 from trainer.evaluation import calibration as calibration_lib
 from trainer.evaluation import exported
-from trainer.evaluation import importance as importance_lib
 from trainer.input import job_input as input_lib
 from trainer.input import splits
 from trainer.input.features import Preprocessor
-from trainer.job import bagging
+from trainer.job import bagging, ending
 from trainer.job.controller import Controller
 from trainer.model.heads import Head
 from trainer.placement import Placement
-from trainer.reporting import calibration as calibration_plot
-from trainer.reporting import hypertune, leaderboard
+from trainer.reporting import leaderboard
 from trainer.reporting import report as report_lib
 from trainer.reporting.experiments import Tracker
 from trainer.search import adapt
@@ -215,24 +213,17 @@ def _train(
     value = report(
         final, importance, calibration, ending_seconds=time.monotonic() - ending_started, test=test
     )
-    job_dir_lib.write_atomically(
-        job.report_png,
-        leaderboard.plot(value["iterations"], models.head.objective_metric, final.get("constant")),
+    return ending.publish(
+        job,
+        value,
+        leaderboard_png=leaderboard.plot(
+            value["iterations"], models.head.objective_metric, final.get("constant")
+        ),
+        head=models.head,
+        hypertune_metric=config.hypertune_metric,
+        steps=sum(r.steps for r in controller.records),
+        tracker=tracker,
     )
-    if importance:
-        job_dir_lib.write_atomically(job.importance_png, importance_lib.plot(importance))
-    calibration_png = calibration_plot.plot(calibration)
-    if calibration_png:
-        job_dir_lib.write_atomically(job.calibration_png, calibration_png)
-    if config.hypertune_metric is not None:
-        hypertune.report(
-            config.hypertune_metric or models.head.objective_metric,
-            final["metrics"],
-            sum(r.steps for r in controller.records),
-        )
-    if tracker:
-        tracker.on_end(value)
-    return value
 
 
 def _runtime(config: RunConfig, cluster: Cluster) -> distributed.Runtime:
