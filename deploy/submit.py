@@ -53,8 +53,9 @@ from collections.abc import Callable, Sequence
 from typing import Any, Generic, Protocol, TypeVar
 
 from deploy import api, images, storage
+from trainer.distribute.cluster import POOL_ROLES, TASK_SPECS, task_spec_key
 from trainer.distribute.local import job_spec
-from trainer.distribute.local.cluster import POOL_ROLES, ClusterShape
+from trainer.distribute.local.cluster import ClusterShape
 from trainer.errors import InputError
 from trainer.placement import Placement, cost
 
@@ -102,7 +103,6 @@ GPUS = N1_GPUS + (
 _GPU_FREE_SERIES = {"e2", "n2", "n2d", "n4", "c2", "c2d", "c3", "c3d", "c4", "t2d", "m1", "m2"}
 _CPU_IMAGE = re.compile(r"^(?P<repo>[a-z0-9-]+-docker\.pkg\.dev/vertex-ai/training/)tf-cpu\.")
 # What a pool runs: the sdist on a prebuilt image, or an image of its own.
-TASK_SPECS = ("pythonPackageSpec", "containerSpec")
 # An image reference as Docker reads it: a lowercase registry host and path, then a tag or a
 # digest (a placeholder such as PROJECT, in capitals, is not one).
 _IMAGE_URI = re.compile(
@@ -308,15 +308,12 @@ def task_spec(pool: dict, where: str = "the pool") -> dict:
 
 
 def task_key(pool: dict, where: str = "the pool") -> str:
-    """Which of TASK_SPECS the pool has (`task_spec`'s key); DeployError as it says."""
-    found = [key for key in TASK_SPECS if key in pool]
-    if len(found) != 1 or not isinstance(pool[found[0]], dict):
-        raise api.DeployError(
-            f"{where} needs exactly one of pythonPackageSpec (the sdist on a prebuilt image) or "
-            f"containerSpec (the trainer's image, --image_uri), as a mapping; it has "
-            f"{' and '.join(found) or 'neither'}."
-        )
-    return found[0]
+    """Which of TASK_SPECS the pool has (`task_spec`'s key): the rule the local cluster
+    reads config.yaml by (`trainer.distribute.cluster.task_spec_key`), as a DeployError."""
+    try:
+        return task_spec_key(pool, where)
+    except InputError as e:
+        raise api.DeployError(str(e)) from None
 
 
 def needs_package(spec: dict) -> bool:

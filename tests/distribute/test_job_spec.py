@@ -75,7 +75,7 @@ def test_empty_pools_count_as_zero_and_container_args_are_used(tmp_path):
         ),
         (
             "workerPoolSpecs:\n" + CHIEF_POOL + "  - {replicaCount: 1}\n",
-            r"workerPoolSpecs[1] needs exactly one of pythonPackageSpec or containerSpec",
+            r"workerPoolSpecs[1] needs exactly one of pythonPackageSpec (the sdist on a prebuilt",
         ),
         ("workerPoolSpecs:\n" + CHIEF_POOL + "  - [1]\n", r"workerPoolSpecs[1] must be a mapping"),
     ],

@@ -18,9 +18,27 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from trainer.errors import InputError
 
 CHIEF, WORKER, PS, EVALUATOR = "chief", "worker", "ps", "evaluator"
-_ROLES = (CHIEF, WORKER, PS, EVALUATOR)
+# Vertex AI's roles by pool: workerPoolSpecs[i] holds the replicas of POOL_ROLES[i], named
+# workerpool<i> in TF_CONFIG (the local cluster and deploy/ read them here too).
+POOL_ROLES = (CHIEF, WORKER, PS, EVALUATOR)
+_ROLES = POOL_ROLES
 _ALIASES = {"master": CHIEF}
-_POOLS = {"workerpool0": CHIEF, "workerpool1": WORKER, "workerpool2": PS, "workerpool3": EVALUATOR}
+_POOLS = {f"workerpool{i}": role for i, role in enumerate(POOL_ROLES)}
+# What a pool of a CustomJobSpec runs: exactly one of these.
+TASK_SPECS = ("pythonPackageSpec", "containerSpec")
+
+
+def task_spec_key(pool: dict, where: str) -> str:
+    """Which of TASK_SPECS the pool `where` (e.g. "workerPoolSpecs[0]") has; InputError
+    unless exactly one, a mapping."""
+    found = [key for key in TASK_SPECS if key in pool]
+    if len(found) != 1 or not isinstance(pool[found[0]], dict):
+        raise InputError(
+            f"{where} needs exactly one of pythonPackageSpec (the sdist on a prebuilt image) or "
+            f"containerSpec (the trainer's image, --image_uri), as a mapping; it has "
+            f"{' and '.join(found) or 'neither'}."
+        )
+    return found[0]
 
 
 @dataclasses.dataclass(frozen=True)

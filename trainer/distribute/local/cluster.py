@@ -49,12 +49,10 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import IO, TextIO
 
+from trainer.distribute.cluster import CHIEF, EVALUATOR, POOL_ROLES, PS, WORKER
 from trainer.distribute.local.library_lines import LibraryLines
 from trainer.errors import InputError
 
-CHIEF, WORKER, PS, EVALUATOR = "chief", "worker", "ps", "evaluator"
-# Vertex's pools by position: workerPoolSpecs[i] holds the replicas of POOL_ROLES[i].
-POOL_ROLES = (CHIEF, WORKER, PS, EVALUATOR)
 DEFAULT_MODULE = "trainer.task"
 DEFAULT_HOST = "127.0.0.1"
 LOOPBACK_NO_PROXY = ("127.0.0.1", "localhost")

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import yaml
 
+from trainer.distribute.cluster import task_spec_key
 from trainer.distribute.local.cluster import POOL_ROLES, ClusterShape
 from trainer.errors import InputError
 
@@ -41,19 +42,7 @@ def _replica_count(pool: dict, position: int, path: str) -> int:
 
 def _task_spec(pool: dict, position: int, path: str) -> dict:
     """The pool's pythonPackageSpec or containerSpec (exactly one must be there)."""
-    specs = [k for k in ("pythonPackageSpec", "containerSpec") if k in pool]
-    if len(specs) != 1:
-        raise InputError(
-            f"{path}: workerPoolSpecs[{position}] needs exactly one of "
-            f"pythonPackageSpec or containerSpec (found {specs or 'neither'})."
-        )
-    spec = pool[specs[0]]
-    if not isinstance(spec, dict):
-        raise InputError(
-            f"{path}: workerPoolSpecs[{position}].{specs[0]} must be a mapping, "
-            f"not {type(spec).__name__}."
-        )
-    return spec
+    return pool[task_spec_key(pool, f"{path}: workerPoolSpecs[{position}]")]
 
 
 def _pool_args(spec: dict, path: str) -> tuple[str, ...]:
