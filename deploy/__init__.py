@@ -17,7 +17,7 @@
   skew baseline.
 - `deploy.sdk`: the Python API for notebooks (train here or on Vertex AI and wait with the
   logs streamed, `deploy.waiting`; the report as an object; predict, batch-predict and explain
-  DataFrames).
+  DataFrames, `deploy.frames`).
 
 Each module has a Python API and a `python -m deploy.<name>` entry point with `--help` and
 `--dry_run` (prints the exact REST requests without sending them). `deploy.api` holds the
