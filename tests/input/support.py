@@ -34,14 +34,18 @@ def write_tfrecord(path, records, options=None):
     return str(path)
 
 
-def ps_prepare(job, train_data: str, **kwargs):
-    """`prepare` of a job's input as a parameter-server chief (or, with scan_if_new=False, a
-    worker) calls it: label y, a 10% hold-out, seed 0."""
+def ps_prepare(job, train_data: str, *, stage_tables: bool = False, worker: bool = False):
+    """`prepare` of a job's input as a chief (staging with `stage_tables`, as in a
+    parameter-server cluster) or a `worker` calls it: label y, a 10% hold-out, seed 0."""
     from trainer.input import job_input as input_lib
     from trainer.input import schema as S
     from trainer.input.options import InputOptions
 
-    kwargs.setdefault("scan_if_new", True)
+    role = (
+        input_lib.Role.worker(0.0, stage_tables=stage_tables)
+        if worker
+        else input_lib.Role.chief(stage_tables=stage_tables)
+    )
     return input_lib.prepare(
         train_data=train_data,
         eval_data=None,
@@ -50,5 +54,5 @@ def ps_prepare(job, train_data: str, **kwargs):
         options=InputOptions(),
         seed=0,
         job=job,
-        **kwargs,
+        role=role,
     )

@@ -180,13 +180,13 @@ def test_workers_read_the_chief_s_read_session(emulator, tmp_path):
         job=job,
     )
     with pytest.raises(InputError, match="did not write"):  # waits; opens nothing before
-        input_lib.prepare(**common, scan_if_new=False, wait_secs=0)
-    chief = input_lib.prepare(**common, scan_if_new=True)
+        input_lib.prepare(**common, role=input_lib.Role.worker(0))
+    chief = input_lib.prepare(**common, role=input_lib.Role.chief())
     assert chief.train_rows == SMALL_ROWS and chief.eval_rows == EVAL_ROWS
     job.create()
     (tmp_path / "job" / "schema.json").write_text(chief.schema.to_json())
     (tmp_path / "job" / "run.json").write_text("{}")
-    worker = input_lib.prepare(**common, scan_if_new=False, wait_secs=5)
+    worker = input_lib.prepare(**common, role=input_lib.Role.worker(5))
     for theirs, ours in ((worker.train_source, chief.train_source), (worker.eval, chief.eval)):
         assert theirs.state is not None and ours.state is not None
         assert theirs.files == ours.files and theirs.state.name == ours.state.name
@@ -365,7 +365,7 @@ def staged_table(emulator):
     return emulator.uri("ds.staged")
 
 
-def _staging_prepare(emulator, job, uri, **kwargs):
+def _staging_prepare(emulator, job, uri, *, opens_train: bool = True):
     return input_lib.prepare(
         train_data=uri,
         eval_data=None,
@@ -374,9 +374,7 @@ def _staging_prepare(emulator, job, uri, **kwargs):
         options=InputOptions(bigquery=_connection(emulator)),
         seed=0,
         job=job,
-        scan_if_new=True,
-        stage_tables=True,
-        **kwargs,
+        role=input_lib.Role(opens_train=opens_train, stage_tables=True),
     )
 
 
@@ -434,7 +432,7 @@ def test_staging_writes_every_row_once_and_a_second_prepare_reuses_it(
     (tmp_path / "job" / "run.json").write_text("{}")
     resumed = _staging_prepare(emulator, job, staged_table)
     assert resumed.train_source.files == train.files and resumed.train_rows == data.train_rows
-    evaluator = _staging_prepare(emulator, job, staged_table, open_train=False)
+    evaluator = _staging_prepare(emulator, job, staged_table, opens_train=False)
     assert evaluator.eval.files == train.files  # the hold-out of the shards
 
 
@@ -486,8 +484,7 @@ def test_bad_input_found_after_staging_leaves_no_shards(emulator, tmp_path, monk
             options=InputOptions(bigquery=_connection(emulator)),
             seed=0,
             job=job,
-            scan_if_new=True,
-            stage_tables=True,
+            role=input_lib.Role.chief(stage_tables=True),
         )
     assert len(staged) == 2  # both tables were staged (one stream each) before the scan
     folder = tmp_path / "job" / "data"
@@ -504,14 +501,13 @@ def test_a_job_that_reads_streams_is_not_resumed_with_parameter_servers(emulator
         options=InputOptions(bigquery=_connection(emulator)),
         seed=0,
         job=job,
-        scan_if_new=True,
     )
-    chief = input_lib.prepare(**common)  # no ps: the streams
+    chief = input_lib.prepare(**common, role=input_lib.Role.chief())  # no ps: the streams
     job.create()
     (tmp_path / "job" / "schema.json").write_text(chief.schema.to_json())
     (tmp_path / "job" / "run.json").write_text("{}")
     with pytest.raises(InputError, match="started without parameter servers"):
-        input_lib.prepare(**common, stage_tables=True)
+        input_lib.prepare(**common, role=input_lib.Role.chief(stage_tables=True))
 
 
 @pytest.mark.slow

@@ -365,7 +365,7 @@ def test_parameter_servers_stage_json_lines_once_and_a_second_prepare_reuses_it(
     (tmp_path / "job" / "schema.json").write_text(data.schema.to_json())
     (tmp_path / "job" / "run.json").write_text("{}")
     resumed = ps_prepare(job, pattern, stage_tables=True)
-    worker = ps_prepare(job, pattern, stage_tables=True, scan_if_new=False)
+    worker = ps_prepare(job, pattern, stage_tables=True, worker=True)
     assert resumed.train_source.files == worker.train_source.files == train.files
     assert resumed.train_rows == data.train_rows
 

@@ -199,7 +199,7 @@ def test_parameter_servers_read_csv_shards_staged_once(tmp_path, monkeypatch):
     job.create()
     (tmp_path / "job" / "schema.json").write_text(data.schema.to_json())
     (tmp_path / "job" / "run.json").write_text("{}")
-    worker = ps_prepare(job, pattern, stage_tables=True, scan_if_new=False)
+    worker = ps_prepare(job, pattern, stage_tables=True, worker=True)
     assert worker.train_source.files == data.train_source.files
     assert worker.train_source.format.column_choices(
         worker.train_source, S.ColumnChoices("y")

@@ -48,6 +48,31 @@ COMPACT_TABLE_BYTES = 32 << 20
 
 
 @dataclasses.dataclass(frozen=True)
+class Role:
+    """Which replica opens the job's input, which decides what `prepare` does: the chief
+    scans a new job's data (`scans`; in a parameter-server cluster it stages the inputs
+    workers cannot read first, `stage_tables`); a worker waits up to `wait_secs` for the
+    schema the chief writes; the evaluator never opens the training data (`opens_train`)."""
+
+    scans: bool = True
+    opens_train: bool = True
+    wait_secs: float = 0.0
+    stage_tables: bool = False
+
+    @classmethod
+    def chief(cls, *, stage_tables: bool = False) -> Role:
+        return cls(stage_tables=stage_tables)
+
+    @classmethod
+    def worker(cls, wait_secs: float, *, stage_tables: bool = False) -> Role:
+        return cls(scans=False, wait_secs=wait_secs, stage_tables=stage_tables)
+
+    @classmethod
+    def evaluator(cls) -> Role:
+        return cls(scans=False, opens_train=False)
+
+
+@dataclasses.dataclass(frozen=True)
 class JobInput:
     """The schema, the sources, the hold-out and how to read them. `train` is None for an
     evaluator given its own eval data: it never opens the training data.
@@ -286,27 +311,25 @@ def prepare(
     options: InputOptions,
     seed: int,
     job: job_dir_lib.JobDir,
-    scan_if_new: bool,
+    role: Role = Role(),
     holdout_fold: int = 0,
-    wait_secs: float = 0.0,
-    open_train: bool = True,
-    stage_tables: bool = False,
     test_data: str | None = None,
     validation: bool = False,
 ) -> JobInput:
     """Opens the sources and gets the schema: from the job dir when it exists; else scanned
-    here (`scan_if_new`, the chief: InputError on bad input, before anything is written);
-    else waited for, up to `wait_secs` (a replica whose chief is scanning). A BigQuery
+    here (`role.scans`, the chief: InputError on bad input, before anything is written);
+    else waited for, up to `role.wait_secs` (a replica whose chief is scanning). A BigQuery
     table is read through the read session its scan opened: a replica that waits for the
-    chief opens it from the schema's summary (`Format.record`). With `stage_tables` (a
+    chief opens it from the schema's summary (`Format.record`). With `role.stage_tables` (a
     cluster with parameter servers, whose workers cannot run a reader in Python: the table
     reader, the JSON Lines and Parquet converters) the chief of a new job first stages each
     such input into `JOB_DIR/data` (`trainer/input/formats/shards.py`), and the job reads
     those files; bad input found after staging deletes them. `holdout_fold`: which of the
     seed's disjoint hold-outs (a bag's, `trainer/job/bagging.py`). `test_data` is opened by
-    the chief alone (`scan_if_new`) and checked against the schema in the scan of a new job
+    the chief alone (`role.scans`) and checked against the schema in the scan of a new job
     (summary `test`); a resumed job's, first given then, is checked as it is read.
     `validation`: `eval_data` is a validation split (`JobInput.validation`)."""
+    scan_if_new, stage_tables = role.scans, role.stage_tables
     schema = None
     if job.exists():
         schema = Schema.from_document(job_dir_lib.read_json(job.schema), path=job.schema)
@@ -314,7 +337,7 @@ def prepare(
         stage_tables or any(_recorded_by_chief(d) for d in (train_data, eval_data))
     ):
         # a table's session, or what the chief staged, is in the schema's summary
-        schema = _wait_for_schema(job, wait_secs)
+        schema = _wait_for_schema(job, role.wait_secs)
     summary = schema.summary if schema else {}
     stage = stage_tables and scan_if_new and schema is None
 
@@ -340,7 +363,7 @@ def prepare(
     # rows holds out (`JobInput.for_selection`), so that it never selects on the test rows.
     scan_holdout = Holdout(holdout_fraction, seed, holdout_fold)
     holdout = None if eval_data else scan_holdout
-    train = open_input(train_data, "--train_data", "train") if open_train or holdout else None
+    train = open_input(train_data, "--train_data", "train") if role.opens_train or holdout else None
     if train is not None:
         columns = train.format.column_choices(train, columns)
     resumed = schema is not None
@@ -366,7 +389,7 @@ def prepare(
                     shards.remove(job.data, key)
             raise
     elif schema is None:
-        schema = _wait_for_schema(job, wait_secs)
+        schema = _wait_for_schema(job, role.wait_secs)
     streamed = [s for s in (train, eval_source) if s and not s.format.in_graph]
     if stage_tables and streamed:
         raise InputError(

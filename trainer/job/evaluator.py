@@ -33,7 +33,7 @@ from trainer.config import RunConfig
 from trainer.distribute.cluster import ChiefWatch
 from trainer.errors import InputError, TrainingError, first_line
 from trainer.evaluation import streaming as evaluation
-from trainer.input.job_input import JobInput
+from trainer.input.job_input import JobInput, Role
 from trainer.job import job as job_lib
 from trainer.search import adapt
 from trainer.search import record as record_lib
@@ -82,7 +82,7 @@ def run(config: RunConfig, *, chief: ChiefWatch | None, poll_secs: float = 5.0) 
             )
         logging.info("Evaluator: waiting for the chief to create %s.", job.root)
         _wait(poll_secs, chief)
-    data = job_lib.prepare_input(config, job, scan_if_new=False, open_train=False)
+    data = job_lib.prepare_input(config, job, Role.evaluator())
     config = resolved_as_chief(config, job, data)
     evaluator = _Evaluator(job, data, Models(config, data.schema))
     evaluations, seen = [], set()

@@ -45,16 +45,10 @@ from trainer.storage import job_dir as job_dir_lib
 
 
 def prepare_input(
-    config: RunConfig,
-    job: job_dir_lib.JobDir,
-    *,
-    scan_if_new: bool = True,
-    wait_secs: float = 0.0,
-    open_train: bool = True,
-    stage_tables: bool = False,
+    config: RunConfig, job: job_dir_lib.JobDir, role: input_lib.Role | None = None
 ) -> input_lib.JobInput:
-    """The input of the job `config` describes, in job dir `job`
-    (`trainer.input.job_input.prepare`)."""
+    """The input of the job `config` describes, in job dir `job`, as replica `role` (default:
+    the chief) opens it (`trainer.input.job_input.prepare`)."""
     data = config.data
     return input_lib.prepare(
         train_data=data.train_data,
@@ -64,11 +58,8 @@ def prepare_input(
         options=data.input,
         seed=config.seed,
         job=job,
-        scan_if_new=scan_if_new,
+        role=role or input_lib.Role.chief(),
         holdout_fold=config.bag,
-        wait_secs=wait_secs,
-        open_train=open_train,
-        stage_tables=stage_tables,
         test_data=data.test_data,
         validation=data.split.enabled,
     )
@@ -352,13 +343,15 @@ def _run(
     runtime = _runtime(config, cluster) if synchronous else None
     replicas = runtime.strategy.num_replicas_in_sync if runtime else 1
     adapt.check_global_batch(config, replicas)
-    data = prepare_input(
-        config,
-        job,
-        scan_if_new=cluster.is_chief,
-        wait_secs=config.distribution.cluster_timeout_secs,
-        stage_tables=cluster.has_ps,  # ps workers read files, never a table's streams
+    stage_tables = cluster.has_ps  # ps workers read files, never a table's streams
+    role = (
+        input_lib.Role.chief(stage_tables=stage_tables)
+        if cluster.is_chief
+        else input_lib.Role.worker(
+            config.distribution.cluster_timeout_secs, stage_tables=stage_tables
+        )
     )
+    data = prepare_input(config, job, role)
     input_seconds = time.monotonic() - started
     metrics = Head(data.schema.label).metric_names
     if config.hypertune_metric and config.hypertune_metric not in metrics:
