@@ -113,7 +113,7 @@ class Ensembler(abc.ABC):
 
 
 @dataclasses.dataclass(frozen=True)
-class ComplexityRegularizedEnsembler(Ensembler):
+class ComplexityRegularizedEnsembler(EnsemblerOptions, Ensembler):
     """logits = bias + sum_j w_j * h_j, trained on the AdaNet objective.
 
     Mixture weights start at 1/N (MATRIX: Glorot uniform); with `learn_mixture_weights=False`
@@ -127,14 +127,9 @@ class ComplexityRegularizedEnsembler(Ensembler):
 
         ComplexityRegularizedEnsembler(mixture_weight_type=MixtureWeightType.VECTOR,
                                        adanet_lambda=0.001, learn_mixture_weights=True)
-    """
 
-    mixture_weight_type: MixtureWeightType = MixtureWeightType.SCALAR
-    adanet_lambda: float = 0.0
-    adanet_beta: float = 0.0
-    use_bias: bool = False
-    learn_mixture_weights: bool = False
-    warm_start_mixture_weights: bool = False
+    Its fields are the flags' `EnsemblerOptions`.
+    """
 
     name = "complexity_regularized"
 
