@@ -217,6 +217,30 @@ def _train(
     )
 
 
+def check_cluster(config: RunConfig, cluster: Cluster) -> None:
+    """The rules of flags and cluster shapes: InputError for a job this cluster cannot run
+    (a placement without parameter servers, bags on a cluster, a time budget on synchronous
+    replicas)."""
+    placement = config.distribution.placement
+    if cluster.is_distributed and not cluster.has_ps and placement is not Placement.REPLICATION:
+        raise InputError(
+            f"--placement={placement.value} needs parameter servers (a ps pool: "
+            "workerPoolSpecs[2]); a cluster of workers alone trains "
+            "synchronously, every worker on everything. Use "
+            "--placement=replication or add parameter servers."
+        )
+    if config.bags > 1 and cluster.is_distributed:
+        raise InputError(
+            f"--bags={config.bags} trains its bags one after the other on one machine; a "
+            "cluster trains one search. Drop --bags, or run on one machine."
+        )
+    if config.time_budget_secs and cluster.is_distributed and not cluster.has_ps:
+        raise InputError(
+            "--time_budget_secs needs one machine or parameter servers: synchronous replicas "
+            "(workers without parameter servers) would each decide on their own clock."
+        )
+
+
 def _runtime(config: RunConfig, cluster: Cluster) -> distributed.Runtime:
     return distributed.make_runtime(
         cluster,
@@ -308,26 +332,9 @@ def _run(
         splits.write(split, split.source or "", config.data.input, job.root)
     elif split.enabled:
         splits.wait_for(job.root, config.distribution.cluster_timeout_secs)
-    placement = config.distribution.placement
-    if cluster.is_distributed and not cluster.has_ps and placement is not Placement.REPLICATION:
-        raise InputError(
-            f"--placement={placement.value} needs parameter servers (a ps pool: "
-            "workerPoolSpecs[2]); a cluster of workers alone trains "
-            "synchronously, every worker on everything. Use "
-            "--placement=replication or add parameter servers."
-        )
-    if config.bags > 1 and cluster.is_distributed:
-        raise InputError(
-            f"--bags={config.bags} trains its bags one after the other on one machine; a "
-            "cluster trains one search. Drop --bags, or run on one machine."
-        )
+    check_cluster(config, cluster)
     config_lib.check_resumable(config, job)
     job.check_model_dir()
-    if config.time_budget_secs and cluster.is_distributed and not cluster.has_ps:
-        raise InputError(
-            "--time_budget_secs needs one machine or parameter servers: synchronous replicas "
-            "(workers without parameter servers) would each decide on their own clock."
-        )
     budget = (
         TimeBudget(config.time_budget_secs, time.monotonic() if started is None else started)
         if config.time_budget_secs and cluster.is_chief
