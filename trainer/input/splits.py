@@ -27,6 +27,7 @@ import gzip
 import io
 import json
 import math
+import time
 from collections.abc import Iterator
 
 import numpy as np
@@ -52,8 +53,6 @@ FORMATS = ("csv", "jsonl")
 
 def wait_for(job_root: str, timeout_secs: float) -> None:
     """Waits until the chief has written the splits (a replica that does not write them)."""
-    import time
-
     deadline = time.monotonic() + timeout_secs
     while not tf.io.gfile.exists(done_path(job_root)):
         if time.monotonic() > deadline:
