@@ -182,11 +182,12 @@ def train_local(
     python: str = sys.executable,
 ) -> LocalTraining:
     """Runs the trainer here (`python -m trainer.task`) in its own process, its output
-    printed to `out` line by line as it comes, and returns the finished job.
+    printed to `out` line by line as it comes, and returns the finished job. Interrupted (a
+    notebook's stop button), it stops the trainer, whose job dir keeps what it finished.
 
     Args:
         job_dir: the job dir (a job already there resumes, or is re-exported if finished).
-        flags: the trainer's flags, `{"max_iterations": 2, "data": "train.csv"}` or
+        flags: the trainer's flags, `{"train_data": "train.csv", "label_column": "y"}` or
             `["--max_iterations=2"]` (docs/flags.md). Default: the embedded census data.
         out: where the output goes (default: stdout, the notebook's cell).
         python: the interpreter that runs the trainer.
@@ -205,9 +206,13 @@ def train_local(
         command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
     ) as process:
         assert process.stdout is not None
-        for line in process.stdout:
-            print(line, end="", file=out, flush=True)
-            tail = [*tail[-19:], line]
+        try:
+            for line in process.stdout:
+                print(line, end="", file=out, flush=True)
+                tail = [*tail[-19:], line]
+        except BaseException:  # a stopped cell stops the job (run it again: it resumes)
+            process.terminate()
+            raise
     if process.returncode:
         raise TrainingFailed(
             f"the trainer ended with exit status {process.returncode}:\n{''.join(tail)}"

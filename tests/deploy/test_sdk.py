@@ -176,3 +176,21 @@ def test_train_local_streams_the_log_and_names_a_bad_flag(tmp_path):
     assert "--max_iterations (0) must be >= 1" in out.getvalue()
     with pytest.raises(sdk.DeployError, match="must be a dict or a list"):
         sdk.train_local(str(tmp_path / "job"), flags="--max_iterations=1")
+
+
+def test_a_stopped_cell_stops_the_trainer(tmp_path):
+    """Interrupting train_local (a notebook's stop button) ends the trainer's process too."""
+    import subprocess
+    import time
+
+    class StopAtFirstLine(io.StringIO):
+        def write(self, text):
+            raise KeyboardInterrupt
+
+    job_dir = str(tmp_path / "stopped-job")
+    with pytest.raises(KeyboardInterrupt):
+        sdk.train_local(job_dir, flags={"max_iterations": 1}, out=StopAtFirstLine())
+    deadline = time.monotonic() + 30
+    while subprocess.run(["pgrep", "-f", job_dir], capture_output=True).returncode == 0:
+        assert time.monotonic() < deadline, "the trainer is still running"
+        time.sleep(0.2)
