@@ -553,6 +553,7 @@ def test_an_evaluator_beside_a_lone_chief_evaluates_until_the_job_is_complete(
     assert (job / "eval" / "iteration-0.json").exists()
 
 
+@pytest.mark.slow  # trains a model: ~14 s on 2 cores
 def test_test_data_is_scored_once_by_the_exported_model(binary_data, tmp_path):
     """--test_data: checked by the scan, never read by the search, scored by the exported
     model: on the eval file itself its metrics are the eval metrics."""

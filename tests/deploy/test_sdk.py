@@ -178,6 +178,7 @@ def test_train_local_streams_the_log_and_names_a_bad_flag(tmp_path):
         sdk.train_local(str(tmp_path / "job"), flags="--max_iterations=1")
 
 
+@pytest.mark.slow  # starts the trainer, which stops on SIGTERM as on a preemption: ~20 s
 def test_a_stopped_cell_stops_the_trainer(tmp_path):
     """Interrupting train_local (a notebook's stop button) ends the trainer's process too."""
     import subprocess

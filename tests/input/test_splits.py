@@ -91,6 +91,7 @@ def test_bad_split_flags_are_refused():
         splits.input_format("data/train.parquet", jsonl=False)
 
 
+@pytest.mark.slow  # trains a model: ~16 s on 2 cores
 def test_a_job_trains_on_its_split_and_reports_validation_and_test(tmp_path):
     rows = synthetic_rows("binary", 1200, 5)
     parts = ["TRAIN"] * 900 + ["VALIDATE"] * 150 + ["TEST"] * 150
