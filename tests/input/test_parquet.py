@@ -339,3 +339,11 @@ def test_a_parameter_server_cluster_stages_parquet_and_its_two_workers_share_eve
     assert sorted(taken["worker 0"]) == [*range(0, 500), *range(800, 1200)]
     assert sorted(taken["worker 1"]) == list(range(500, 800))
     assert sorted(taken["worker 0"] + taken["worker 1"]) == list(range(1200)), "each row once"
+
+
+def test_a_column_is_dates_only_where_every_file_types_it_so():
+    date, text = parquet.DATE, parquet.CATEGORICAL
+    assert parquet._merged([date, date]) == date
+    assert parquet._merged([date, ""]) == ""  # a number in one file: the scan decides
+    assert parquet._merged([date, text]) == ""
+    assert parquet._merged([date, "list<item: int64>"]) == "list<item: int64>"

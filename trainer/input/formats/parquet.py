@@ -208,11 +208,15 @@ def _kind(kind) -> str:
 
 def _merged(kinds: list[str]) -> str:
     """One column's kind over every file: a type the trainer cannot read wherever met,
-    categorical only where every file's type is text."""
-    unusable = [k for k in kinds if k not in ("", CATEGORICAL)]
+    categorical (or dates) only where every file's type is text (or a date or timestamp);
+    else the scan decides from the values."""
+    unusable = [k for k in kinds if k not in ("", CATEGORICAL, DATE)]
     if unusable:
         return unusable[0]
-    return CATEGORICAL if all(k == CATEGORICAL for k in kinds) else ""
+    for kind in (CATEGORICAL, DATE):
+        if all(k == kind for k in kinds):
+            return kind
+    return ""
 
 
 def csv_chunks(path: str, *, lost_tails: bool = False, notes: blocks.Notes | None = None):
