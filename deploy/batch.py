@@ -74,7 +74,8 @@ def _read_records(pattern: str) -> list[dict]:
 # Command line ----------------------------------------------------------------------------
 
 
-def _run(argv: list[str] | None) -> int:
+def _parser():
+    """The command line: `vertex` and `local`, and the flags they share."""
     p = api.parser(__doc__.split("\n\n")[0])
     commands = p.add_subparsers(dest="command", required=True)
     vertex = commands.add_parser("vertex", help="Create a Vertex AI BatchPredictionJob.")
@@ -154,7 +155,11 @@ def _run(argv: list[str] | None) -> int:
             help="A column that identifies each row: not sent to the model, and each output "
             'line has its value as "key" instead of the instance (Vertex\'s keyField).',
         )
-    args = p.parse_args(argv)
+    return p
+
+
+def _run(argv: list[str] | None) -> int:
+    args = _parser().parse_args(argv)
     if args.command == "local" and not 0 <= args.max_error_rate <= 1:
         raise api.DeployError(
             f"--max_error_rate ({args.max_error_rate:g}) must be a share of the rows, 0 to 1."

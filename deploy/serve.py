@@ -400,7 +400,8 @@ def _reply(status: int, payload: dict, *, headers: dict | None = None) -> web.Re
     )
 
 
-def _run(argv: list[str] | None) -> int:
+def _parser():
+    """The command line: the model, the address, batching and explanations."""
     defaults = DEFAULT_BATCHING
     p = api.parser(__doc__.split("\n\n")[0])
     p.add_argument(
@@ -437,7 +438,11 @@ def _run(argv: list[str] | None) -> int:
         help="Random column orders per explained instance (POST /explain; sampled Shapley).",
     )
     p.add_argument("--verbose", action="store_true", help="Log every request.")
-    args = p.parse_args(argv)
+    return p
+
+
+def _run(argv: list[str] | None) -> int:
+    args = _parser().parse_args(argv)
     model_dir = args.model_dir or os.environ.get("AIP_STORAGE_URI")
     if not model_dir:
         raise api.DeployError(
