@@ -74,6 +74,35 @@ def _read_records(pattern: str) -> list[dict]:
 # Command line ----------------------------------------------------------------------------
 
 
+def _add_instance_flags(command) -> None:
+    """The flags of the inputs and their instances, the same for both jobs."""
+    command.add_argument(
+        "--source",
+        required=True,
+        help="Comma-separated files or globs (gs:// or local), or with "
+        "--instances_format=bigquery one table, bq://PROJECT.DATASET.TABLE.",
+    )
+    command.add_argument("--output_prefix", required=True, help="Where outputs go.")
+    command.add_argument("--instances_format", default="jsonl", choices=FORMATS)
+    command.add_argument(
+        "--excluded_fields",
+        default="",
+        help="Comma-separated columns to drop from each instance (a label).",
+    )
+    command.add_argument(
+        "--included_fields",
+        default="",
+        help="Comma-separated columns, the only ones sent to the model (not with "
+        "--excluded_fields).",
+    )
+    command.add_argument(
+        "--key_field",
+        default=None,
+        help="A column that identifies each row: not sent to the model, and each output "
+        'line has its value as "key" instead of the instance (Vertex\'s keyField).',
+    )
+
+
 def _parser():
     """The command line: `vertex` and `local`, and the flags they share."""
     p = api.parser(__doc__.split("\n\n")[0])
@@ -130,31 +159,7 @@ def _parser():
         "the outputs are written either way.",
     )
     for command in (vertex, local):
-        command.add_argument(
-            "--source",
-            required=True,
-            help="Comma-separated files or globs (gs:// or local), or with "
-            "--instances_format=bigquery one table, bq://PROJECT.DATASET.TABLE.",
-        )
-        command.add_argument("--output_prefix", required=True, help="Where outputs go.")
-        command.add_argument("--instances_format", default="jsonl", choices=FORMATS)
-        command.add_argument(
-            "--excluded_fields",
-            default="",
-            help="Comma-separated columns to drop from each instance (a label).",
-        )
-        command.add_argument(
-            "--included_fields",
-            default="",
-            help="Comma-separated columns, the only ones sent to the model (not with "
-            "--excluded_fields).",
-        )
-        command.add_argument(
-            "--key_field",
-            default=None,
-            help="A column that identifies each row: not sent to the model, and each output "
-            'line has its value as "key" instead of the instance (Vertex\'s keyField).',
-        )
+        _add_instance_flags(command)
     return p
 
 
