@@ -29,7 +29,7 @@ def evaluate_export(
     """Metrics of the exported model itself (`serve`: its serving function, loaded back) on
     the eval data, streamed; `keep` is given every batch's labels, logits and weights too
     (a bag's, `save_predictions`)."""
-    batches: Iterable[Batch] = _predict(serve, data)
+    batches: Iterable[Batch] = _predict(serve, data.eval_raw(with_weight=True))
     if keep is not None:
         batches = list(batches)
         keep(batches)
@@ -41,10 +41,7 @@ def evaluate_test(serve: Any, data: JobInput, head: Head) -> dict | None:
     `test_data` in place of `eval_data`), streamed; None without test data."""
     if data.test is None:
         return None
-    batches = (
-        (batch[1].numpy(), serve(**batch[0])["logits"].numpy(), _weights(batch))
-        for batch in data.test_raw()
-    )
+    batches = _predict(serve, data.test_raw())
     value = pooled_metrics(batches, head, data.test.pattern, data.schema.weight)
     return {"test_data": value.pop("eval_data"), **value}
 
@@ -52,17 +49,18 @@ def evaluate_test(serve: Any, data: JobInput, head: Head) -> dict | None:
 def evaluate_pooled(parts: Sequence[tuple[Any, JobInput]], head: Head, eval_data: str) -> dict:
     """Metrics over several (serving function, its eval rows) parts pooled, as one set of
     predictions (a bagged job's out-of-bag metrics: each bag on its own hold-out)."""
-    batches = (batch for serve, data in parts for batch in _predict(serve, data))
+    batches = (
+        batch for serve, data in parts for batch in _predict(serve, data.eval_raw(with_weight=True))
+    )
     return pooled_metrics(batches, head, eval_data, parts[0][1].schema.weight)
 
 
-def _predict(serve: Any, data: JobInput) -> Iterator[Batch]:
-    for batch in data.eval_raw(with_weight=True):
-        yield batch[1].numpy(), serve(**batch[0])["logits"].numpy(), _weights(batch)
-
-
-def _weights(batch: tuple) -> np.ndarray | None:
-    return batch[2].numpy() if len(batch) > 2 else None
+def _predict(serve: Any, raw: Iterable[tuple]) -> Iterator[Batch]:
+    """(labels, logits, weights or None) of each batch of raw rows `(features, labels[,
+    weights])`, predicted by `serve`."""
+    for batch in raw:
+        weights = batch[2].numpy() if len(batch) > 2 else None
+        yield batch[1].numpy(), serve(**batch[0])["logits"].numpy(), weights
 
 
 def concatenated(batches: Sequence[Batch]) -> Batch:
