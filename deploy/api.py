@@ -111,6 +111,20 @@ class Cloud:
             options["credentials"] = self.credentials
         aiplatform.init(**options)
 
+    def session(self):
+        """An HTTP session that signs requests with this target's credentials (default: the
+        application default ones, cloud-platform scope): for the REST calls no client
+        library makes as we need them (rawPredict, Cloud Logging's entries:list)."""
+        import google.auth
+        from google.auth.transport.requests import AuthorizedSession
+
+        credentials = self.credentials
+        if credentials is None:
+            credentials, _ = google.auth.default(
+                scopes=["https://www.googleapis.com/auth/cloud-platform"]
+            )
+        return AuthorizedSession(credentials)
+
     def job_client(self):
         """The client library's JobService client over REST, at this target. (Jobs are created
         through it rather than the SDK's job classes: it sends the body `--dry_run` prints,

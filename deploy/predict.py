@@ -21,7 +21,6 @@ import urllib.request
 from deploy import api, signature, storage
 from deploy.instances import NUMBER, TEXT, Fields
 
-_SCOPE = "https://www.googleapis.com/auth/cloud-platform"
 _TIMEOUT_S = 600  # Vertex's own limit for an online prediction
 
 
@@ -43,16 +42,11 @@ def predict_endpoint(cloud: api.Cloud, endpoint: str, instances: list) -> list:
     The body goes through `rawPredict`, which hands it to the model's server as it is: a
     missing number is written as the bare token NaN, which TensorFlow Serving takes. (The
     SDK's `Endpoint.predict` cannot send one: protobuf's JSON has no NaN for a Value.)"""
-    import google.auth
     import requests
-    from google.auth.transport.requests import AuthorizedSession
 
     request = predict_request(cloud, endpoint, instances)
-    credentials = cloud.credentials
-    if credentials is None:
-        credentials, _ = google.auth.default(scopes=[_SCOPE])
     try:
-        response = AuthorizedSession(credentials).post(
+        response = cloud.session().post(
             request.url,
             data=json.dumps(request.body).encode(),
             headers={"Content-Type": "application/json"},

@@ -105,7 +105,7 @@ class LogStream:
         self.after = ""  # the newest timestamp shown
         self._seen_at_after: set[str] = set()  # insertIds shown with that timestamp
         self._refused = False
-        self._session: Any = None  # an AuthorizedSession, made at the first request
+        self._session: Any = None  # `cloud.session()`, made at the first request
 
     def request(self, after: str, page_token: str | None = None) -> api.ApiRequest:
         """The entries:list request for the entries from timestamp `after` on (a page of
@@ -152,7 +152,7 @@ class LogStream:
 
     def _send(self, request: api.ApiRequest) -> dict | None:
         if self._session is None:
-            self._session = _authorized_session(self.cloud)
+            self._session = self.cloud.session()
         answer = self._session.post(request.url, json=request.body, timeout=60)
         if answer.status_code in (401, 403):
             self._refused = True
@@ -167,18 +167,6 @@ class LogStream:
                 f"Cloud Logging answered {answer.status_code} to entries:list: {answer.text[:300]}"
             )
         return answer.json()
-
-
-def _authorized_session(cloud: api.Cloud):
-    import google.auth
-    from google.auth.transport.requests import AuthorizedSession
-
-    credentials = cloud.credentials
-    if credentials is None:
-        credentials, _ = google.auth.default(
-            scopes=["https://www.googleapis.com/auth/cloud-platform"]
-        )
-    return AuthorizedSession(credentials)
 
 
 def _line(entry: dict) -> str:
