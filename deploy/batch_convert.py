@@ -192,11 +192,7 @@ def _sources(converted: ConvertedVertexJob, fields: Fields) -> Iterator[tuple[st
     """(a source, its instances) for each source file, or for the job's one table."""
     job, config = converted.job, converted.config
     if job.instances_format == "bigquery":
-        rows = batch_local.table_rows(job.sources[0])
-        yield (
-            job.sources[0],
-            ((where, *batch_local.table_instance(row, fields, config)) for where, row in rows),
-        )
+        yield job.sources[0], batch_local.table_instances(job.sources[0], fields, config)
         return
     read = _csv_instances if job.instances_format == "csv" else _jsonl_instances
     for path in storage.expand(list(job.sources)):

@@ -136,12 +136,8 @@ def predict_local(
             else:
                 batches = _lines_batches(headers, config, batch_size, write, csv_format=True)
         elif bigquery:
-            fields = predictor.fields
-            instances = (
-                (where, *table_instance(row, fields, config), json.dumps(row))
-                for where, row in table_rows(files[0])
-            )
-            batches = _batched(instances, batch_size, write)
+            rows = table_instances(files[0], predictor.fields, config)
+            batches = _batched(((*r, json.dumps(r[1])) for r in rows), batch_size, write)
         else:
             batches = _lines_batches(
                 {path: [] for path in files}, config, batch_size, write, csv_format=False
@@ -176,8 +172,11 @@ def check_table(sources: Sequence[str]) -> list[str]:
     return [sources[0]]
 
 
-def table_rows(uri: str) -> Iterator[tuple[str, dict]]:
-    """(where, the row) of every row of a BigQuery table, as training reads its values
+def table_instances(
+    uri: str, fields: Fields, config: InstanceConfig
+) -> Iterator[tuple[str, Any, Any, str | None]]:
+    """(where, the instance for the model or as read, its key, why it does not fit or None)
+    of every row of a BigQuery table, its values as training reads them
     (`trainer/input/formats/bigquery.py`), stream by stream; `where` names the table, the
     stream and the row. Through the emulator in BIGQUERY_STORAGE_EMULATOR_HOST, if set; the
     URI names its project (or GOOGLE_CLOUD_PROJECT does). The read session is created at
@@ -190,17 +189,14 @@ def table_rows(uri: str) -> Iterator[tuple[str, dict]]:
         emulator_host=os.environ.get("BIGQUERY_STORAGE_EMULATOR_HOST") or None,
     )
     source = bigquery.open_table(uri, flag="--source", connection=connection)
-    return (
-        (f"{uri} stream {index} row {number}", row)
-        for index, stream in enumerate(source.files)
-        for number, row in enumerate(bigquery.rows(stream, source.state), start=1)
-    )
 
+    def instances():
+        for index, stream in enumerate(source.files):
+            for number, row in enumerate(bigquery.rows(stream, source.state), start=1):
+                instance, reason = checked(fields, row, config, typed=True)
+                yield f"{uri} stream {index} row {number}", instance, key_of(row, config), reason
 
-def table_instance(row: dict, fields: Fields, config: InstanceConfig):
-    """(the instance for the model or as read, its key, why it does not fit or None)."""
-    instance, reason = checked(fields, row, config, typed=True)
-    return instance, key_of(row, config), reason
+    return instances()
 
 
 def check_model_name(model_name: str) -> None:
