@@ -603,20 +603,22 @@ def date_column(
     """A date column from its counted values (text, count) read as `fmt`; values that do not
     parse count as missing, beside `missing` empty ones. A declared column (`--date_columns`)
     most of whose values do not parse stops the job, naming one."""
-    share, total = dates.parsed_share(values, fmt)
-    if declared and total and share < dates.DECLARED_SHARE:
-        example = next(text for text, _ in values if dates.parse(text, fmt) is None)
-        raise InputError(
-            f"--date_columns names '{name}' as {fmt} dates, but {1 - share:.0%} of its values "
-            f"do not parse as such (e.g. '{example}'). Give its format ({', '.join(dates.FORMATS)}"
-            f": --date_columns={name}:mdy), or drop it from --date_columns."
-        )
-    parsed = [(p, c) for text, c in values if (p := dates.parse(text, fmt)) is not None]
+    read = [(text, c, dates.parse(text, fmt)) for text, c in values]  # each value parsed once
+    total = sum(c for _, c, _ in read)
+    parsed = [(p, c) for _, c, p in read if p is not None]
     count = sum(c for _, c in parsed)
+    if declared and total and count < dates.DECLARED_SHARE * total:
+        example = next(text for text, _, p in read if p is None)
+        raise InputError(
+            f"--date_columns names '{name}' as {fmt} dates, but {1 - count / total:.0%} of its "
+            f"values do not parse as such (e.g. '{example}'). Give its format "
+            f"({', '.join(dates.FORMATS)}: --date_columns={name}:mdy), or drop it from "
+            "--date_columns."
+        )
     seconds = [(p.seconds, c) for p, c in parsed]
     mean, std = dates.moments(seconds)
     year_mean, year_std = dates.moments([(float(p.year), c) for p, c in parsed])
-    timed = [dates.has_time(text, fmt) for text, _ in values[:1000] if dates.parse(text, fmt)]
+    timed = [dates.has_time(text, fmt) for text, _, p in read[:1000] if p is not None]
     return DateColumn(
         name,
         fmt,
