@@ -24,6 +24,7 @@ import sys
 from collections.abc import Mapping, Sequence
 
 from deploy import api, storage
+from trainer.storage import paths
 from trainer.storage.paths import (  # trainer/serving/monitoring.py writes them
     MONITORING_ANALYSIS_SCHEMA as ANALYSIS_SCHEMA,
 )
@@ -71,8 +72,9 @@ class Monitoring:
             )
         api.positive("--monitor_interval_hours", self.monitor_interval_hours)
         if self.training_dataset() is None:
+            data = self.training_data or self.baseline.get("train_data")
             raise api.DeployError(
-                f"the model was trained on {self.baseline.get('train_data')!r}, which Vertex "
+                f"the model was trained on {data!r}, which Vertex "
                 "AI Model Monitoring cannot read (it reads Cloud Storage CSV, JSON Lines or "
                 "TFRecord files and BigQuery tables): copy the training data to a bucket and "
                 "pass it with --training_data=gs://...."
@@ -82,16 +84,11 @@ class Monitoring:
         """The job's trainingDataset: `--training_data`, else where the model trained."""
         if self.training_data:
             data = self.training_data.strip()
-            if data.startswith("bq://"):
-                dataset: dict | None = {"bigquerySource": {"inputUri": data}}
-            elif data.startswith("gs://"):
-                name = data.removesuffix(".gz")
-                fmt = "jsonl" if name.endswith((".jsonl", ".json")) else "csv"
-                dataset = {"gcsSource": {"uris": [data]}, "dataFormat": fmt}
-            else:
+            if not data.startswith(("gs://", "bq://")):
                 raise api.DeployError(
                     f"--training_data ({data!r}) must be gs://... files or a bq:// table."
                 )
+            dataset = paths.vertex_dataset(data)
         else:
             dataset = self.baseline.get("training_dataset")
         if dataset is None:

@@ -25,7 +25,7 @@ _TOP_VALUES = 20
 def baseline(schema: Schema, train_data: str, *, jsonl: bool = False) -> dict:
     """The baseline document of a model trained on `train_data` with `schema`."""
     return {
-        "training_dataset": training_dataset(train_data, jsonl=jsonl),
+        "training_dataset": paths.vertex_dataset(train_data, jsonl=jsonl),
         "train_data": train_data,
         "target_field": schema.label.name,
         "rows": (schema.summary.get("train") or {}).get("rows"),
@@ -33,31 +33,8 @@ def baseline(schema: Schema, train_data: str, *, jsonl: bool = False) -> dict:
     }
 
 
-def training_dataset(train_data: str, *, jsonl: bool = False) -> dict | None:
-    """The monitoring job's `trainingDataset` of `train_data` (without its `targetField`), or
-    None where Vertex cannot read it (local files, Parquet)."""
-    data = train_data.strip()
-    if data.startswith("bq://"):
-        return {"bigquerySource": {"inputUri": data}}
-    uris = [p.strip() for p in data.split(",") if p.strip()]
-    uris = [paths.as_gcs(u) for u in uris]
-    if not all(u.startswith("gs://") for u in uris):
-        return None
-    name = uris[0].removesuffix(".gz")
-    if jsonl or name.endswith((".jsonl", ".json")):
-        fmt = "jsonl"
-    elif name.endswith((".tfrecord", ".tfrecords")):
-        fmt = "tf-record"
-    elif name.endswith((".parquet", ".parq", ".pq")):
-        return None
-    else:
-        fmt = "csv"
-    return {"gcsSource": {"uris": uris}, "dataFormat": fmt}
-
-
 def _statistics(column) -> dict:
     if isinstance(column, NumericColumn):
-        total = column.count + column.missing
         return {
             "type": "number",
             "mean": column.mean,
@@ -65,16 +42,15 @@ def _statistics(column) -> dict:
             "min": column.min,
             "max": column.max,
             "quantile_edges": list(column.edges),
-            "missing_share": column.missing / total if total else 0.0,
+            "missing_share": _missing_share(column),
         }
     if isinstance(column, DateColumn):
-        total = column.count + column.missing
         return {
             "type": "string",
             "date_format": column.format,
             "min_seconds": column.min,
             "max_seconds": column.max,
-            "missing_share": column.missing / total if total else 0.0,
+            "missing_share": _missing_share(column),
         }
     assert isinstance(column, CategoricalColumn)
     total = sum(column.counts) or 1
@@ -86,6 +62,11 @@ def _statistics(column) -> dict:
             for v, c in zip(column.vocabulary[:_TOP_VALUES], column.counts[:_TOP_VALUES])
         },
     }
+
+
+def _missing_share(column: NumericColumn | DateColumn) -> float:
+    total = column.count + column.missing
+    return column.missing / total if total else 0.0
 
 
 def instance_schema(schema: Schema, *, as_text: bool = False) -> str:

@@ -36,6 +36,30 @@ def as_gcs(path: str) -> str:
     return GCS_PREFIX + path[len(FUSE_ROOT) :] if is_fuse(path) else path
 
 
+def vertex_dataset(train_data: str, *, jsonl: bool = False) -> dict | None:
+    """Data (a `bq://` table, or files: a path, glob or comma-separated list) as a Vertex AI
+    monitoring job's `trainingDataset` takes it (without its `targetField`); None where
+    Vertex cannot read it (local files, Parquet). `jsonl`: files read as JSON Lines whatever
+    their names."""
+    data = train_data.strip()
+    if data.startswith("bq://"):
+        return {"bigquerySource": {"inputUri": data}}
+    uris = [p.strip() for p in data.split(",") if p.strip()]
+    uris = [as_gcs(u) for u in uris]
+    if not all(u.startswith("gs://") for u in uris):
+        return None
+    name = uris[0].removesuffix(".gz")
+    if jsonl or name.endswith((".jsonl", ".json")):
+        fmt = "jsonl"
+    elif name.endswith((".tfrecord", ".tfrecords")):
+        fmt = "tf-record"
+    elif name.endswith((".parquet", ".parq", ".pq")):
+        return None
+    else:
+        fmt = "csv"
+    return {"gcsSource": {"uris": uris}, "dataFormat": fmt}
+
+
 def has_atomic_rename(path: str) -> bool:
     """Whether renaming a directory at `path` is one atomic step (a local POSIX filesystem)."""
     return not (is_gcs(path) or is_fuse(path) or "://" in path)
