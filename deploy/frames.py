@@ -7,20 +7,21 @@ from collections.abc import Sequence
 
 from deploy import batch
 from deploy.api import DeployError
+from deploy.instances import json_value
 
 
 def records_of(frame) -> list[dict]:
     """A DataFrame's rows as JSON instances: numpy values as Python's, NaN and None as null
     (a missing value, which the model takes)."""
-    import pandas as pd
-
     return [
-        {k: None if _is_na(v, pd) else getattr(v, "item", lambda v=v: v)() for k, v in row.items()}
+        {k: None if _is_missing(v) else json_value(v) for k, v in row.items()}
         for row in frame.to_dict(orient="records")
     ]
 
 
-def _is_na(value, pd) -> bool:
+def _is_missing(value) -> bool:
+    import pandas as pd
+
     return not isinstance(value, (list, tuple, dict)) and bool(pd.isna(value))
 
 

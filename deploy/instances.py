@@ -305,10 +305,11 @@ def rows_of(outputs: dict[str, np.ndarray]) -> list[dict]:
     """Batched outputs -> one JSON-ready object per instance (bytes decoded to str)."""
     names = sorted(outputs)
     count = len(outputs[names[0]])
-    return [{name: _json_value(outputs[name][i]) for name in names} for i in range(count)]
+    return [{name: json_value(outputs[name][i]) for name in names} for i in range(count)]
 
 
-def _json_value(value):
+def json_value(value):
+    """A numpy value (an array, a scalar, bytes) as JSON's: lists, Python numbers, text."""
     value = (
         value.tolist()
         if isinstance(value, np.ndarray)
@@ -319,5 +320,5 @@ def _json_value(value):
     if isinstance(value, bytes):
         return value.decode("utf-8", errors="replace")
     if isinstance(value, list):
-        return [_json_value(v) for v in value]
+        return [json_value(v) for v in value]
     return value
