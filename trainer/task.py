@@ -119,8 +119,9 @@ def _date_columns(values: list[str]) -> tuple[tuple[str, str], ...]:
     return tuple(pairs)
 
 
-def _split(f, train_data: str, eval_data: str | None, test_data: str | None) -> SplitOptions:
-    """The split users chose (flags), checked against the data flags it replaces."""
+def _split(f, train_data: str) -> SplitOptions:
+    """The split users chose (flags) of `train_data`, checked against the data flags it
+    replaces."""
     try:
         fractions = tuple(float(x) for x in f.split_fractions)
     except ValueError:
@@ -175,7 +176,7 @@ def build_config(f=FLAGS, environment: Environment | None = None) -> config_lib.
         raise InputError(
             "--label_column is required with --train_data: name the column to predict."
         )
-    split = _split(f, train_data, eval_data, test_data)
+    split = _split(f, train_data)
     if split.enabled:  # the job reads the split files it writes into its job dir
         fmt = splits.input_format(train_data, jsonl=jsonl)
         at = splits.paths(_output_dirs(f, environment)["job_dir"], fmt)
