@@ -30,7 +30,7 @@ setuptools.setup(
     version="0.1.0",
     description="AdaNet-style ensembles of neural networks, TensorFlow 2 native, for Vertex AI.",
     python_requires=">=3.10",
-    packages=setuptools.find_packages(include=["trainer", "trainer.*", "deploy"]),
+    packages=setuptools.find_packages(include=["trainer", "trainer.*", "deploy", "deploy.*"]),
     package_data={"trainer": ["data/census/*.csv.gz"]},
     include_package_data=True,
     install_requires=[

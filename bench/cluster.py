@@ -11,7 +11,7 @@ Run from the repo root::
         --workers=8 --synchronous=                              # 8 workers on 10 x 0.15 cores
 
 For each worker count in --workers and placement in --placements it starts a real cluster
-(`trainer.distribute.local.cluster.LocalCluster`: a chief, the workers, --ps parameter
+(`deploy.local.cluster.LocalCluster`: a chief, the workers, --ps parameter
 servers, each a `python -m trainer.task` process with its own TF_CONFIG) and trains one
 iteration of the default search: k = 4 new subnetworks (dnn_0x64, dnn_1x64, cross_1x64,
 cross_2x64) and their candidate ensembles, --steps steps per job. A single process with no
@@ -85,7 +85,8 @@ if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
 from bench import simcluster
-from trainer.distribute.local.cluster import ClusterShape, LocalCluster
+from deploy.local.cluster import LocalCluster
+from trainer.distribute.cluster import ClusterShape
 from trainer.placement import Placement, cost
 from trainer.search import adapt
 

@@ -19,7 +19,7 @@ and jittering age, fnlwgt and hours_per_week, so the label keeps its signal. Eac
             data (32,561 rows; kept in memory), in the same bench run: the ratio column is
             examples/s against it.
   cluster   (the smallest size) a chief, 2 workers and a parameter server on loopback
-            (`trainer.launch`): each process's peak RSS; every worker reads its own shards.
+            (`deploy.launch`): each process's peak RSS; every worker reads its own shards.
   predict   `python -m deploy.batch local` over the shards with the exported model: rows/s
             and peak RSS.
 
@@ -47,7 +47,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
-from trainer.distribute.local.cluster import ClusterShape, LocalCluster
+from deploy.local.cluster import LocalCluster
+from trainer.distribute.cluster import ClusterShape
 from trainer.input.files import CENSUS_LABEL, CENSUS_TEST, CENSUS_TRAIN
 
 SEARCH = ("--max_iterations=1", "--checkpoint_every_secs=600")

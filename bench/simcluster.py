@@ -44,7 +44,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
-from trainer.distribute.local.cluster import ClusterShape, Task
+from trainer.distribute.cluster import ClusterShape, Task
 
 PREFIX = "adnsim"
 CGROUPS = "/sys/fs/cgroup"

@@ -53,9 +53,8 @@ from collections.abc import Callable, Sequence
 from typing import Any, Generic, Protocol, TypeVar
 
 from deploy import api, images, storage
-from trainer.distribute.cluster import POOL_ROLES, TASK_SPECS, task_spec_key
-from trainer.distribute.local import job_spec
-from trainer.distribute.local.cluster import ClusterShape
+from deploy.local import job_spec
+from trainer.distribute.cluster import POOL_ROLES, TASK_SPECS, ClusterShape, task_spec_key
 from trainer.errors import InputError
 from trainer.placement import Placement, cost
 
@@ -213,7 +212,7 @@ class Submission:
 
 def load_config(path: str = CONFIG) -> dict:
     """config.yaml as plain JSON values, read as the local launcher reads it
-    (`trainer.distribute.local.job_spec`).
+    (`deploy.local.job_spec`).
 
     Raises:
         DeployError: the file is missing, not YAML or not a CustomJobSpec.

@@ -58,7 +58,7 @@ def _help(module: str, command: str) -> subprocess.CompletedProcess:
 
 def test_the_docs_show_the_commands():
     modules = {module for module, _ in DOCUMENTED}
-    assert {"trainer.task", "trainer.launch", "deploy.submit", "deploy.serve"} <= modules
+    assert {"trainer.task", "deploy.launch", "deploy.submit", "deploy.serve"} <= modules
     assert ("deploy.batch", "local") in DOCUMENTED and ("deploy.publish", "deploy") in DOCUMENTED
 
 

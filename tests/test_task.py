@@ -486,15 +486,15 @@ def test_an_evaluator_beside_a_lone_chief_evaluates_until_the_job_is_complete(
     binary_data, tmp_path
 ):
     """A chief with no workers or ps runs no TensorFlow server (Vertex pools 0 and 3 alone,
-    `trainer.launch --evaluator`): the evaluator must not wait for its port, and ends with the
+    `deploy.launch --evaluator`): the evaluator must not wait for its port, and ends with the
     job. The chief is held (SIGSTOP) from its first checkpoint until the evaluator has looked
     at the unfinished job, so the evaluator waits past --cluster_timeout_secs for it."""
     import signal
     import subprocess
     import sys
 
+    from deploy.local.cluster import free_ports
     from tests.support import REPO, wait_for
-    from trainer.distribute.local.cluster import free_ports
 
     job = tmp_path / "job"
     args = [

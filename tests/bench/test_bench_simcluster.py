@@ -8,7 +8,7 @@ import pytest
 
 from bench import cluster as cluster_bench
 from bench import simcluster
-from trainer.distribute.local.cluster import ClusterShape, Task
+from trainer.distribute.cluster import ClusterShape, Task
 from trainer.placement import Placement, cost
 
 

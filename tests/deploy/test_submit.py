@@ -12,6 +12,7 @@ import sys
 import pytest
 
 from deploy import api, submit
+from deploy.local import job_spec
 from deploy.submit import JobOptions
 from tests.deploy import discovery
 from tests.deploy.job_configs import (
@@ -25,8 +26,7 @@ from tests.deploy.job_configs import (
     package_config,
 )
 from tests.support import REPO
-from trainer.distribute.local import job_spec
-from trainer.distribute.local.cluster import ClusterShape
+from trainer.distribute.cluster import ClusterShape
 from trainer.placement import Placement, cost
 
 SPEC = "GoogleCloudAiplatformV1CustomJobSpec"

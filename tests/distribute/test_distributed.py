@@ -1,5 +1,5 @@
 """Real multi-process clusters on loopback: `python -m trainer.task` as chief, workers, ps and
-evaluator, each with its own TF_CONFIG (trainer.distribute.local.cluster.LocalCluster), on the
+evaluator, each with its own TF_CONFIG (deploy.local.cluster.LocalCluster), on the
 census data.
 
 Every test writes each task's prefixed output to a log file, has a timeout, and stops every
@@ -15,8 +15,9 @@ from pathlib import Path
 
 import pytest
 
+from deploy.local.cluster import LocalCluster, free_ports
 from tests.support import REPO, env_without_tensorflow, run_task, task_env
-from trainer.distribute.local.cluster import ClusterShape, LocalCluster, Task, free_ports
+from trainer.distribute.cluster import ClusterShape, Task
 
 BUDGET = 600
 ARGS = (

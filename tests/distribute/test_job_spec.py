@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from deploy.local import job_spec
 from tests.support import REPO
-from trainer.distribute.local import job_spec
-from trainer.distribute.local.cluster import ClusterShape
+from trainer.distribute.cluster import ClusterShape
 from trainer.errors import InputError
 
 

@@ -1,4 +1,4 @@
-"""trainer.launch: the command line, as parsed and as a real process running
+"""deploy.launch: the command line, as parsed and as a real process running
 `tests.cluster_task`. Every test stops what it started, pass or fail."""
 
 from __future__ import annotations
@@ -12,11 +12,11 @@ import threading
 
 import pytest
 
+from deploy import launch
 from tests.distribute.test_job_spec import write
 from tests.support import DUMMY_TASK as DUMMY
 from tests.support import REPO, is_alive, kill_quietly, wait_for
-from trainer.distribute.local import launch
-from trainer.distribute.local.cluster import ClusterShape
+from trainer.distribute.cluster import ClusterShape
 from trainer.errors import InputError
 
 pytestmark = pytest.mark.timeout(30)
@@ -25,11 +25,11 @@ LABELS = ["chief", "worker 0", "worker 1", "ps 0", "evaluator"]
 
 
 class Launcher:
-    """`python -m trainer.launch ...` as a real process, its stdout collected by a thread."""
+    """`python -m deploy.launch ...` as a real process, its stdout collected by a thread."""
 
     def __init__(self, argv: list[str], env: dict | None = None):
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "trainer.launch", *argv],
+            [sys.executable, "-m", "deploy.launch", *argv],
             cwd=REPO,
             env=env or dict(os.environ),
             stdout=subprocess.PIPE,
@@ -229,7 +229,7 @@ def test_cli_blames_the_network_only_for_the_network():
         [
             sys.executable,
             "-m",
-            "trainer.launch",
+            "deploy.launch",
             "--workers=30",
             "--network=host",
             f"--module={DUMMY}",
@@ -265,3 +265,14 @@ def test_cli_refuses_a_bad_config_before_starting_anything(launcher, tmp_path):
     assert run.wait() == 2
     assert "replicaCount (3) must be 1" in run.stderr
     assert run.lines == [] and run.pids() == []
+
+
+def test_the_retired_trainer_launch_names_the_command_that_replaced_it():
+    result = subprocess.run(
+        [sys.executable, "-m", "trainer.launch", "--workers=2", "--", "--max_steps=5"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 2
+    assert "python -m deploy.launch --workers=2 -- --max_steps=5" in result.stderr

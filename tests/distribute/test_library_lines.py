@@ -3,7 +3,7 @@ are, on lines a real cluster printed (a chief, a worker; TensorFlow 2.17)."""
 
 from __future__ import annotations
 
-from trainer.distribute.local.library_lines import LibraryLines
+from deploy.local.library_lines import LibraryLines
 
 WORKER = """\
 WARNING: All log messages before absl::InitializeLog() is called are written to STDERR

@@ -15,15 +15,11 @@ from pathlib import Path
 
 import pytest
 
+from deploy.local import cluster as local_cluster
+from deploy.local.cluster import LocalCluster, PrivateNetworkUnavailable
 from tests.support import DUMMY_TASK as DUMMY
 from tests.support import REPO, is_alive, wait_for
-from trainer.distribute.local import cluster as local_cluster
-from trainer.distribute.local.cluster import (
-    ClusterShape,
-    LocalCluster,
-    PrivateNetworkUnavailable,
-    Task,
-)
+from trainer.distribute.cluster import ClusterShape, Task
 from trainer.errors import InputError
 
 pytestmark = pytest.mark.timeout(30)

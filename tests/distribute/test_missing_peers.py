@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
+from deploy.local.cluster import free_ports
 from tests.support import REPO, task_env, wait_for
 from trainer.distribute import cluster as cluster_lib
 from trainer.distribute.cluster import ChiefWatch, Cluster, is_listening
-from trainer.distribute.local.cluster import free_ports
 
 TIMEOUT = 5  # --cluster_timeout_secs
 # What a process may take beyond it: importing TensorFlow on 2 busy cores (5-15 s), its exit.

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from deploy.local.cluster import free_ports
 from tests.support import (
     HEADER,
     REPO,
@@ -29,7 +30,6 @@ from tests.support import (
     write_csv,
 )
 from trainer.distribute import preemption
-from trainer.distribute.local.cluster import free_ports
 
 
 # -- the handler, in this process --------------------------------------------------------------
@@ -490,7 +490,7 @@ def test_a_preempted_chief_of_a_parameter_server_cluster_saves_and_its_restart_r
     """Under parameter servers the chief checkpoints between two chunks it fetches; chunks
     still in flight may add steps before the save reads the counters, never remove any."""
     from tests.distribute.test_distributed import Job, assert_trained
-    from trainer.distribute.local.cluster import ClusterShape
+    from trainer.distribute.cluster import ClusterShape
 
     steps = 30_000  # (about 15 s of training here: the first progress line comes after 5 s)
     extra = ("--max_iterations=1", f"--max_iteration_steps={steps}", "--checkpoint_every_secs=1e5")
@@ -520,7 +520,7 @@ def test_a_synchronous_replica_stops_at_once_on_sigterm_in_training(tmp_path):
     at once with 143 (TensorFlow's coordination service, which swallowed the signal with a
     handler of its own, is not used)."""
     from tests.distribute.test_distributed import Job
-    from trainer.distribute.local.cluster import ClusterShape
+    from trainer.distribute.cluster import ClusterShape
 
     extra = ("--max_iterations=1", "--max_iteration_steps=30000")
     with Job(tmp_path, ClusterShape(workers=1), *extra) as job:

@@ -18,8 +18,8 @@ import pytest
 from tests import bigquery_emulator
 from tests.support import FAST_FLAGS, load_report, parsed_flags, run_in_process, run_task, task_env
 from trainer import task
+from trainer.distribute.cluster import ClusterShape
 from trainer.distribute.environment import Environment
-from trainer.distribute.local.cluster import ClusterShape
 from trainer.errors import InputError
 from trainer.input import job_input as input_lib
 from trainer.input import scan

@@ -387,7 +387,7 @@ def test_a_parameter_server_cluster_trains_on_json_lines(tmp_path):
     """The default Vertex shape (chief, workers, ps) on .jsonl files: the chief stages them,
     the workers read the shards through the dataset function it traces."""
     from tests.distribute.test_distributed import Job
-    from trainer.distribute.local.cluster import ClusterShape
+    from trainer.distribute.cluster import ClusterShape
 
     (tmp_path / "json").mkdir()
     train, evaluation = _rows(1200, 1), _rows(300, 2)

@@ -20,7 +20,7 @@ import tensorflow as tf
 from tests.distribute.test_distributed import Job
 from tests.input.support import ps_prepare
 from tests.support import FAST_FLAGS, run_in_process, synthetic_rows, task_env
-from trainer.distribute.local.cluster import ClusterShape
+from trainer.distribute.cluster import ClusterShape
 from trainer.errors import InputError
 from trainer.input import files, scan
 from trainer.input import schema as S

@@ -326,7 +326,7 @@ def test_a_resume_with_another_weight_column_is_refused(tmp_path):
 )
 def test_a_cluster_trains_on_the_weights(tmp_path, shape, placement):
     from tests.distribute.test_distributed import Job
-    from trainer.distribute.local.cluster import ClusterShape
+    from trainer.distribute.cluster import ClusterShape
 
     eval_rows = imbalanced_rows(2000, 2)
     eval_path = write_csv(tmp_path / "eval.csv", HEADER, eval_rows)

@@ -42,6 +42,63 @@ def task_spec_key(pool: dict, where: str) -> str:
 
 
 @dataclasses.dataclass(frozen=True)
+class Task:
+    """One replica: its role (`chief`, `worker`, `ps`, `evaluator`) and index in the role."""
+
+    role: str
+    index: int = 0
+
+    def __post_init__(self):
+        if self.role not in POOL_ROLES:
+            raise ValueError(f"role {self.role!r} is not one of {', '.join(POOL_ROLES)}.")
+        if self.index < 0 or (self.role in (CHIEF, EVALUATOR) and self.index != 0):
+            raise ValueError(
+                f"{self.role} index ({self.index}) must be 0"
+                + ("" if self.role in (CHIEF, EVALUATOR) else " or more")
+                + "."
+            )
+
+    @property
+    def label(self) -> str:
+        """How output lines of this task are prefixed: `chief`, `worker 0`, `evaluator`."""
+        return self.role if self.role in (CHIEF, EVALUATOR) else f"{self.role} {self.index}"
+
+    @property
+    def pool(self) -> int:
+        """The position of this task's pool in `workerPoolSpecs`."""
+        return POOL_ROLES.index(self.role)
+
+
+@dataclasses.dataclass(frozen=True)
+class ClusterShape:
+    """How many replicas of each role: always one chief, `workers`, `ps`, maybe an evaluator."""
+
+    workers: int = 0
+    ps: int = 0
+    evaluator: bool = False
+
+    def __post_init__(self):
+        for name in ("workers", "ps"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise InputError(f"`{name}` ({value!r}) must be an integer >= 0.")
+
+    @property
+    def is_single_process(self) -> bool:
+        """Only a chief: like a single-replica Vertex job, it gets no TF_CONFIG."""
+        return self.workers == 0 and self.ps == 0 and not self.evaluator
+
+    def tasks(self) -> tuple[Task, ...]:
+        """Every task, in pool order: chief, workers, ps, evaluator."""
+        return (
+            (Task(CHIEF),)
+            + tuple(Task(WORKER, i) for i in range(self.workers))
+            + tuple(Task(PS, i) for i in range(self.ps))
+            + ((Task(EVALUATOR),) if self.evaluator else ())
+        )
+
+
+@dataclasses.dataclass(frozen=True)
 class Cluster:
     """The cluster (addresses per job) and this replica's place in it.
 

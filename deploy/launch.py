@@ -1,6 +1,6 @@
 """A local cluster in one command, shaped like a Vertex AI job.
 
-    python -m trainer.launch [--workers=N] [--ps=M] [--evaluator] [--config=config.yaml]
+    python -m deploy.launch [--workers=N] [--ps=M] [--evaluator] [--config=config.yaml]
                              [--module=trainer.task] [--grace=SECONDS]
                              [--network=auto|private|host] [--verbose] -- TRAINER_ARGS...
 
@@ -9,17 +9,17 @@ processes (`python -m MODULE TRAINER_ARGS`, the same arguments for every process
 on 127.0.0.1 with free ports. Each gets `TF_CONFIG` and `CLUSTER_SPEC` in Vertex's shapes,
 `GRPC_FAIL_FAST=use_caller` and loopback in `no_proxy`. A lone chief gets no `TF_CONFIG`, as
 on a single-replica Vertex job. Output lines are prefixed with the role (`[worker 0] `);
-TensorFlow's own log lines (`trainer.distribute.local.library_lines`: most of a successful
+TensorFlow's own log lines (`deploy.local.library_lines`: most of a successful
 run's output) go to a temporary file, named at the end, unless `--verbose`.
 TensorFlow's servers listen on every interface, so the processes run in a network namespace
 with only loopback, unless the job needs the network (`gs://`, `bq://`, an experiment) or
-`--network=host` (see `trainer.distribute.local.cluster`).
+`--network=host` (see `deploy.local.cluster`).
 When the chief ends, every other process is stopped (SIGTERM, then SIGKILL after `--grace`
 seconds) and the launcher exits with the chief's exit code; Ctrl-C or SIGTERM stops them all
 and exits with 128 + the signal number.
 
-The processes are `trainer.distribute.local.cluster.LocalCluster`; `--config` is read by
-`trainer.distribute.local.job_spec`.
+The processes are `deploy.local.cluster.LocalCluster`; `--config` is read by
+`deploy.local.job_spec`.
 """
 
 from __future__ import annotations
@@ -33,16 +33,16 @@ import sys
 import tempfile
 from collections.abc import Sequence
 
-from trainer.distribute.local.cluster import (
+from deploy.local.cluster import (
     AUTO,
     DEFAULT_MODULE,
     NETWORKS,
-    ClusterShape,
     LocalCluster,
     PrivateNetworkUnavailable,
     exit_description,
 )
-from trainer.distribute.local.job_spec import read_job_config
+from deploy.local.job_spec import read_job_config
+from trainer.distribute.cluster import ClusterShape
 from trainer.errors import InputError
 
 
@@ -56,7 +56,7 @@ class _Interrupted(Exception):
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m trainer.launch",
+        prog="python -m deploy.launch",
         usage="%(prog)s [--workers=N] [--ps=M] [--evaluator] [--config=config.yaml] "
         "[--module=trainer.task] [--grace=SECONDS] [--network=auto|private|host] [--verbose] "
         "-- TRAINER_ARGS...",

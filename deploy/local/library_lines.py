@@ -4,7 +4,7 @@ A successful local cluster run printed about 60% such lines: gRPC's error blocks
 close their connections at the end, the eager service's session options dumped as a protocol
 buffer, "Started server" info lines, all through TensorFlow's C++ logging (and absl's, which
 ignores TF_CPP_MIN_LOG_LEVEL before absl::InitializeLog). The launcher keeps them in a file
-instead of the console (`trainer.distribute.local.launch`); `LibraryLines` tells them apart,
+instead of the console (`deploy.launch`); `LibraryLines` tells them apart,
 one process's lines in order, a block at a time.
 """
 

@@ -1,5 +1,5 @@
 """`config.yaml`: the Vertex AI CustomJobSpec that `gcloud ai custom-jobs create --config`
-takes, read once for both the local launcher (`trainer/distribute/local/launch.py`: pool
+takes, read once for both the local launcher (`deploy/launch.py`: pool
 sizes, the chief's args and module) and `deploy/submit.py` (the spec it sends). Every shape
 error names the file and the pool."""
 
@@ -11,8 +11,7 @@ from pathlib import Path
 
 import yaml
 
-from trainer.distribute.cluster import task_spec_key
-from trainer.distribute.local.cluster import POOL_ROLES, ClusterShape
+from trainer.distribute.cluster import POOL_ROLES, ClusterShape, task_spec_key
 from trainer.errors import InputError
 
 
