@@ -20,7 +20,8 @@ process on loopback (the clients are this process, so they do not share the serv
               one request after another for --steady_seconds; p50 / p99.
   soak        the steady load for --soak_seconds (default 5 minutes), sampling the server's
               RSS and the latency every --soak_every seconds; first against last sample.
-  batch       instances/s of `deploy.batch_local.predict_local` over the census test set (16,281
+  batch       instances/s of `deploy.batch_prediction.local.predict_local` over the census test set
+  (16,281
               CSV rows: read, check, predict, write the results), the model already loaded;
               the median of --batch_repeats runs.
 
@@ -54,8 +55,8 @@ import numpy as np
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
-from deploy import batch_local
-from deploy.instances import Predictor
+from deploy.batch_prediction import local as batch_local
+from deploy.serving.instances import Predictor
 from trainer.input.files import CENSUS_LABEL, CENSUS_TEST
 
 

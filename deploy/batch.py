@@ -22,14 +22,14 @@ stops the others.
 Inputs: `jsonl` (one JSON object per line; an array is the values of `--included_fields`),
 `csv` (a header row, then rows; numbers parsed by the model's input types) or `bigquery` (one
 table, `bq://PROJECT.DATASET.TABLE`, each row an object). The modules, one per job:
-- `deploy/batch_local.py`: the local twin; streams the inputs in constant memory, reads `.gz`
-  files too and sends the model only the fields `--excluded_fields`, `--included_fields` and
-  `--key_field` leave (Vertex's `instanceConfig`, `deploy/instance_config.py`); with a key,
-  each output line has `"key"` instead of `"instance"`.
-- `deploy/batch_vertex.py`: the Vertex AI BatchPredictionJob over JSON Lines or a table.
-- `deploy/batch_convert.py`: a Vertex job's sources, converted first to JSON Lines objects with
-  every field and a missing value as TensorFlow Serving takes it (`--send_as_is` skips this for
-  JSON Lines already in that form).
+- `deploy/batch_prediction/local.py`: the local twin; streams the inputs in constant memory, reads
+  `.gz` files too and sends the model only the fields `--excluded_fields`, `--included_fields` and
+  `--key_field` leave (Vertex's `instanceConfig`, `deploy/batch_prediction/instance_config.py`);
+  with a key, each output line has `"key"` instead of `"instance"`.
+- `deploy/batch_prediction/vertex.py`: the Vertex AI BatchPredictionJob over JSON Lines or a table.
+- `deploy/batch_prediction/convert.py`: a Vertex job's sources, converted first to JSON Lines
+  objects with every field and a missing value as TensorFlow Serving takes it (`--send_as_is` skips
+  this for JSON Lines already in that form).
 This module is the command line, and `read_results` reads either's output.
 """
 
@@ -39,36 +39,18 @@ import dataclasses
 import json
 import sys
 
-from deploy import api, storage
-from deploy.batch_convert import ConvertedVertexJob, submit_vertex_converted
-from deploy.batch_local import FORMATS, BatchResult, predict_local
-from deploy.batch_vertex import VertexBatchJob, submit_vertex
-from deploy.explain import DEFAULT_PATH_COUNT
-from deploy.instance_config import InstanceConfig
+from deploy.batch_prediction.convert import ConvertedVertexJob, submit_vertex_converted
+from deploy.batch_prediction.instance_config import InstanceConfig
+from deploy.batch_prediction.local import BatchResult, predict_local
+from deploy.batch_prediction.output import read_records
+from deploy.batch_prediction.reading import FORMATS
+from deploy.batch_prediction.vertex import VertexBatchJob, submit_vertex
+from deploy.serving.explain import DEFAULT_PATH_COUNT
+from deploy.vertex import api
 
 # Rows that do not fit the model are listed and the others predicted; more than this share
 # of them failing is a mismatch (a wrong file, a column renamed), not a few bad rows.
 DEFAULT_MAX_ERROR_RATE = 0.01
-
-
-def read_results(output_dir: str) -> tuple[list[dict], list[dict]]:
-    """(result records, error records) of a batch prediction output directory."""
-    results = _read_records(f"{output_dir}/prediction.results-*")
-    errors = _read_records(f"{output_dir}/prediction.errors_stats-*")
-    return results, errors
-
-
-def _read_records(pattern: str) -> list[dict]:
-    try:
-        files = storage.expand([pattern])
-    except FileNotFoundError:
-        return []
-    return [
-        json.loads(line)
-        for f in files
-        for line in storage.read_bytes(f).decode().split("\n")
-        if line.strip()
-    ]
 
 
 # Command line ----------------------------------------------------------------------------
@@ -199,7 +181,7 @@ def _report_errors(result: BatchResult, max_error_rate: float) -> int:
         return 0
     total = result.num_predictions + result.num_errors
     rate = result.num_errors / total
-    first = next(iter(_read_records(result.error_file)), {})
+    first = next(iter(read_records(result.error_file)), {})
     reason = first.get("error", {}).get("message", "")
     over = rate > max_error_rate
     print(

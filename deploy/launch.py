@@ -19,7 +19,7 @@ seconds) and the launcher exits with the chief's exit code; Ctrl-C or SIGTERM st
 and exits with 128 + the signal number.
 
 The processes are `deploy.local.cluster.LocalCluster`; `--config` is read by
-`deploy.local.job_spec`.
+`deploy.vertex.job_spec`.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ from deploy.local.cluster import (
     PrivateNetworkUnavailable,
     exit_description,
 )
-from deploy.local.job_spec import read_job_config
+from deploy.vertex.job_spec import read_job_config
 from trainer.distribute.cluster import ClusterShape
 from trainer.errors import InputError
 

@@ -74,7 +74,7 @@ EXECUTOR_IMAGES = {
     # Python 3.11, TensorFlow installed as `tensorflow`.
     "tensorflow/tensorflow:2.17.0": ExecutorImage("3.11", "tensorflow", "2.17.0"),
     # Vertex AI's prebuilt training image (Python 3.10; cloudml-hypertune): past its end of
-    # availability (deploy/images.py), kept to check an install where it still runs.
+    # availability (deploy/vertex/images.py), kept to check an install where it still runs.
     "tf-cpu.2-17.py310": ExecutorImage(
         "3.10", "tensorflow-cpu", "2.17.1", packages=("cloudml-hypertune",)
     ),

@@ -49,11 +49,13 @@ except ImportError as e:  # the `pipeline` extra: see setup.py
         f"(kfp 2.13, beside TensorFlow 2.17's protobuf < 5). ({e})"
     ) from e
 
-from deploy import api, publish, submit
+from deploy import publish, submit
+from deploy.vertex import api
 from trainer.storage import paths
 
-if TYPE_CHECKING:  # at run time only with a batch step: it loads TensorFlow (deploy.batch_local)
-    from deploy import batch_vertex
+# At run time only with a batch step: it loads TensorFlow (deploy.batch_prediction.local).
+if TYPE_CHECKING:
+    from deploy.batch_prediction import vertex as batch_vertex
 
 # The image each step runs in, and what it installs there at start (kfp adds itself).
 COMPONENT_IMAGE = "python:3.11-slim"
@@ -562,7 +564,7 @@ def pipeline_options(args: argparse.Namespace) -> PipelineOptions:
                 "one and writes to the other (leave both out for no batch step)."
             )
         _check_jsonl(args.batch_instances_format)  # before TensorFlow loads
-        from deploy import batch_vertex
+        from deploy.batch_prediction import vertex as batch_vertex
 
         batch = batch_vertex.VertexBatchJob(
             display_name=f"{args.display_name}-batch",

@@ -18,8 +18,9 @@ import sys
 import urllib.error
 import urllib.request
 
-from deploy import api, signature, storage
-from deploy.instances import NUMBER, TEXT, Fields
+from deploy.serving import signature
+from deploy.serving.instances import NUMBER, TEXT, Fields
+from deploy.vertex import api, storage
 
 _TIMEOUT_S = 600  # Vertex's own limit for an online prediction
 

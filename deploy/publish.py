@@ -12,11 +12,11 @@ Shapley attributions over the serving signature's named inputs, read from the mo
 
 The model goes to `tf2-cpu.2-15`, the newest standard TensorFlow prediction image (a model
 exported by TensorFlow 2.17 loads there: tests/deploy/test_tf_versions.py checks it). Vertex AI
-makes it unavailable on 2027-01-14 and lists no newer one (`deploy/images.py`): a serving image
-past its end of availability, or within six months of it, gets a warning on stderr.
+makes it unavailable on 2027-01-14 and lists no newer one (`deploy/vertex/images.py`): a serving
+image past its end of availability, or within six months of it, gets a warning on stderr.
 
-Model Registry versions (`deploy.registry`): with `--parent_model` (a model's resource name, or
-its display name) the upload becomes the next version of that model, with `--version_aliases`;
+Model Registry versions (`deploy.vertex.registry`): with `--parent_model` (a model's resource name,
+or its display name) the upload becomes the next version of that model, with `--version_aliases`;
 with `--report` the job's eval metrics (its `report.json`) are imported as that version's
 ModelEvaluation; with `--champion_alias` that alias moves to the new version only when its
 metric beats the one imported for the version holding it:
@@ -34,9 +34,9 @@ import datetime
 import json
 import sys
 
-from deploy import api, images, registry, storage
-from deploy import signature as signature_lib
-from deploy.explain import BASELINE
+from deploy.serving import signature as signature_lib
+from deploy.serving.explain import BASELINE
+from deploy.vertex import api, images, registry, storage
 
 SERVING_IMAGE = "us-docker.pkg.dev/vertex-ai/prediction/tf2-cpu.2-15:latest"
 # The endpoint and model a dry run cannot know yet: the responses of earlier requests.
@@ -209,7 +209,7 @@ class Published:
 
 def deploy_requests(cloud: api.Cloud, d: Deployment) -> list[api.ApiRequest]:
     """What `publish` sends when the endpoint does not exist yet (for --dry_run), with the
-    Model Registry's requests around the upload (`deploy.registry`: the champion's
+    Model Registry's requests around the upload (`deploy.vertex.registry`: the champion's
     mergeVersionAliases is sent only when the new version's metric is better)."""
     lookup, parent = registry.parent_requests(cloud, d.registration)
     models_upload = api.ApiRequest(

@@ -33,13 +33,20 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import trainer
-from deploy import batch_local, pipeline, predict, storage
+from deploy import pipeline, predict
 from deploy import submit as submit_lib
-from deploy.api import Cloud, DeployError
-from deploy.explain import DEFAULT_PATH_COUNT, Explainer
-from deploy.frames import instances_of, predictions_frame, records_of, results_frame
-from deploy.instances import InstanceError, Predictor
-from deploy.waiting import Job, JobFailed, LogStream
+from deploy.batch_prediction import local as batch_local
+from deploy.batch_prediction.frames import (
+    instances_of,
+    predictions_frame,
+    records_of,
+    results_frame,
+)
+from deploy.serving.explain import DEFAULT_PATH_COUNT, Explainer
+from deploy.serving.instances import InstanceError, Predictor
+from deploy.vertex import storage
+from deploy.vertex.api import Cloud, DeployError
+from deploy.vertex.waiting import Job, JobFailed, LogStream
 
 __all__ = [
     "Cloud",

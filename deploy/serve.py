@@ -5,7 +5,7 @@
 It listens on `AIP_HTTP_PORT` (default 8080), answers `GET AIP_HEALTH_ROUTE` (default
 /health) and `POST AIP_PREDICT_ROUTE` (default /predict) with `{"instances": [...]}` ->
 `{"predictions": [...]}`, `POST /explain` with what a Vertex endpoint's `:explain` answers
-(`deploy/explain.py`), and loads the model from `--model_dir` or `AIP_STORAGE_URI`. It binds
+(`deploy/serving/explain.py`), and loads the model from `--model_dir` or `AIP_STORAGE_URI`. It binds
 to loopback unless `--host` says otherwise. A request over 1.5 MB, a malformed body or a
 malformed instance gets a 400 whose message names the problem (the instance index and field);
 a body that has not arrived whole within 30 s of its headers gets a 408 and the connection is
@@ -15,7 +15,7 @@ use stops the command before it serves, with exit 2 and one line saying what to 
 
 The server is aiohttp on one asyncio event loop with a listen backlog of 2048, so a burst of
 connections waits in the kernel's queue instead of being reset. Requests that arrive together
-are predicted in one model call (`deploy.batching`: `--max_batch` instances, waiting at most
+are predicted in one model call (`deploy.serving.batching`: `--max_batch` instances, waiting at most
 `--max_wait_ms`); when more than `--max_queue` instances wait, requests get a 503 with
 `Retry-After` until the queue drains.
 """
@@ -39,10 +39,10 @@ from typing import Any, Protocol
 
 from aiohttp import web
 
-from deploy import api
-from deploy.batching import Batcher, BatchOptions, BatchStats, Overloaded
-from deploy.explain import DEFAULT_PATH_COUNT, Explainer
-from deploy.instances import InstanceError, NotJson, Predictor, clip, parse_json
+from deploy.serving.batching import Batcher, BatchOptions, BatchStats, Overloaded
+from deploy.serving.explain import DEFAULT_PATH_COUNT, Explainer
+from deploy.serving.instances import InstanceError, NotJson, Predictor, clip, parse_json
+from deploy.vertex import api
 
 LOCAL_MODEL_ID = "local"  # the deployedModelId of an explanation from this server
 EXPLAIN_UNAVAILABLE = (
@@ -86,7 +86,7 @@ class Routes:
 
 
 class Model(Protocol):
-    """What the server needs of a model: `deploy.instances.Predictor` is one."""
+    """What the server needs of a model: `deploy.serving.instances.Predictor` is one."""
 
     def check(self, instances: Sequence[Any]) -> list[dict]: ...
 
@@ -295,7 +295,7 @@ class PredictionServer:
 
     async def _explain(self, request: web.BaseRequest) -> web.StreamResponse:
         """Vertex's `:explain`: `{"instances": [...]}` -> `{"explanations": [...],
-        "predictions": [...], "deployedModelId": ...}` (`deploy/explain.py`), computed in a
+        "predictions": [...], "deployedModelId": ...}` (`deploy/serving/explain.py`), computed in a
         thread beside the event loop (one instance costs a few hundred rows' predictions)."""
         body = await self._body(request)
         if isinstance(body, web.Response):

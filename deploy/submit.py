@@ -29,8 +29,8 @@ prebuilt tf-gpu image of the same version for tf-cpu, the trainer's `trainer-gpu
 same tag for `trainer-cpu`; any other image stays as named. All of it is checked before
 anything is built or sent. The resolved spec is written to `--dist_dir`, and the equivalent
 `gcloud ai custom-jobs create` command printed. A pool whose prebuilt image is past its end of
-availability, or within six months of it (`deploy/images.py`), gets a warning on stderr naming
-the date and what to use instead. `--dry_run` also prints, after the requests, the cost
+availability, or within six months of it (`deploy/vertex/images.py`), gets a warning on stderr
+naming the date and what to use instead. `--dry_run` also prints, after the requests, the cost
 model's estimate of the job's training speed (`trainer/placement/cost.py`) as `#` comment
 lines.
 """
@@ -52,8 +52,7 @@ import tempfile
 from collections.abc import Callable, Sequence
 from typing import Any, Generic, Protocol, TypeVar
 
-from deploy import api, images, storage
-from deploy.local import job_spec
+from deploy.vertex import api, images, job_spec, storage
 from trainer.distribute.cluster import POOL_ROLES, TASK_SPECS, ClusterShape, task_spec_key
 from trainer.errors import InputError
 from trainer.placement import Placement, cost
@@ -212,7 +211,7 @@ class Submission:
 
 def load_config(path: str = CONFIG) -> dict:
     """config.yaml as plain JSON values, read as the local launcher reads it
-    (`deploy.local.job_spec`).
+    (`deploy.vertex.job_spec`).
 
     Raises:
         DeployError: the file is missing, not YAML or not a CustomJobSpec.
@@ -590,7 +589,7 @@ def _check_container(container: dict, where: str) -> None:
 def image_warnings(spec: dict, *, today: datetime.date) -> list[str]:
     """A warning for each prebuilt image of the spec's pools (an executor image, or a
     container's image) that is past its end of availability on `today`, or within six months
-    of it, naming the pools that use it (`deploy.images.warning`); none for images with time
+    of it, naming the pools that use it (`deploy.vertex.images.warning`); none for images with time
     left or custom ones."""
     pools_of: dict[str, list[str]] = {}
     for index, pool in enumerate(spec.get("workerPoolSpecs", [])):

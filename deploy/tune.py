@@ -28,8 +28,9 @@ import tempfile
 from collections.abc import Callable, Sequence
 from typing import NoReturn
 
-from deploy import api, submit
+from deploy import submit
 from deploy.submit import JobOptions
+from deploy.vertex import api
 from trainer.flags import FLAGS, Flag
 
 STUDY = os.path.join(submit.REPO, "tune.yaml")

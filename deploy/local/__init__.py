@@ -1,2 +1,3 @@
-"""A real multi-process cluster on one machine: its shape (config.yaml), its processes and
-network, and the `python -m deploy.launch` command."""
+"""A real multi-process cluster on one machine, shaped like a Vertex AI job (`cluster`:
+`LocalCluster`, its processes and network; `library_lines`: TensorFlow's own log lines told
+apart from the job's), for `python -m deploy.launch`, the tests and the benchmarks."""

@@ -47,7 +47,7 @@ def census_model(tmp_path_factory) -> str:
 
 @pytest.fixture(scope="session")
 def predictor(census_model):
-    from deploy.instances import Predictor
+    from deploy.serving.instances import Predictor
 
     return Predictor(census_model)
 
@@ -71,10 +71,10 @@ def census_rows() -> list[dict]:
 
 @pytest.fixture
 def cloud_sdk():
-    """A fake Vertex AI service and a `deploy.api.Cloud` pointing at it (anonymous)."""
+    """A fake Vertex AI service and a `deploy.vertex.api.Cloud` pointing at it (anonymous)."""
     from google.auth.credentials import AnonymousCredentials
 
-    from deploy import api
+    from deploy.vertex import api
 
     with FakeVertex() as fake:
         cloud = api.Cloud(

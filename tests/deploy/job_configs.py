@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from deploy import api, submit
+from deploy import submit
+from deploy.vertex import api
 
 CLOUD = api.Cloud(project="my-project", region="us-central1")
 # config.yaml's image as the README builds and pushes it, then with --project=my-project.

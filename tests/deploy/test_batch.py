@@ -17,8 +17,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from deploy import api, batch, batch_convert, batch_local, batch_vertex
-from deploy.instances import NUMBER
+from deploy import batch
+from deploy.batch_prediction import convert as batch_convert
+from deploy.batch_prediction import local as batch_local
+from deploy.batch_prediction import output
+from deploy.batch_prediction import vertex as batch_vertex
+from deploy.serving.instances import NUMBER
+from deploy.vertex import api
 from tests.support import REPO, task_env
 
 
@@ -62,7 +67,7 @@ def test_jsonl_bad_lines_are_reported_and_the_rest_predicted(tmp_path, predictor
         "prediction.errors_stats-00000-of-00001",
         *[f"prediction.results-0000{i}-of-00003" for i in range(3)],
     ]
-    results, errors = batch.read_results(result.output_dir)
+    results, errors = output.read_results(result.output_dir)
     assert [r["instance"] for r in results] == rows  # in input order, none lost
     _assert_same_predictions([r["prediction"] for r in results], predictor.predict(rows))
     assert [e["error"]["message"] for e in errors] == [
@@ -104,7 +109,7 @@ def test_jsonl_lines_that_break_a_json_parser_are_errors_and_the_rest_predicted(
         output_prefix=str(tmp_path / "out"),
         batch_size=4,
     )
-    results, errors = batch.read_results(result.output_dir)
+    results, errors = output.read_results(result.output_dir)
     assert [r["instance"] for r in results] == rows
     assert (result.num_predictions, result.num_errors) == (len(rows), len(lines))
     messages = [e["error"]["message"] for e in errors]
@@ -131,7 +136,7 @@ def test_csv_with_an_excluded_label_and_bad_rows(tmp_path, predictor, census_row
         instances_format="csv",
         excluded_fields=["income_bracket"],
     )
-    results, errors = batch.read_results(result.output_dir)
+    results, errors = output.read_results(result.output_dir)
     assert [r["instance"] for r in results] == census_rows[:10]
     assert [e["error"]["message"].split(": ", 1) for e in errors] == [
         [f"{path}:12", "2 fields, the header has 15 (quote values that contain commas)"],
@@ -165,7 +170,7 @@ def test_csv_files_with_other_column_orders_describe_bad_rows_with_their_own_hea
         output_prefix=str(tmp_path / "out"),
         instances_format="csv",
     )
-    results, errors = batch.read_results(result.output_dir)
+    results, errors = output.read_results(result.output_dir)
     assert [r["instance"] for r in results] == census_rows[1:6]
     (error,) = errors
     assert (
@@ -189,7 +194,7 @@ def test_gcs_in_and_out_through_the_emulator(gcs, tmp_path, predictor, census_ro
         predictor=predictor,
     )
     assert result.output_dir.startswith("gs://test-bucket/out/prediction-model-")
-    results, errors = batch.read_results(result.output_dir)
+    results, errors = output.read_results(result.output_dir)
     assert [r["instance"] for r in results] == census_rows[:10] and errors == []
 
 
@@ -314,8 +319,8 @@ def test_a_csv_gz_cut_short_is_not_converted_for_a_vertex_job(gcs, predictor):
 
 _KILLED_RUN = """
 import sys, time
-from deploy import batch_local
-output = batch_local._Output(sys.argv[1], "killed", 2)
+from deploy.batch_prediction.output import Output
+output = Output(sys.argv[1], "killed", 2)
 output.add_results(0, b"{}\\n", 1)
 print("writing", flush=True)
 time.sleep(60)
@@ -341,7 +346,7 @@ def test_the_temporary_dir_of_a_killed_run_is_removed_by_the_next_one(
         killed.kill()
         killed.wait(timeout=30)
     (left,) = out.glob(".tmp-prediction-killed-*")
-    live = batch_local._Output(str(out), "live", 1)  # a run going on in this process
+    live = output.Output(str(out), "live", 1)  # a run going on in this process
     unlocked_old, unlocked_new = out / ".tmp-prediction-old-1", out / ".tmp-prediction-new-1"
     for directory in (unlocked_old, unlocked_new):
         directory.mkdir()
@@ -376,7 +381,7 @@ def test_the_temporary_dir_of_a_run_on_another_host_is_kept_until_an_hour_old(
     while anything in it changed within the hour, whether or not its lock looks free here (it
     was removed as dead), and removed once unchanged for an hour."""
     out = tmp_path / "out"
-    elsewhere = json.dumps({**batch_local._lock_owner(), "host": "another-host", "pid": 1})
+    elsewhere = json.dumps({**output._lock_owner(), "host": "another-host", "pid": 1})
     recent, old = out / ".tmp-prediction-recent-1", out / ".tmp-prediction-old-1"
     for directory in (recent, old):
         directory.mkdir(parents=True)
@@ -765,7 +770,7 @@ def test_a_key_comes_back_on_every_line_in_place_of_the_instance(tmp_path, predi
             batch_size=8,
             **fields,
         )
-        outputs[name] = batch.read_results(result.output_dir)
+        outputs[name] = output.read_results(result.output_dir)
     results, errors = outputs["csv"]
     assert all(set(r) == {"key", "prediction"} for r in results)
     assert [r["key"] for r in results] == ids  # a CSV key is its text
@@ -855,7 +860,7 @@ def test_array_lines_are_the_values_of_the_included_fields_in_order(
             predictor=predictor,
             **config,
         )
-        return batch.read_results(result.output_dir)
+        return output.read_results(result.output_dir)
 
     results, errors = run(included_fields=names)
     expected = predictor.predict([{n: r[n] for n in names} for r in rows])

@@ -9,7 +9,12 @@ import json
 import numpy as np
 import pytest
 
-from deploy import api, batch, batch_convert, batch_local, batch_vertex
+from deploy import batch
+from deploy.batch_prediction import convert as batch_convert
+from deploy.batch_prediction import local as batch_local
+from deploy.batch_prediction import output
+from deploy.batch_prediction import vertex as batch_vertex
+from deploy.vertex import api
 from tests import bigquery_emulator
 from tests.deploy import discovery
 from trainer.input.files import CENSUS_LABEL
@@ -79,7 +84,7 @@ def test_the_local_twin_predicts_a_table_with_a_key_on_every_line(
         batch_size=50,
     )
     assert (result.num_predictions, result.num_errors) == (ROWS, 0)
-    results, errors = batch.read_results(result.output_dir)
+    results, errors = output.read_results(result.output_dir)
     assert errors == [] and all(set(r) == {"key", "prediction"} for r in results)
     expected = _expected(predictor, census_rows_module)
     assert sorted(r["key"] for r in results) == sorted(expected)
@@ -101,7 +106,7 @@ def test_a_table_s_rows_that_do_not_fit_are_listed_with_their_stream_and_row(
         predictor=predictor,
     )
     assert (result.num_predictions, result.num_errors) == (0, ROWS)
-    _, errors = batch.read_results(result.output_dir)
+    _, errors = output.read_results(result.output_dir)
     assert errors[0]["error"]["message"] == (
         f"{table} stream 0 row 1: no field 'no_such_column' (--key_field)."
     )

@@ -20,7 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from deploy import images, submit
+from deploy import submit
+from deploy.vertex import images
 from tests.support import REPO
 
 DOCKERFILE = REPO / "deploy" / "container" / "Dockerfile"

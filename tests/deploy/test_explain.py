@@ -1,5 +1,5 @@
-"""Explanations without an endpoint (deploy/explain.py): sampled Shapley attributions that add
-up to the output's change from the baseline, exact on a model without interactions between
+"""Explanations without an endpoint (deploy/serving/explain.py): sampled Shapley attributions that
+add up to the output's change from the baseline, exact on a model without interactions between
 columns, and `deploy.serve`'s `/explain` answering in a Vertex endpoint's response shape."""
 
 from __future__ import annotations
@@ -11,8 +11,10 @@ import urllib.request
 
 import pytest
 
-from deploy import explain, serve
-from deploy.instances import Predictor
+from deploy import serve
+from deploy.batch_prediction import output
+from deploy.serving import explain
+from deploy.serving.instances import Predictor
 from tests.deploy import discovery
 from tests.support import FAST_FLAGS, make_data, run_task
 
@@ -143,7 +145,7 @@ def test_batch_prediction_writes_each_rows_explanation_beside_its_key(
 ):
     import csv
 
-    from deploy import batch, batch_local
+    from deploy.batch_prediction import local as batch_local
 
     path = tmp_path / "in.csv"
     with open(path, "w", newline="") as f:
@@ -159,7 +161,7 @@ def test_batch_prediction_writes_each_rows_explanation_beside_its_key(
         key_field="id",
         explain_path_count=3,
     )
-    results, errors = batch.read_results(result.output_dir)
+    results, errors = output.read_results(result.output_dir)
     assert errors == [] and [r["key"] for r in results] == [f"r{i}" for i in range(40)]
     explainer = explain.Explainer.of(predictor, path_count=3)
     _, expected = explainer.explain(predictor.check(census_rows[:32]))  # the first batch

@@ -1,5 +1,5 @@
-"""deploy.images: the prebuilt images' table, looking a URI up, and the warning before an image
-reaches (or after it passed) its end of availability, judged on a fixed day."""
+"""deploy.vertex.images: the prebuilt images' table, looking a URI up, and the warning before an
+image reaches (or after it passed) its end of availability, judged on a fixed day."""
 
 from __future__ import annotations
 
@@ -10,8 +10,9 @@ import re
 
 import pytest
 
-from deploy import images, publish, submit
-from deploy.images import PrebuiltImage
+from deploy import publish, submit
+from deploy.vertex import images
+from deploy.vertex.images import PrebuiltImage
 from tests.deploy.job_configs import as_package
 from tests.support import REPO
 

@@ -13,8 +13,12 @@ import sys
 import numpy as np
 import pytest
 
-from deploy import batch, batch_convert, batch_local, batch_vertex, predict, serve
-from deploy.instances import Predictor
+from deploy import predict, serve
+from deploy.batch_prediction import convert as batch_convert
+from deploy.batch_prediction import local as batch_local
+from deploy.batch_prediction import output
+from deploy.batch_prediction import vertex as batch_vertex
+from deploy.serving.instances import Predictor
 from tests.deploy import venvs
 from tests.support import REPO, run_task, task_env, write_csv
 
@@ -155,7 +159,7 @@ def test_the_server_and_local_batch_predict_missing_values(job, model, tmp_path)
             excluded_fields=excluded,
             batch_size=16,
         )
-        results, errors = batch.read_results(result.output_dir)
+        results, errors = output.read_results(result.output_dir)
         assert errors == [], kind
         np.testing.assert_allclose(
             _yes([r["prediction"] for r in results]), expected, atol=1e-6, err_msg=kind

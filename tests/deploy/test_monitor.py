@@ -11,7 +11,8 @@ from contextlib import redirect_stdout
 
 import pytest
 
-from deploy import api, monitor
+from deploy import monitor
+from deploy.vertex import api
 from tests.deploy import discovery
 from tests.deploy.test_predict import _deployed
 

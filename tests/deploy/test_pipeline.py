@@ -19,8 +19,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from deploy import api, pipeline, publish, submit
+from deploy import pipeline, publish, submit
 from deploy.pipeline import PipelineOptions, Requirement, TrainingPipeline
+from deploy.vertex import api
 from tests.deploy import discovery
 from tests.deploy.fake_vertex import NOW, FakeVertex
 from tests.deploy.job_configs import CLOUD, IMAGE, package_config
@@ -31,7 +32,9 @@ PARENT = "projects/my-project/locations/us-central1"
 
 
 def _batch():
-    from deploy import batch_vertex  # loads TensorFlow (deploy.batch_local)
+    from deploy.batch_prediction import (
+        vertex as batch_vertex,
+    )  # loads TensorFlow (deploy.batch_prediction.local)
 
     return batch_vertex.VertexBatchJob(
         display_name="census-batch",

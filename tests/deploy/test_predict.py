@@ -9,7 +9,8 @@ import sys
 import numpy as np
 import pytest
 
-from deploy import api, predict, publish
+from deploy import predict, publish
+from deploy.vertex import api
 from tests.support import REPO
 
 

@@ -12,7 +12,9 @@ import sys
 
 import pytest
 
-from deploy import api, publish, registry, signature
+from deploy import publish
+from deploy.serving import signature
+from deploy.vertex import api, registry
 from tests.deploy import discovery
 from tests.deploy import test_signature as signature_test
 from tests.deploy.fake_vertex import ApiFailure, FakeVertex, explanation_problems
@@ -434,7 +436,7 @@ def test_command_line_dry_run_shows_the_registry_requests(tmp_path):
 def test_the_baseline_exported_with_the_model_is_the_endpoints_too(cloud_sdk, census_model):
     """--explain reads the model's assets.extra/explanation_baseline.json (what deploy.serve
     explains from) into the spec's inputBaselines, so both start their walks from one row."""
-    from deploy import explain
+    from deploy.serving import explain
 
     fake, cloud = cloud_sdk
     baselines = explain.read_baseline(census_model)

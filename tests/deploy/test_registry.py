@@ -1,4 +1,4 @@
-"""deploy.registry: Model Registry versions and their aliases, the job's evaluation (its
+"""deploy.vertex.registry: Model Registry versions and their aliases, the job's evaluation (its
 metrics as Vertex's schemas have them) and the champion alias, decided as a truth table and
 published through `deploy.publish` against the fake's registry, which refuses what Vertex
 refuses. (The command line's registry flags: tests/deploy/test_publish.py.)"""
@@ -10,7 +10,8 @@ import json
 
 import pytest
 
-from deploy import api, publish, registry
+from deploy import publish
+from deploy.vertex import api, registry
 from tests.deploy import discovery
 from tests.deploy.fake_vertex import ApiFailure, FakeVertex
 

@@ -11,7 +11,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from deploy import sdk, waiting
+from deploy import sdk
+from deploy.vertex import waiting
 from tests.deploy.test_predict import _deployed
 from trainer.input.files import CENSUS_LABEL, CENSUS_TEST
 

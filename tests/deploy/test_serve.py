@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 from deploy import predict, serve
-from deploy.batching import BatchOptions
+from deploy.serving.batching import BatchOptions
 from tests.deploy.conftest import free_port
 from tests.support import REPO, task_env
 

@@ -1,4 +1,4 @@
-"""deploy/signature.py: the serving signature read from saved_model.pb without TensorFlow
+"""deploy/serving/signature.py: the serving signature read from saved_model.pb without TensorFlow
 agrees with what TensorFlow itself loads."""
 
 from __future__ import annotations
@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from deploy import api, signature
+from deploy.serving import signature
+from deploy.vertex import api
 
 
 def save_tiny_model(path: Path) -> Path:

@@ -11,9 +11,9 @@ import sys
 
 import pytest
 
-from deploy import api, submit
-from deploy.local import job_spec
+from deploy import submit
 from deploy.submit import JobOptions
+from deploy.vertex import api, job_spec
 from tests.deploy import discovery
 from tests.deploy.job_configs import (
     CLOUD,

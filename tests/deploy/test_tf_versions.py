@@ -62,7 +62,7 @@ def test_exported_model_predicts_the_same_under(
 def test_a_model_with_dates_and_missing_indicators_predicts_the_same_under_2_15(tmp_path):
     """The date parsing (regular expressions, substrings, integer calendar arithmetic) and the
     missing indicators are ops TensorFlow 2.15 has: the model serves raw date text there."""
-    from deploy.instances import Predictor
+    from deploy.serving.instances import Predictor
     from tests.input.test_dates import _dated_rows, _write
     from tests.support import FAST_FLAGS, run_task
 

@@ -13,8 +13,9 @@ import sys
 import pytest
 import yaml
 
-from deploy import api, submit, tune
+from deploy import submit, tune
 from deploy.submit import JobOptions
+from deploy.vertex import api
 from tests.deploy import discovery
 from tests.deploy.job_configs import (
     CLOUD,

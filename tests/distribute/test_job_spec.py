@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from deploy.local import job_spec
+from deploy.vertex import job_spec
 from tests.support import REPO
 from trainer.distribute.cluster import ClusterShape
 from trainer.errors import InputError

@@ -202,8 +202,10 @@ def _write(rows: list[dict], path, fmt: str) -> str:
 @pytest.mark.slow  # trains a model a format (about 20 s each on 2 cores)
 @pytest.mark.parametrize("fmt", ["csv", "jsonl", "parquet"])
 def test_a_table_with_dates_trains_and_serves_raw_date_strings(tmp_path, fmt):
-    from deploy import batch, batch_local, predict, serve
-    from deploy.instances import Predictor
+    from deploy import predict, serve
+    from deploy.batch_prediction import local as batch_local
+    from deploy.batch_prediction import output
+    from deploy.serving.instances import Predictor
     from tests.support import FAST_FLAGS, load_report, run_task
 
     suffix = {"csv": "csv", "jsonl": "jsonl", "parquet": "parquet"}[fmt]
@@ -252,7 +254,7 @@ def test_a_table_with_dates_trains_and_serves_raw_date_strings(tmp_path, fmt):
         key_field="id",
         predictor=predictor,
     )
-    results, errors = batch.read_results(out.output_dir)
+    results, errors = output.read_results(out.output_dir)
     assert errors == [] and [r["prediction"]["classes"] for r in results] == [
         "yes",
         "no",

@@ -22,8 +22,8 @@ from trainer.storage import paths
 
 
 def baseline_of(schema: Schema) -> dict:
-    """The instance explanations start from (`deploy/explain.py`): each number at its training
-    mean, each category at its most frequent value (the typical row, as the model saw the
+    """The instance explanations start from (`deploy/serving/explain.py`): each number at its
+    training mean, each category at its most frequent value (the typical row, as the model saw the
     training data; "" for a column with no vocabulary; a date column at its training mean)."""
     return {c.name: _typical(c) for c in schema.columns}
 

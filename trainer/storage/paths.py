@@ -11,7 +11,7 @@ FUSE_ROOT = "/gcs/"
 DEFAULT_JOB_DIR = "runs/adanet"
 # Files for those who serve a SavedModel, beside its graph (TensorFlow loads none of them):
 # the baseline instance explanations start from (`trainer/serving/export.py` writes it,
-# `deploy/explain.py` reads it).
+# `deploy/serving/explain.py` reads it).
 MODEL_EXTRA = "assets.extra"
 EXPLANATION_BASELINE = f"{MODEL_EXTRA}/explanation_baseline.json"
 # The monitoring baseline (trainer/serving/monitoring.py; deploy.monitor reads it)

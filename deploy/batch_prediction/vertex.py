@@ -1,14 +1,15 @@
 """A Vertex AI BatchPredictionJob over JSON Lines files in a bucket, or a BigQuery table
-(`python -m deploy.batch vertex`); sources are converted first (`deploy/batch_convert.py`)
-unless `--send_as_is`."""
+(`python -m deploy.batch vertex`); sources are converted first
+(`deploy/batch_prediction/convert.py`) unless `--send_as_is`."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
 
-from deploy import api, batch_local
-from deploy.instance_config import InstanceConfig
+from deploy.batch_prediction import reading
+from deploy.batch_prediction.instance_config import InstanceConfig
+from deploy.vertex import api
 
 
 @dataclasses.dataclass(frozen=True)
@@ -34,11 +35,11 @@ class VertexBatchJob:
     excluded_fields: tuple[str, ...] = ()
 
     def __post_init__(self):
-        batch_local.check_format(self.instances_format)
+        reading.check_format(self.instances_format)
         if not self.sources:
             raise api.DeployError("--source is empty: give gs:// files or globs.")
         if self.instances_format == "bigquery":
-            batch_local.check_table(self.sources)
+            reading.check_table(self.sources)
         else:
             for source in self.sources:
                 api.gcs_uri("--source", source)

@@ -3,8 +3,8 @@ job is created. Vertex would send CSV rows to the model as arrays, which its nam
 not take, and JSON Lines instances as they are, which TensorFlow Serving (Vertex's prebuilt
 container) refuses where a field is null or left out. So each source file's instances are
 checked against the model's inputs (as the local twin and `deploy.serve` check them), the
-fields not sent dropped (`deploy/instance_config.py`; a `--key_field` is kept, and the job's
-`instanceConfig.keyField` takes it out again), and written to
+fields not sent dropped (`deploy/batch_prediction/instance_config.py`; a `--key_field` is kept, and
+the job's `instanceConfig.keyField` takes it out again), and written to
 `OUTPUT_PREFIX/instances-<time>/*.jsonl` with every field present and a missing value as
 TensorFlow Serving takes it (`NaN` for a number: it refuses null; "" for a text); the job
 reads those. Instances that do not fit the model are listed in `conversion.errors_stats`
@@ -18,10 +18,11 @@ import json
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from deploy import api, batch_local, storage
-from deploy.batch_vertex import VertexBatchJob, submit_vertex
-from deploy.instance_config import InstanceConfig
-from deploy.instances import Fields, Predictor
+from deploy.batch_prediction import output, reading
+from deploy.batch_prediction.instance_config import InstanceConfig
+from deploy.batch_prediction.vertex import VertexBatchJob, submit_vertex
+from deploy.serving.instances import Fields, Predictor
+from deploy.vertex import api, storage
 
 _SUFFIXES = (".gz", ".csv", ".jsonl", ".json")
 
@@ -66,7 +67,7 @@ class ConvertedVertexJob:
         model_dir: str | None = None,
     ) -> ConvertedVertexJob:
         """`job` with its sources converted under OUTPUT_PREFIX/instances-<time>/."""
-        instances_dir = f"{job.output_prefix.rstrip('/')}/instances-{batch_local.timestamp()}"
+        instances_dir = f"{job.output_prefix.rstrip('/')}/instances-{output.timestamp()}"
         config = InstanceConfig.of(key_field, included_fields, excluded_fields)
         return cls(job, instances_dir, config, model_dir)
 
@@ -168,7 +169,7 @@ def convert(converted: ConvertedVertexJob, fields: Fields) -> Conversion:
                 keyed = {config.key_field: key} if config.key_field else {}
                 rows.append({**fields.for_tf_serving(instance), **keyed})
             else:
-                errors.append(batch_local.error_record(where, instance, reason))
+                errors.append(output.error_record(where, instance, reason))
         if rows:
             files[converted.jsonl_file(index, path)] = rows
     num_rows = sum(map(len, files.values()))
@@ -192,7 +193,7 @@ def _sources(converted: ConvertedVertexJob, fields: Fields) -> Iterator[tuple[st
     """(a source, its instances) for each source file, or for the job's one table."""
     job, config = converted.job, converted.config
     if job.instances_format == "bigquery":
-        yield job.sources[0], batch_local.table_instances(job.sources[0], fields, config)
+        yield job.sources[0], reading.table_instances(job.sources[0], fields, config)
         return
     read = _csv_instances if job.instances_format == "csv" else _jsonl_instances
     for path in storage.expand(list(job.sources)):
@@ -206,10 +207,10 @@ def _csv_instances(
     """(where, the row, its key, why it does not fit or None) for each row of a CSV file; a
     header that does not fit the model stops everything (DeployError)."""
     header = [h.strip() for h in next(csv.reader(lines[:1]), [])]
-    batch_local.check_header(path, header, fields, config)
+    reading.check_header(path, header, fields, config)
     for number, text in enumerate(lines[1:], start=2):
         if text.strip():
-            yield batch_local.read_instance(path, number, text, fields, config, header)
+            yield reading.read_instance(path, number, text, fields, config, header)
 
 
 def _jsonl_instances(
@@ -219,7 +220,7 @@ def _jsonl_instances(
     Lines file, checked as the local twin and the server check them."""
     for number, text in enumerate(lines, start=1):
         if text.strip():
-            yield batch_local.read_instance(path, number, text, fields, config)
+            yield reading.read_instance(path, number, text, fields, config)
 
 
 def submit_vertex_converted(cloud: api.Cloud, converted: ConvertedVertexJob):

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from deploy import batch
-from deploy.api import DeployError
-from deploy.instances import json_value
+from deploy.batch_prediction import output
+from deploy.serving.instances import json_value
+from deploy.vertex.api import DeployError
 
 
 def records_of(frame) -> list[dict]:
@@ -74,7 +74,7 @@ def results_frame(output_dir: str, classes: Sequence[str] | None = None):
     `attribution(COLUMN)`; `attrs` holds the output dir and the error records."""
     import pandas as pd
 
-    results, errors = batch.read_results(output_dir)
+    results, errors = output.read_results(output_dir)
     left = pd.DataFrame([{"key": r["key"]} if "key" in r else dict(r["instance"]) for r in results])
     frames = [left, predictions_frame([r["prediction"] for r in results], classes)]
     if results and "explanation" in results[0]:
