@@ -49,8 +49,8 @@ except ImportError as e:  # the `pipeline` extra: see setup.py
         f"(kfp 2.13, beside TensorFlow 2.17's protobuf < 5). ({e})"
     ) from e
 
-from deploy import publish, submit
-from deploy.vertex import api
+from deploy import publish
+from deploy.vertex import api, custom_job, job_options, job_spec
 from trainer.storage import paths
 
 # At run time only with a batch step: it loads TensorFlow (deploy.batch_prediction.local).
@@ -319,11 +319,11 @@ def _check_jsonl(instances_format: str) -> None:
 class TrainingPipeline:
     """The pipeline of one training job: its spec, and the PipelineJob that runs it.
 
-    A `submit.Job`: `deploy.submit.stage` checks it before building the sdist.
+    A `custom_job.Job`: `deploy.submit.stage` checks it before building the sdist.
     """
 
     cloud: api.Cloud
-    submission: submit.Submission
+    submission: custom_job.Submission
     options: PipelineOptions
     job_id: str
 
@@ -341,7 +341,7 @@ class TrainingPipeline:
     def of(
         cls,
         cloud: api.Cloud,
-        submission: submit.Submission,
+        submission: custom_job.Submission,
         options: PipelineOptions,
         now: datetime.datetime | None = None,
     ) -> "TrainingPipeline":
@@ -459,7 +459,7 @@ def job_dirs(spec: dict) -> tuple[str, str]:
     Raises:
         DeployError: the job dir is not in Cloud Storage, so no step could read the report.
     """
-    task = submit.task_spec(spec["workerPoolSpecs"][0], "workerPoolSpecs[0]")
+    task = job_spec.task_spec(spec["workerPoolSpecs"][0], "workerPoolSpecs[0]")
     flags = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
     for flag in ("job_dir", "checkpoint_dir", "model_dir"):
         flags.add_argument(f"--{flag}")
@@ -490,8 +490,8 @@ def run(
     pipeline: PipelineOptions,
     output_dir: str | None = None,
     extra_args: Sequence[str] = (),
-    options: submit.JobOptions | None = None,
-    config: str = submit.CONFIG,
+    options: job_options.JobOptions | None = None,
+    config: str = job_spec.CONFIG,
     dist_dir: str | None = None,
     dry_run: bool = False,
     out=None,
@@ -515,11 +515,13 @@ def run(
         DeployError: bad input, before anything is built or sent.
     """
     out = out or sys.stdout
-    options = options or submit.JobOptions()
+    options = options or job_options.JobOptions()
     dist_dir = dist_dir or tempfile.mkdtemp(prefix="trainer-sdist-")
-    staged = submit.stage(
+    staged = custom_job.stage(
         cloud,
-        lambda spec: TrainingPipeline.of(cloud, submit.Submission(display_name, spec), pipeline),
+        lambda spec: TrainingPipeline.of(
+            cloud, custom_job.Submission(display_name, spec), pipeline
+        ),
         staging_uri=staging_uri,
         config=config,
         output_dir=output_dir,
@@ -531,7 +533,7 @@ def run(
     template = os.path.join(dist_dir, f"pipeline-{pipeline_name(display_name)}.yaml")
     os.makedirs(dist_dir, exist_ok=True)  # no sdist is built when every pool is an image
     job.compile(template)
-    submit.send_or_show(staged, cloud, dry_run=dry_run, out=out)
+    custom_job.send_or_show(staged, cloud, dry_run=dry_run, out=out)
     print(f"# the compiled pipeline spec: {template}", file=out)
     return None if dry_run else create_job(cloud, job)
 
@@ -590,7 +592,7 @@ def pipeline_options(args: argparse.Namespace) -> PipelineOptions:
 def _run(argv: list[str] | None) -> int:
     p = api.parser(__doc__.split("\n\n")[0])
     api.add_cloud_flags(p)
-    submit.add_job_flags(p, display_name="adanet-census")
+    job_options.add_job_flags(p, display_name="adanet-census")
     steps = p.add_argument_group("the pipeline")
     steps.add_argument(
         "--pipeline_root", help="gs:// folder for the steps' outputs (required by Vertex AI)."
@@ -619,7 +621,7 @@ def _run(argv: list[str] | None) -> int:
     batch.add_argument("--batch_starting_replica_count", type=int, default=1)
     batch.add_argument("--batch_max_replica_count", type=int, default=1)
     args = p.parse_args(argv)
-    job = run(pipeline=pipeline_options(args), **submit.job_arguments(args))
+    job = run(pipeline=pipeline_options(args), **job_options.job_arguments(args))
     if job is not None:
         print(job.name)
     return 0

@@ -34,7 +34,6 @@ from typing import Any
 
 import trainer
 from deploy import pipeline, predict
-from deploy import submit as submit_lib
 from deploy.batch_prediction import local as batch_local
 from deploy.batch_prediction.frames import (
     instances_of,
@@ -44,7 +43,7 @@ from deploy.batch_prediction.frames import (
 )
 from deploy.serving.explain import DEFAULT_PATH_COUNT, Explainer
 from deploy.serving.instances import InstanceError, Predictor
-from deploy.vertex import storage
+from deploy.vertex import custom_job, job_options, job_spec, storage
 from deploy.vertex.api import Cloud, DeployError
 from deploy.vertex.waiting import Job, JobFailed, LogStream
 
@@ -426,26 +425,26 @@ def submit(
     staging_uri: str | None = None,
     output_dir: str | None = None,
     flags: Mapping[str, Any] | Sequence[str] = (),
-    options: submit_lib.JobOptions | None = None,
-    config: str = submit_lib.CONFIG,
+    options: job_options.JobOptions | None = None,
+    config: str = job_spec.CONFIG,
     logging_endpoint: str | None = None,
 ) -> TrainingJob:
     """Creates the CustomJob of `config` (`deploy.submit`: the sdist built and uploaded where
     a pool runs it) and returns it to wait on. The job dir must be in Cloud Storage, where
     its report is read (DeployError otherwise, before anything is sent)."""
-    staged = submit_lib.stage(
+    staged = custom_job.stage(
         cloud,
-        lambda spec: submit_lib.Submission(display_name, spec),
+        lambda spec: custom_job.Submission(display_name, spec),
         staging_uri=staging_uri,
         config=config,
         output_dir=output_dir,
         extra_args=_flag_args(flags),
-        options=options or submit_lib.JobOptions(),
+        options=options or job_options.JobOptions(),
         dist_dir=tempfile.mkdtemp(prefix="trainer-sdist-"),
     )
     job_dir, model_dir = pipeline.job_dirs(staged.job.spec)
-    submit_lib.send_or_show(staged, cloud, dry_run=False, out=sys.stdout)
-    created = submit_lib.create_job(cloud, staged.job)
+    custom_job.send_or_show(staged, cloud, dry_run=False, out=sys.stdout)
+    created = custom_job.create_job(cloud, staged.job)
     client = cloud.job_client()
     job = Job(
         cloud,

@@ -28,12 +28,11 @@ import tempfile
 from collections.abc import Callable, Sequence
 from typing import NoReturn
 
-from deploy import submit
-from deploy.submit import JobOptions
-from deploy.vertex import api
+from deploy.vertex import api, custom_job, job_options, job_spec
+from deploy.vertex.job_options import JobOptions
 from trainer.flags import FLAGS, Flag
 
-STUDY = os.path.join(submit.REPO, "tune.yaml")
+STUDY = os.path.join(job_spec.REPO, "tune.yaml")
 # The metrics the trainer reports (trainer/model/heads.py: Head.metric_names) and their direction.
 METRIC_GOALS = {
     "accuracy": "MAXIMIZE",
@@ -400,7 +399,7 @@ def trial_spec(spec: dict, study: dict) -> dict:
     for index, pool in enumerate(spec["workerPoolSpecs"]):
         if not pool:
             continue
-        key = submit.task_key(pool, f"workerPoolSpecs[{index}]")
+        key = job_spec.task_key(pool, f"workerPoolSpecs[{index}]")
         task = pool[key] = dict(pool[key])
         args = _without(task.get("args", []), tuned)
         named = [a.split("=", 1)[1] for a in args if a.startswith("--hypertune_metric=")]
@@ -455,7 +454,7 @@ def tune(
     output_dir: str | None = None,
     extra_args: Sequence[str] = (),
     options: JobOptions | None = None,
-    config: str = submit.CONFIG,
+    config: str = job_spec.CONFIG,
     study: str = STUDY,
     max_trial_count: int | None = None,
     parallel_trial_count: int | None = None,
@@ -489,7 +488,7 @@ def tune(
         study, max_trial_count=max_trial_count, parallel_trial_count=parallel_trial_count
     )
     dist_dir = dist_dir or tempfile.mkdtemp(prefix="trainer-sdist-")
-    staged = submit.stage(
+    staged = custom_job.stage(
         cloud,
         lambda spec: TuningJob(display_name, checked, trial_spec(spec, checked)),
         staging_uri=staging_uri,
@@ -502,7 +501,7 @@ def tune(
     job = staged.job
     spec_path = os.path.join(dist_dir, f"hp-tuning-job-{api.file_stem(display_name)}.yaml")
     body = job.body()
-    submit.write_yaml(  # the trial counts go on gcloud's command line
+    custom_job.write_yaml(  # the trial counts go on gcloud's command line
         spec_path,
         {
             k: v
@@ -510,7 +509,7 @@ def tune(
             if k not in ("displayName", "maxTrialCount", "parallelTrialCount")
         },
     )
-    submit.send_or_show(staged, cloud, dry_run=dry_run, out=out)
+    custom_job.send_or_show(staged, cloud, dry_run=dry_run, out=out)
     print(
         f"# equivalent gcloud command (study and trial job in {spec_path}):\n"
         f"{job.gcloud(cloud, spec_path)}",
@@ -522,7 +521,7 @@ def tune(
 def _run(argv: list[str] | None) -> int:
     p = api.parser(__doc__.split("\n\n")[0])
     api.add_cloud_flags(p)
-    submit.add_job_flags(p, display_name="adanet-census-tuning")
+    job_options.add_job_flags(p, display_name="adanet-census-tuning")
     p.add_argument("--study", default=STUDY, help="The study in YAML (tune.yaml).")
     p.add_argument("--max_trial_count", type=int, help="Trials in all (default: the study's).")
     p.add_argument(
@@ -530,7 +529,7 @@ def _run(argv: list[str] | None) -> int:
     )
     args = p.parse_args(argv)
     job = tune(
-        **submit.job_arguments(args),
+        **job_options.job_arguments(args),
         study=args.study,
         max_trial_count=args.max_trial_count,
         parallel_trial_count=args.parallel_trial_count,

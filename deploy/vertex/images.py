@@ -11,7 +11,7 @@ frameworks page gives them, for the images deploy.submit, deploy.publish and con
 and their neighbours; `warning` turns them into one line for a user about to submit:
 
     >>> import datetime
-    >>> from deploy import images
+    >>> from deploy.vertex import images
     >>> image = images.lookup("europe-docker.pkg.dev/vertex-ai/training/tf-gpu.2-17.py310:latest")
     >>> image.tensorflow, image.end_of_availability
     ('2.17', datetime.date(2026, 7, 11))

@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 from pathlib import Path
 
 import yaml
 
+from deploy.vertex import api
 from trainer.distribute.cluster import POOL_ROLES, ClusterShape, task_spec_key
 from trainer.errors import InputError
 
@@ -140,3 +142,42 @@ def read_job_config(path: str) -> JobConfig:
         args=_pool_args(chief_spec, path),
         module=chief_spec.get("pythonModule"),
     )
+
+
+# The checkout this package runs from (deploy/vertex/ is two folders below it).
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+CONFIG = os.path.join(REPO, "config.yaml")
+
+
+def load_config(path: str = CONFIG) -> dict:
+    """config.yaml as plain JSON values, read as the local launcher reads it
+    (`deploy.vertex.job_spec`).
+
+    Raises:
+        DeployError: the file is missing, not YAML or not a CustomJobSpec.
+    """
+    try:
+        return load_job_spec(path)
+    except InputError as e:
+        raise api.DeployError(str(e)) from None
+
+
+def task_spec(pool: dict, where: str = "the pool") -> dict:
+    """What a pool runs: its pythonPackageSpec (the sdist on a prebuilt image) or its
+    containerSpec (an image whose entry point runs the trainer), whichever it has.
+
+    Raises:
+        DeployError: the pool has neither or both, or it is not a mapping.
+    """
+    return pool[task_key(pool, where)]
+
+
+def task_key(pool: dict, where: str = "the pool") -> str:
+    """Which of TASK_SPECS the pool has (`task_spec`'s key): the rule the local cluster
+    reads config.yaml by (`trainer.distribute.cluster.task_spec_key`), as a DeployError."""
+    try:
+        return task_spec_key(pool, where)
+    except InputError as e:
+        raise api.DeployError(str(e)) from None

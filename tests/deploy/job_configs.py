@@ -6,8 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from deploy import submit
-from deploy.vertex import api
+from deploy.vertex import api, custom_job, job_spec
 
 CLOUD = api.Cloud(project="my-project", region="us-central1")
 # config.yaml's image as the README builds and pushes it, then with --project=my-project.
@@ -36,5 +35,5 @@ def as_package(spec: dict, image: str = PREBUILT) -> dict:
 def package_config(folder: Path, image: str = PREBUILT) -> str:
     """`as_package`'s spec in a YAML file in `folder`, for `--config`."""
     path = folder / "package-job.yaml"
-    submit.write_yaml(str(path), as_package(submit.load_config(), image))
+    custom_job.write_yaml(str(path), as_package(job_spec.load_config(), image))
     return str(path)

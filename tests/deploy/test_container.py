@@ -20,8 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from deploy import submit
-from deploy.vertex import images
+from deploy.vertex import images, job_options
 from tests.support import REPO
 
 DOCKERFILE = REPO / "deploy" / "container" / "Dockerfile"
@@ -188,7 +187,7 @@ def test_the_dockerfile_builds_the_training_image_last_and_the_serving_image_on_
         return found
 
     # Vertex AI appends a containerSpec's args to the entry point: the trainer's flags.
-    assert entrypoint("training") == ["python", "-m", submit.IMAGE_MODULE]
+    assert entrypoint("training") == ["python", "-m", job_options.IMAGE_MODULE]
     assert entrypoint("serving") == ["python", "-m", "deploy.serve", "--host=0.0.0.0"]
     home = [rest for word, rest in by_stage["base"] if word == "ENV" and "HOME=" in rest]
     assert home and "HOME=/home/trainer" in home[0]

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from deploy import submit
+from deploy.vertex import job_spec
 from tests.deploy import discovery
 
 SPEC = "GoogleCloudAiplatformV1CustomJobSpec"
 
 
 def test_config_yaml_is_a_valid_custom_job_spec():
-    assert discovery.validate(submit.load_config(), SPEC) == []
+    assert discovery.validate(job_spec.load_config(), SPEC) == []
 
 
 @pytest.mark.parametrize(

@@ -10,8 +10,8 @@ import re
 
 import pytest
 
-from deploy import publish, submit
-from deploy.vertex import images
+from deploy import publish
+from deploy.vertex import custom_job, images, job_options, job_spec
 from deploy.vertex.images import PrebuiltImage
 from tests.deploy.job_configs import as_package
 from tests.support import REPO
@@ -60,15 +60,15 @@ def test_lookup_finds_an_image_in_any_region_and_tag_and_nothing_else(uri, name)
 
 def test_the_images_the_product_names_are_in_the_table():
     # config.yaml runs the trainer's own image: nothing prebuilt to warn about.
-    config = submit.load_config()
+    config = job_spec.load_config()
     named = [p["containerSpec"]["imageUri"] for p in config["workerPoolSpecs"]]
     assert named and not [uri for uri in named if images.lookup(uri) is not None]
     # A user's pythonPackageSpec config on the old default, its GPU twin, and the serving image.
-    spec = submit.resolve(
+    spec = custom_job.resolve(
         as_package(config),
         package_uri="gs://b/dist/x.tar.gz",
         output_dir="gs://b/runs/a",
-        options=submit.JobOptions(
+        options=job_options.JobOptions(
             accelerators=("NVIDIA_TESLA_T4",), machine_types=("n1-standard-8",)
         ),
     )

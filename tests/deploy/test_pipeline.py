@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from deploy import pipeline, publish, submit
+from deploy import pipeline, publish
 from deploy.pipeline import PipelineOptions, Requirement, TrainingPipeline
-from deploy.vertex import api
+from deploy.vertex import api, custom_job, job_spec
 from tests.deploy import discovery
 from tests.deploy.fake_vertex import NOW, FakeVertex
 from tests.deploy.job_configs import CLOUD, IMAGE, package_config
@@ -45,11 +45,17 @@ def _batch():
 
 
 def _pipeline(cloud: api.Cloud, extra_args=(), **options) -> TrainingPipeline:
-    spec = submit.resolve(
-        submit.load_config(), package_uri=None, output_dir=BASE, extra_args=extra_args, cloud=cloud
+    spec = custom_job.resolve(
+        job_spec.load_config(),
+        package_uri=None,
+        output_dir=BASE,
+        extra_args=extra_args,
+        cloud=cloud,
     )
     options.setdefault("pipeline_root", "gs://test-bucket/pipeline-root")
-    return TrainingPipeline.of(cloud, submit.Submission("census", spec), PipelineOptions(**options))
+    return TrainingPipeline.of(
+        cloud, custom_job.Submission("census", spec), PipelineOptions(**options)
+    )
 
 
 def _tasks(spec: dict) -> dict:
@@ -154,8 +160,8 @@ def test_without_a_batch_source_the_pipeline_ends_at_register():
 def test_report_and_model_are_where_the_trainer_puts_them(args, flags, dirs):
     from trainer.storage.paths import OutputDirs
 
-    spec = submit.resolve(
-        submit.load_config(), package_uri=None, output_dir=BASE, extra_args=args, cloud=CLOUD
+    spec = custom_job.resolve(
+        job_spec.load_config(), package_uri=None, output_dir=BASE, extra_args=args, cloud=CLOUD
     )
     assert pipeline.job_dirs(spec) == dirs
     # The trainer's own rule on Vertex AI (the AIP_* dirs of the base output directory).

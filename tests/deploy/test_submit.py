@@ -3,17 +3,19 @@ client library sends (checked by the fake service against the published schema).
 
 from __future__ import annotations
 
+import concurrent.futures
 import datetime
 import io
 import json
 import subprocess
 import sys
+import tarfile
 
 import pytest
 
 from deploy import submit
-from deploy.submit import JobOptions
-from deploy.vertex import api, job_spec
+from deploy.vertex import api, checks, custom_job, estimate, job_options, job_spec, sdist
+from deploy.vertex.job_options import JobOptions
 from tests.deploy import discovery
 from tests.deploy.job_configs import (
     CLOUD,
@@ -34,11 +36,11 @@ PACKAGE = "gs://test-bucket/dist/trainer-0.1.0.tar.gz"
 
 
 def test_config_yaml_runs_the_trainers_image_in_the_project_of_the_job():
-    config = submit.load_config()
+    config = job_spec.load_config()
     pools = config["workerPoolSpecs"]
     assert [p["containerSpec"]["imageUri"] for p in pools] == [PLACEHOLDER] * 4
-    assert not submit.needs_package(config)
-    spec = submit.resolve(
+    assert not custom_job.needs_package(config)
+    spec = custom_job.resolve(
         config,
         package_uri=None,  # no pool runs the sdist
         output_dir="gs://test-bucket/runs/a",
@@ -61,13 +63,13 @@ def test_config_yaml_runs_the_trainers_image_in_the_project_of_the_job():
     )
     assert spec["baseOutputDirectory"] == {"outputUriPrefix": "gs://test-bucket/runs/a"}
     assert discovery.validate(spec, SPEC) == []
-    body = submit.Submission("job", spec).body()
+    body = custom_job.Submission("job", spec).body()
     assert discovery.validate(body, "GoogleCloudAiplatformV1CustomJob") == []
 
 
 def test_resolved_package_spec_has_the_package_in_every_pool_and_stays_valid():
-    spec = submit.resolve(
-        as_package(submit.load_config()),
+    spec = custom_job.resolve(
+        as_package(job_spec.load_config()),
         package_uri=PACKAGE,
         output_dir="gs://test-bucket/runs/a",
         extra_args=["--train_data=x"],
@@ -76,13 +78,13 @@ def test_resolved_package_spec_has_the_package_in_every_pool_and_stays_valid():
     assert all(p["pythonPackageSpec"]["packageUris"] == [PACKAGE] for p in pools)
     assert all(p["pythonPackageSpec"]["args"][-1] == "--train_data=x" for p in pools)
     assert all(p["pythonPackageSpec"]["executorImageUri"] == PREBUILT for p in pools)
-    assert submit.needs_package(spec)
+    assert custom_job.needs_package(spec)
     assert discovery.validate(spec, SPEC) == []
-    body = submit.Submission("job", spec).body()
+    body = custom_job.Submission("job", spec).body()
     assert discovery.validate(body, "GoogleCloudAiplatformV1CustomJob") == []
     with pytest.raises(api.DeployError, match=r"workerPoolSpecs\[0\] runs the sdist .* --staging"):
-        submit.resolve(
-            as_package(submit.load_config()), package_uri=None, output_dir="gs://b/runs/a"
+        custom_job.resolve(
+            as_package(job_spec.load_config()), package_uri=None, output_dir="gs://b/runs/a"
         )
 
 
@@ -99,9 +101,9 @@ def test_resolved_package_spec_has_the_package_in_every_pool_and_stays_valid():
     ],
 )  # fmt: skip
 def test_the_project_placeholder_of_an_image_is_the_jobs_project(image, project, expected):
-    spec = submit.load_config()
+    spec = job_spec.load_config()
     spec["workerPoolSpecs"][0]["containerSpec"]["imageUri"] = image
-    resolved = submit.resolve(
+    resolved = custom_job.resolve(
         spec, package_uri=None, output_dir="gs://b/runs/a", cloud=api.Cloud(project=project)
     )
     assert resolved["workerPoolSpecs"][0]["containerSpec"]["imageUri"] == expected
@@ -117,8 +119,8 @@ def test_the_project_placeholder_of_an_image_is_the_jobs_project(image, project,
 )
 def test_a_placeholder_left_in_an_image_names_the_fix(cloud):
     with pytest.raises(api.DeployError) as raised:
-        submit.resolve(
-            submit.load_config(), package_uri=None, output_dir="gs://b/runs/a", cloud=cloud
+        custom_job.resolve(
+            job_spec.load_config(), package_uri=None, output_dir="gs://b/runs/a", cloud=cloud
         )
     assert str(raised.value) == (
         f"workerPoolSpecs[0].containerSpec.imageUri ({PLACEHOLDER!r}) still holds the "
@@ -128,8 +130,8 @@ def test_a_placeholder_left_in_an_image_names_the_fix(cloud):
         'containers").'
     )
     # --image_uri replaces the placeholder's image
-    spec = submit.resolve(
-        submit.load_config(),
+    spec = custom_job.resolve(
+        job_spec.load_config(),
         package_uri=None,
         output_dir="gs://b/runs/a",
         options=JobOptions(image_uris=("eu.gcr.io/p/trainer:1",)),
@@ -139,8 +141,8 @@ def test_a_placeholder_left_in_an_image_names_the_fix(cloud):
         "eu.gcr.io/p/trainer:1"
     }
     # a registry's host:port is not a pool
-    spec = submit.resolve(
-        submit.load_config(),
+    spec = custom_job.resolve(
+        job_spec.load_config(),
         package_uri=None,
         output_dir="gs://b/runs/a",
         options=JobOptions(image_uris=("localhost:5000/trainer:1",)),
@@ -166,10 +168,10 @@ def test_a_placeholder_left_in_an_image_names_the_fix(cloud):
     ],
 )
 def test_a_gpu_pool_runs_the_gpu_twin_of_the_trainers_image(image, machine, gpu_image):
-    spec = submit.load_config()
+    spec = job_spec.load_config()
     spec["workerPoolSpecs"][0]["containerSpec"]["imageUri"] = image
     accelerator = "NVIDIA_TESLA_T4" if machine.startswith("n1-") else "NVIDIA_L4"
-    resolved = submit.resolve(
+    resolved = custom_job.resolve(
         spec,
         package_uri=None,
         output_dir="gs://b/runs/a",
@@ -184,8 +186,8 @@ def test_a_gpu_pool_runs_the_gpu_twin_of_the_trainers_image(image, machine, gpu_
 
 
 def test_a_gpu_pool_runs_the_gpu_twin_of_a_prebuilt_image():
-    spec = submit.resolve(
-        as_package(submit.load_config()),
+    spec = custom_job.resolve(
+        as_package(job_spec.load_config()),
         package_uri=PACKAGE,
         output_dir="gs://b/runs/a",
         options=JobOptions(machine_types=("n1-standard-8",), accelerators=("NVIDIA_TESLA_T4",)),
@@ -313,10 +315,10 @@ def _keep(spec):
     ],
 )
 def test_bad_specs_and_options_fail_naming_the_value(change, options, message):
-    spec = submit.load_config()
+    spec = job_spec.load_config()
     change(spec)
     with pytest.raises(api.DeployError) as raised:
-        submit.resolve(
+        custom_job.resolve(
             spec,
             package_uri=PACKAGE,
             output_dir="gs://test-bucket/runs/a" if "baseOutputDirectory" in spec else None,
@@ -327,8 +329,8 @@ def test_bad_specs_and_options_fail_naming_the_value(change, options, message):
 
 
 def test_image_uri_runs_the_package_pools_as_containers_of_the_trainers_image():
-    config = as_package(submit.load_config())
-    spec = submit.resolve(
+    config = as_package(job_spec.load_config())
+    spec = custom_job.resolve(
         config,
         package_uri=None,  # no pool runs the sdist
         output_dir="gs://test-bucket/runs/a",
@@ -342,7 +344,7 @@ def test_image_uri_runs_the_package_pools_as_containers_of_the_trainers_image():
     )
     pools = spec["workerPoolSpecs"]
     assert not [p for p in pools if "pythonPackageSpec" in p]
-    assert not submit.needs_package(spec)
+    assert not custom_job.needs_package(spec)
     containers = [p["containerSpec"] for p in pools]
     assert [c["imageUri"] for c in containers] == [GPU_IMAGE, GPU_IMAGE, IMAGE, IMAGE]
     args = config["workerPoolSpecs"][0]["pythonPackageSpec"]["args"] + ["--train_data=x"]
@@ -351,12 +353,12 @@ def test_image_uri_runs_the_package_pools_as_containers_of_the_trainers_image():
     assert not [c for c in containers if "command" in c]  # the entry point runs trainer.task
     assert pools[0]["machineSpec"]["acceleratorType"] == "NVIDIA_TESLA_T4"
     assert discovery.validate(spec, SPEC) == []
-    body = submit.Submission("job", spec).body()
+    body = custom_job.Submission("job", spec).body()
     assert discovery.validate(body, "GoogleCloudAiplatformV1CustomJob") == []
 
 
 def test_container_pools_keep_their_command_and_may_mix_with_a_package_pool():
-    spec = submit.load_config()
+    spec = job_spec.load_config()
     chief, workers, ps, evaluator = spec["workerPoolSpecs"]
     evaluator["containerSpec"]["command"] = ["python", "-m", "my_eval"]
     ps["pythonPackageSpec"] = {  # pools may mix: the ps runs the sdist
@@ -364,7 +366,7 @@ def test_container_pools_keep_their_command_and_may_mix_with_a_package_pool():
         "pythonModule": "trainer.task",
         "args": ps.pop("containerSpec")["args"],
     }
-    resolved = submit.resolve(
+    resolved = custom_job.resolve(
         spec,
         package_uri=PACKAGE,
         output_dir="gs://test-bucket/runs/a",
@@ -378,16 +380,18 @@ def test_container_pools_keep_their_command_and_may_mix_with_a_package_pool():
     assert ps["pythonPackageSpec"]["packageUris"] == [PACKAGE]
     assert ps["pythonPackageSpec"]["args"][-1] == "--a=1"
     assert "packageUris" not in chief["containerSpec"]
-    assert submit.needs_package(resolved)
+    assert custom_job.needs_package(resolved)
     assert discovery.validate(resolved, SPEC) == []
     with pytest.raises(api.DeployError, match=r"workerPoolSpecs\[2\] runs the sdist"):
-        submit.resolve(spec, package_uri=None, output_dir="gs://test-bucket/runs/a", cloud=CLOUD)
+        custom_job.resolve(
+            spec, package_uri=None, output_dir="gs://test-bucket/runs/a", cloud=CLOUD
+        )
 
 
 def test_image_uri_keeps_another_python_module_as_the_containers_command():
-    spec = as_package(submit.load_config())
+    spec = as_package(job_spec.load_config())
     spec["workerPoolSpecs"][3]["pythonPackageSpec"]["pythonModule"] = "trainer.evaluate"
-    resolved = submit.resolve(
+    resolved = custom_job.resolve(
         spec,
         package_uri=None,
         output_dir="gs://test-bucket/runs/a",
@@ -398,29 +402,29 @@ def test_image_uri_keeps_another_python_module_as_the_containers_command():
 
 
 def test_a_prebuilt_image_in_a_container_pool_is_warned_about_too():
-    spec = submit.resolve(
-        submit.load_config(),
+    spec = custom_job.resolve(
+        job_spec.load_config(),
         package_uri=None,
         output_dir="gs://test-bucket/runs/a",
         options=JobOptions(image_uris=(f"evaluator:{PREBUILT}",)),
         cloud=CLOUD,
     )
-    (warning,) = submit.image_warnings(spec, today=datetime.date(2026, 11, 27))
+    (warning,) = checks.image_warnings(spec, today=datetime.date(2026, 11, 27))
     assert warning.startswith(f"workerPoolSpecs[3]: {PREBUILT} (TensorFlow 2.17 training, CPU)")
 
 
 def test_output_dir_must_be_a_bucket():
     with pytest.raises(api.DeployError, match=r"--output_dir \('/local/dir'\) must be a Cloud"):
-        submit.resolve(submit.load_config(), package_uri=PACKAGE, output_dir="/local/dir")
+        custom_job.resolve(job_spec.load_config(), package_uri=PACKAGE, output_dir="/local/dir")
 
 
 def test_a_field_the_client_library_does_not_know_fails_before_sending():
-    spec = submit.resolve(
-        submit.load_config(), package_uri=None, output_dir="gs://test-bucket/runs/a", cloud=CLOUD
+    spec = custom_job.resolve(
+        job_spec.load_config(), package_uri=None, output_dir="gs://test-bucket/runs/a", cloud=CLOUD
     )
     spec["workerPoolSpecs"][0]["machineSpec"]["acceleratorTyp"] = "NVIDIA_TESLA_T4"
     with pytest.raises(api.DeployError, match='no field named "acceleratorTyp"'):
-        submit.Submission("job", spec).body()
+        custom_job.Submission("job", spec).body()
 
 
 OPTIONS = JobOptions(
@@ -440,8 +444,8 @@ OPTIONS = JobOptions(
 
 
 def test_options_land_in_the_spec_where_vertex_reads_them():
-    spec = submit.resolve(
-        submit.load_config(),
+    spec = custom_job.resolve(
+        job_spec.load_config(),
         package_uri=None,
         output_dir="gs://test-bucket/runs/a",
         options=OPTIONS,
@@ -479,7 +483,7 @@ def test_options_land_in_the_spec_where_vertex_reads_them():
 
 
 def test_options_from_config_yaml_are_kept_and_checked(tmp_path):
-    spec = submit.load_config()
+    spec = job_spec.load_config()
     spec["serviceAccount"] = "123-compute@developer.gserviceaccount.com"
     spec["scheduling"].update(strategy="FLEX_START", maxWaitDuration="600s", disableRetries=True)
     spec["workerPoolSpecs"][3]["machineSpec"] = {
@@ -487,7 +491,7 @@ def test_options_from_config_yaml_are_kept_and_checked(tmp_path):
         "acceleratorType": "NVIDIA_L4",  # the count defaults to 1
     }
     spec["workerPoolSpecs"][3]["containerSpec"]["imageUri"] = "eu.gcr.io/p/mine:1"
-    resolved = submit.resolve(
+    resolved = custom_job.resolve(
         spec, package_uri=None, output_dir="gs://test-bucket/runs/a", cloud=CLOUD
     )
     evaluator = resolved["workerPoolSpecs"][3]
@@ -500,9 +504,9 @@ def test_options_from_config_yaml_are_kept_and_checked(tmp_path):
 def test_the_strategies_and_gpus_are_the_published_schemas():
     schema = discovery.document()["schemas"]
     strategies = schema["GoogleCloudAiplatformV1Scheduling"]["properties"]["strategy"]["enum"]
-    assert set(submit.STRATEGIES) == set(strategies) - {"STRATEGY_UNSPECIFIED"}
+    assert set(job_options.STRATEGIES) == set(strategies) - {"STRATEGY_UNSPECIFIED"}
     accelerators = schema["GoogleCloudAiplatformV1MachineSpec"]["properties"]["acceleratorType"]
-    assert set(submit.GPUS) == {a for a in accelerators["enum"] if a.startswith("NVIDIA_")}
+    assert set(checks.GPUS) == {a for a in accelerators["enum"] if a.startswith("NVIDIA_")}
 
 
 def test_the_fake_reads_the_client_librarys_enum_numbers_as_names():
@@ -546,7 +550,7 @@ def test_submit_of_a_package_config_uploads_the_sdist_and_sends_the_dry_run_body
         dist_dir=str(tmp_path),
     )
     printed = io.StringIO()
-    assert submit.submit(cloud, dry_run=True, out=printed, **options) is None
+    assert custom_job.submit(cloud, dry_run=True, out=printed, **options) is None
     assert fake.requests == [], "a dry run sent a request"
     text = printed.getvalue()
     dry = json.loads(text[: text.index("\n]\n") + 2])
@@ -555,13 +559,13 @@ def test_submit_of_a_package_config_uploads_the_sdist_and_sends_the_dry_run_body
     assert after[0].startswith("# equivalent gcloud command") and after[1].startswith("gcloud ")
     assert all(line.startswith("# ") for line in after[2:]), "the estimate is a comment"
     pools = dry[1]["body"]["jobSpec"]["workerPoolSpecs"]
-    assert [line[2:] for line in after[2:]] == submit.estimate(
-        job_spec.read_job_config(submit.CONFIG).shape,
+    assert [line[2:] for line in after[2:]] == estimate.estimate(
+        job_spec.read_job_config(job_spec.CONFIG).shape,
         pools[0]["pythonPackageSpec"]["args"],
         machine_type=pools[1]["machineSpec"]["machineType"],  # the workers'
     )
 
-    job = submit.submit(cloud, out=io.StringIO(), **options)
+    job = custom_job.submit(cloud, out=io.StringIO(), **options)
     assert job.name.startswith("projects/my-project/locations/us-central1/customJobs/")
     assert job.job_spec.scheduling.timeout.total_seconds() == (
         7200 if job_options.timeout else 86400
@@ -582,26 +586,26 @@ def test_submit_of_a_package_config_uploads_the_sdist_and_sends_the_dry_run_body
     else:
         assert set(sent) == {"workerPoolSpecs", "baseOutputDirectory", "scheduling"}
     assert dry[1]["url"] == cloud.url("projects/my-project/locations/us-central1/customJobs")
-    written = submit.load_config(str(tmp_path / "custom-job-census.yaml"))
+    written = job_spec.load_config(str(tmp_path / "custom-job-census.yaml"))
     assert discovery.validate(written, SPEC) == []
 
 
 def test_image_warnings_name_the_pools_and_the_date():
-    spec = submit.resolve(
-        as_package(submit.load_config()),
+    spec = custom_job.resolve(
+        as_package(job_spec.load_config()),
         package_uri=PACKAGE,
         output_dir="gs://test-bucket/runs/a",
         options=JobOptions(machine_types=("n1-standard-8",), accelerators=("NVIDIA_TESLA_T4",)),
     )
     spec["workerPoolSpecs"][3]["pythonPackageSpec"]["executorImageUri"] = "eu.gcr.io/p/mine:1"
     day = datetime.date(2026, 11, 27)
-    warnings = submit.image_warnings(spec, today=day)
+    warnings = checks.image_warnings(spec, today=day)
     assert [w.split(" (")[0] for w in warnings] == [
         f"workerPoolSpecs[0], workerPoolSpecs[1]: {PREBUILT_GPU}",  # the GPU pools' twin image
         f"workerPoolSpecs[2]: {PREBUILT}",  # the ps; the evaluator's custom image: no warning
     ]
     assert all("reached its end of availability on 2026-07-11" in w for w in warnings)
-    assert submit.image_warnings(spec, today=datetime.date(2025, 12, 1)) == []
+    assert checks.image_warnings(spec, today=datetime.date(2025, 12, 1)) == []
 
 
 def test_submit_warns_on_stderr_of_an_image_past_its_end_of_availability(
@@ -629,7 +633,7 @@ def test_submit_warns_on_stderr_of_an_image_past_its_end_of_availability(
     assert printed.err.startswith(expected) and printed.err.count("warning:") == 1
     assert printed.out.startswith("[")  # the requests on stdout, as before
 
-    job = submit.submit(
+    job = custom_job.submit(
         cloud,
         staging_uri="gs://test-bucket/dist",
         display_name="old",
@@ -670,11 +674,11 @@ def test_submit_of_config_yaml_runs_the_image_in_the_project_and_builds_no_sdist
     assert "# a cluster of 2 workers" in printed.out or "# one machine is faster" in printed.out
     assert sorted(p.name for p in dist.iterdir()) == ["custom-job-adanet-census.yaml"]
     # The resolved spec gcloud is pointed at runs as is: the project filled in, no BUCKET.
-    written = submit.load_config(str(dist / "custom-job-adanet-census.yaml"))
+    written = job_spec.load_config(str(dist / "custom-job-adanet-census.yaml"))
     assert written == request["body"]["jobSpec"]
     assert "PROJECT" not in json.dumps(written) and "BUCKET" not in json.dumps(written)
 
-    job = submit.submit(
+    job = custom_job.submit(
         cloud,
         display_name="containers",
         output_dir="gs://test-bucket/runs/1",
@@ -713,9 +717,9 @@ def test_a_package_config_without_staging_uri_stops_before_the_build(tmp_path, c
 
 def test_image_uri_and_an_optional_staging_uri_are_job_flags():
     p = api.parser("x")
-    submit.add_job_flags(p, display_name="d")
+    job_options.add_job_flags(p, display_name="d")
     args = p.parse_args([f"--image_uri={IMAGE}", f"--image_uri=ps:{GPU_IMAGE}"])
-    assert submit.job_options(args).image_uris == (IMAGE, f"ps:{GPU_IMAGE}")
+    assert job_options.job_options(args).image_uris == (IMAGE, f"ps:{GPU_IMAGE}")
     assert args.staging_uri is None
 
 
@@ -777,7 +781,7 @@ def test_command_line_options_fail_before_the_build(tmp_path):
 
 def test_command_line_flags_become_job_options():
     p = api.parser("x")
-    submit.add_job_flags(p, display_name="d")
+    job_options.add_job_flags(p, display_name="d")
     args = p.parse_args(
         [
             "--staging_uri=gs://b/d",
@@ -793,7 +797,7 @@ def test_command_line_flags_become_job_options():
             "--env=chief:A=2",
         ]
     )
-    assert submit.job_options(args) == JobOptions(
+    assert job_options.job_options(args) == JobOptions(
         tensorboard="123",
         service_account="a@p.iam.gserviceaccount.com",
         strategy="SPOT",
@@ -806,8 +810,8 @@ def test_command_line_flags_become_job_options():
 
 
 def test_dry_run_estimate_of_config_yaml_says_what_the_cost_model_predicts():
-    config = job_spec.read_job_config(submit.CONFIG)
-    lines = submit.estimate(config.shape, config.args, machine_type="n1-standard-8")
+    config = job_spec.read_job_config(job_spec.CONFIG)
+    lines = estimate.estimate(config.shape, config.args, machine_type="n1-standard-8")
     p = cost.predict(
         cost.ClusterJob(
             placement=Placement.REPLICATION,
@@ -815,7 +819,7 @@ def test_dry_run_estimate_of_config_yaml_says_what_the_cost_model_predicts():
             ps=1,
             batch_size=256,
             chunks=cost.Chunks(
-                steps_per_loop=100, chunk_secs=submit.TRAINER_DEFAULTS["chunk_secs"], budget=750
+                steps_per_loop=100, chunk_secs=estimate.TRAINER_DEFAULTS["chunk_secs"], budget=750
             ),
             subnetwork_bytes=cost.CENSUS_SUBNETWORK_BYTES,
             replica_cores=8,
@@ -832,7 +836,7 @@ def test_dry_run_estimate_of_config_yaml_says_what_the_cost_model_predicts():
     assert lines[3].startswith("an iteration's 750 steps per job: ~")
     assert lines[4] == f"a cluster of 2 workers trains ~{p.speedup:.1f}x one process."
     # Efficiency and the verdict do not depend on the machine; examples/s do.
-    unknown = submit.estimate(config.shape, config.args, machine_type="custom")
+    unknown = estimate.estimate(config.shape, config.args, machine_type="custom")
     assert "one core per replica" in unknown[1] and unknown[4] == lines[4]
 
 
@@ -842,7 +846,7 @@ def test_dry_run_estimate_of_config_yaml_says_what_the_cost_model_predicts():
      (None, None)],
 )  # fmt: skip
 def test_a_machine_types_vcpus_come_from_its_name(machine_type, vcpus):
-    assert submit.machine_vcpus(machine_type) == vcpus
+    assert estimate.machine_vcpus(machine_type) == vcpus
 
 
 @pytest.mark.parametrize(
@@ -865,14 +869,14 @@ def test_a_machine_types_vcpus_come_from_its_name(machine_type, vcpus):
     ],
 )
 def test_dry_run_estimate_verdicts(shape, args, verdict):
-    assert verdict in submit.estimate(shape, args)[-1]
+    assert verdict in estimate.estimate(shape, args)[-1]
 
 
 def test_the_estimates_trainer_defaults_are_the_trainers():
     from trainer import task
 
-    trainers = {name: task.FLAGS[name].default for name in submit.TRAINER_DEFAULTS}
-    assert trainers == submit.TRAINER_DEFAULTS
+    trainers = {name: task.FLAGS[name].default for name in estimate.TRAINER_DEFAULTS}
+    assert trainers == estimate.TRAINER_DEFAULTS
 
 
 def test_a_display_name_never_names_a_path_outside_the_dist_dir(tmp_path, capsys):
@@ -889,3 +893,13 @@ def test_a_display_name_never_names_a_path_outside_the_dist_dir(tmp_path, capsys
     assert sorted(p.name for p in dist.iterdir()) == ["custom-job-escaped-census.yaml"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a"]
     assert '"displayName": "../../escaped census"' in capsys.readouterr().out
+
+
+def test_two_sdist_builds_of_one_checkout_at_once_both_succeed(tmp_path):
+    """setup.py sdist writes its release tree in the checkout: unlocked, two builds at once
+    tore it down under each other ('No such file or directory: trainer-0.1.0/...')."""
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        built = list(pool.map(sdist.build_sdist, [str(tmp_path / "a"), str(tmp_path / "b")]))
+    for archive in built:
+        with tarfile.open(archive) as tar:
+            assert any(n.endswith("trainer/task.py") for n in tar.getnames())

@@ -13,9 +13,9 @@ import sys
 import pytest
 import yaml
 
-from deploy import submit, tune
-from deploy.submit import JobOptions
-from deploy.vertex import api
+from deploy import tune
+from deploy.vertex import api, custom_job, job_spec
+from deploy.vertex.job_options import JobOptions
 from tests.deploy import discovery
 from tests.deploy.job_configs import (
     CLOUD,
@@ -26,6 +26,7 @@ from tests.deploy.job_configs import (
     package_config,
 )
 from tests.support import REPO
+from trainer.distribute.cluster import TASK_SPECS
 
 JOB = "GoogleCloudAiplatformV1HyperparameterTuningJob"
 PACKAGE = "gs://test-bucket/dist/trainer-0.1.0.tar.gz"
@@ -39,8 +40,8 @@ def _study() -> dict:
 def _trial_spec(study: dict, extra_args=(), package: bool = False) -> dict:
     """The trials' spec of config.yaml (containerSpec pools), or of config.yaml's pools turned
     into pythonPackageSpec pools."""
-    config = as_package(submit.load_config()) if package else submit.load_config()
-    spec = submit.resolve(
+    config = as_package(job_spec.load_config()) if package else job_spec.load_config()
+    spec = custom_job.resolve(
         config,
         package_uri=PACKAGE if package else None,
         output_dir="gs://test-bucket/tune/1",
@@ -51,7 +52,7 @@ def _trial_spec(study: dict, extra_args=(), package: bool = False) -> dict:
 
 
 def _args(pool: dict) -> list[str]:
-    return submit.task_spec(pool)["args"]
+    return job_spec.task_spec(pool)["args"]
 
 
 def test_tune_yaml_is_a_valid_study_of_the_trainers_metric():
@@ -201,7 +202,7 @@ def test_trials_report_the_study_metric_and_drop_their_own_values_of_tuned_flags
         package=package,
     )
     kind = "pythonPackageSpec" if package else "containerSpec"
-    assert all(set(pool) & set(submit.TASK_SPECS) == {kind} for pool in spec["workerPoolSpecs"])
+    assert all(set(pool) & set(TASK_SPECS) == {kind} for pool in spec["workerPoolSpecs"])
     for pool in spec["workerPoolSpecs"]:
         assert pool[kind]["args"] == [
             "--placement=replication",
@@ -221,8 +222,8 @@ def test_trials_report_the_study_metric_and_drop_their_own_values_of_tuned_flags
 
 
 def test_trial_spec_leaves_the_spec_it_was_given_as_it_was():
-    spec = submit.resolve(
-        submit.load_config(), package_uri=None, output_dir="gs://b/tune/1", cloud=CLOUD
+    spec = custom_job.resolve(
+        job_spec.load_config(), package_uri=None, output_dir="gs://b/tune/1", cloud=CLOUD
     )
     before = copy.deepcopy(spec)
     tune.trial_spec(spec, tune.load_study())
@@ -343,7 +344,7 @@ def test_tune_sends_the_dry_run_body_with_submits_job_options(cloud_sdk, gcs, tm
         images = [p["containerSpec"]["imageUri"] for p in pools]
         assert images == [GPU_IMAGE, IMAGE, IMAGE, IMAGE]  # the chief's GPU: the GPU build
         assert list(gcs.bucket("test-bucket").list_blobs(prefix="dist/")) == []
-    assert all(submit.task_spec(p)["args"][-1] == "--hypertune_metric=accuracy" for p in pools)
+    assert all(job_spec.task_spec(p)["args"][-1] == "--hypertune_metric=accuracy" for p in pools)
     got = cloud.job_client().get_hyperparameter_tuning_job(name=job.name)
     assert got.state.name == "JOB_STATE_PENDING" and got.max_trial_count == 6
     written = yaml.safe_load((tmp_path / "hp-tuning-job-census-tuning.yaml").read_text())
