@@ -11,10 +11,11 @@ import urllib.request
 
 import pytest
 
-from deploy import serve
 from deploy.batch_prediction import output
 from deploy.serving import explain
 from deploy.serving.instances import Predictor
+from deploy.serving.server import PredictionServer, Routes
+from deploy.vertex import api
 from tests.deploy import discovery
 from tests.support import FAST_FLAGS, make_data, run_task
 
@@ -102,9 +103,7 @@ def _post(url: str, body: dict) -> tuple[int, dict]:
 
 def test_the_server_explains_in_a_vertex_endpoints_response_shape(predictor, census_rows):
     explainer = explain.Explainer.of(predictor)
-    server = serve.PredictionServer(
-        predictor, routes=serve.Routes(port=0), explainer=explainer
-    ).start()
+    server = PredictionServer(predictor, routes=Routes(port=0), explainer=explainer).start()
     try:
         request = {"instances": census_rows[:3]}
         assert discovery.validate(request, "GoogleCloudAiplatformV1ExplainRequest") == []
@@ -129,9 +128,9 @@ def test_a_model_without_a_baseline_says_how_to_get_one(census_model, tmp_path):
     shutil.copytree(census_model, old)
     (old / explain.BASELINE).unlink()
     predictor = Predictor(str(old))
-    with pytest.raises(serve.api.DeployError, match="export it again"):
+    with pytest.raises(api.DeployError, match="export it again"):
         explain.Explainer.of(predictor)
-    server = serve.PredictionServer(predictor, routes=serve.Routes(port=0)).start()
+    server = PredictionServer(predictor, routes=Routes(port=0)).start()
     try:
         status, answer = _post(server.url + "/explain", {"instances": []})
         assert status == 400 and "explanation_baseline.json" in answer["error"]

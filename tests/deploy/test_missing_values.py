@@ -13,12 +13,13 @@ import sys
 import numpy as np
 import pytest
 
-from deploy import predict, serve
+from deploy import predict
 from deploy.batch_prediction import convert as batch_convert
 from deploy.batch_prediction import local as batch_local
 from deploy.batch_prediction import output
 from deploy.batch_prediction import vertex as batch_vertex
 from deploy.serving.instances import Predictor
+from deploy.serving.server import PredictionServer, Routes
 from tests.deploy import venvs
 from tests.support import REPO, run_task, task_env, write_csv
 
@@ -137,7 +138,7 @@ def test_the_server_and_local_batch_predict_missing_values(job, model, tmp_path)
     root, rows = job
     expected = _reference(model, rows)
     instances = _instances(rows)
-    server = serve.PredictionServer(model, routes=serve.Routes(port=0)).start()
+    server = PredictionServer(model, routes=Routes(port=0)).start()
     try:
         np.testing.assert_allclose(
             _yes(predict.predict_at_url(server.url, instances)), expected, atol=1e-6
@@ -250,7 +251,7 @@ def _predict_cli(*flags):
 def test_predict_says_a_refusal_or_an_absent_server_in_one_line(model, tmp_path):
     instances = tmp_path / "rows.jsonl"
     instances.write_text('\ufeff{"x1": 1, "x2": "two", "color": "red"}\n')  # a BOM, then a row
-    server = serve.PredictionServer(model, routes=serve.Routes(port=0)).start()
+    server = PredictionServer(model, routes=Routes(port=0)).start()
     try:
         refused = _predict_cli(f"--instances={instances}", f"--local_url={server.url}")
     finally:

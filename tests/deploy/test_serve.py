@@ -21,15 +21,14 @@ import pytest
 
 from deploy import predict, serve
 from deploy.serving.batching import BatchOptions
+from deploy.serving.server import MAX_REQUEST_BYTES, PredictionServer, Routes
 from tests.deploy.conftest import free_port
 from tests.support import REPO, task_env
 
 
 @pytest.fixture(scope="module")
 def server(predictor):
-    server = serve.PredictionServer(
-        predictor, routes=serve.Routes(port=0), body_timeout_s=0.5
-    ).start()
+    server = PredictionServer(predictor, routes=Routes(port=0), body_timeout_s=0.5).start()
     yield server
     server.shutdown()
     server.server_close()
@@ -236,7 +235,7 @@ def test_a_body_trickled_a_byte_at_a_time_is_cut_at_the_deadline(server, census_
 
 def test_requests_over_1_5_mb_are_refused_and_the_server_keeps_serving(server, census_rows):
     big = json.dumps({"instances": census_rows * 200}).encode()
-    assert len(big) > serve.MAX_REQUEST_BYTES
+    assert len(big) > MAX_REQUEST_BYTES
     status, answer = _post(server.url + "/predict", big)
     assert status == 400 and "limit is 1572864 (1.5 MB)" in answer["error"]
     assert len(predict.predict_at_url(server.url, census_rows[:3])) == 3
@@ -244,7 +243,7 @@ def test_requests_over_1_5_mb_are_refused_and_the_server_keeps_serving(server, c
 
 def test_chunked_requests_over_1_5_mb_are_refused(server, census_rows):
     chunk = json.dumps(census_rows).encode()
-    chunks = [b"%x\r\n%s\r\n" % (len(chunk), chunk)] * (serve.MAX_REQUEST_BYTES // len(chunk) + 2)
+    chunks = [b"%x\r\n%s\r\n" % (len(chunk), chunk)] * (MAX_REQUEST_BYTES // len(chunk) + 2)
     head = b"POST /predict HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: chunked\r\n\r\n"
     answer = _raw(server.server_address, head + b"".join(chunks) + b"0\r\n\r\n")
     assert answer.startswith(b"HTTP/1.1 400") and b"(1.5 MB)" in answer, answer[:500]
@@ -312,8 +311,8 @@ def gated(predictor):
     model = _GatedModel(predictor)
     servers = []
 
-    def start(options: BatchOptions) -> serve.PredictionServer:
-        server = serve.PredictionServer(model, routes=serve.Routes(port=0), batching=options)
+    def start(options: BatchOptions) -> PredictionServer:
+        server = PredictionServer(model, routes=Routes(port=0), batching=options)
         servers.append(server.start())
         return server
 
@@ -485,13 +484,13 @@ def test_start_up_errors_are_one_line_and_exit_2(
 
 
 def test_routes_come_from_the_aip_variables():
-    routes = serve.Routes.from_env(
+    routes = Routes.from_env(
         {"AIP_HTTP_PORT": "9000", "AIP_HEALTH_ROUTE": "/h", "AIP_PREDICT_ROUTE": "/v1/p"}
     )
-    assert routes == serve.Routes(9000, "/h", "/v1/p")
-    assert serve.Routes.from_env({}) == serve.Routes(8080, "/health", "/predict")
+    assert routes == Routes(9000, "/h", "/v1/p")
+    assert Routes.from_env({}) == Routes(8080, "/health", "/predict")
     with pytest.raises(ValueError, match="AIP_HTTP_PORT"):
-        serve.Routes.from_env({"AIP_HTTP_PORT": "http"})
+        Routes.from_env({"AIP_HTTP_PORT": "http"})
 
 
 @pytest.mark.slow  # a fresh process imports TensorFlow and loads the model: ~10 s on 2 cores
@@ -559,7 +558,7 @@ def test_a_compressed_body_is_decompressed_within_the_limit(server, predictor, c
         status, answer = _post_encoded(url, data, encoding)
         assert status == 200, answer
         _assert_close(answer["predictions"], predictor.predict(census_rows[:3]))
-    bomb = gzip.compress(b" " * (serve.MAX_REQUEST_BYTES + 10))  # 1.5 MB of spaces: ~1.5 kB
+    bomb = gzip.compress(b" " * (MAX_REQUEST_BYTES + 10))  # 1.5 MB of spaces: ~1.5 kB
     assert _post_encoded(url, bomb, "gzip") == (
         400,
         {

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from deploy.serving.server import PredictionServer, Routes
 from trainer.errors import InputError
 from trainer.input import dates
 from trainer.input import schema as S
@@ -202,7 +203,7 @@ def _write(rows: list[dict], path, fmt: str) -> str:
 @pytest.mark.slow  # trains a model a format (about 20 s each on 2 cores)
 @pytest.mark.parametrize("fmt", ["csv", "jsonl", "parquet"])
 def test_a_table_with_dates_trains_and_serves_raw_date_strings(tmp_path, fmt):
-    from deploy import predict, serve
+    from deploy import predict
     from deploy.batch_prediction import local as batch_local
     from deploy.batch_prediction import output
     from deploy.serving.instances import Predictor
@@ -238,7 +239,7 @@ def test_a_table_with_dates_trains_and_serves_raw_date_strings(tmp_path, fmt):
     weekend_night, weekday_day, unknown = predictor.predict(instances)
     assert weekend_night["classes"] == "yes" and weekday_day["classes"] == "no"
     assert 0.0 < unknown["probabilities"][1] < 1.0
-    server = serve.PredictionServer(predictor, routes=serve.Routes(port=0)).start()
+    server = PredictionServer(predictor, routes=Routes(port=0)).start()
     try:  # the local server: the same request and response as a Vertex endpoint's
         served = predict.predict_at_url(server.url, instances)
     finally:
