@@ -20,9 +20,9 @@
   explain DataFrames, `deploy.batch_prediction.frames`).
 
 Each module has a Python API and a `python -m deploy.<name>` entry point with `--help` and
-`--dry_run` (prints the exact REST requests without sending them). `deploy.vertex.api` holds the
+`--dry_run` (prints the exact REST requests without sending them). `deploy.cloud.api` holds the
 request and command-line code they share, `deploy.serving.instances` the instance format, and
-`deploy.vertex.storage` file access (local paths and `gs://`).
+`deploy.cloud.storage` file access (local paths and `gs://`).
 """
 
 import warnings

@@ -45,8 +45,8 @@ from deploy.batch_prediction.local import BatchResult, predict_local
 from deploy.batch_prediction.output import read_records
 from deploy.batch_prediction.reading import FORMATS
 from deploy.batch_prediction.vertex import VertexBatchJob, submit_vertex
+from deploy.cloud import api
 from deploy.serving.explain import DEFAULT_PATH_COUNT
-from deploy.vertex import api
 
 # Rows that do not fit the model are listed and the others predicted; more than this share
 # of them failing is a mismatch (a wrong file, a column renamed), not a few bad rows.

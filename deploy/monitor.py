@@ -23,7 +23,7 @@ import json
 import sys
 from collections.abc import Mapping, Sequence
 
-from deploy.vertex import api, storage
+from deploy.cloud import api, storage
 from trainer.storage import paths
 from trainer.storage.paths import (  # trainer/serving/monitoring.py writes them
     MONITORING_ANALYSIS_SCHEMA as ANALYSIS_SCHEMA,

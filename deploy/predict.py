@@ -18,9 +18,9 @@ import sys
 import urllib.error
 import urllib.request
 
+from deploy.cloud import api, storage
 from deploy.serving import signature
 from deploy.serving.instances import NUMBER, TEXT, Fields
-from deploy.vertex import api, storage
 
 _TIMEOUT_S = 600  # Vertex's own limit for an online prediction
 

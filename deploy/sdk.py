@@ -33,7 +33,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import trainer
-from deploy import pipeline, predict
+from deploy import predict
 from deploy.batch_prediction import local as batch_local
 from deploy.batch_prediction.frames import (
     instances_of,
@@ -41,10 +41,11 @@ from deploy.batch_prediction.frames import (
     records_of,
     results_frame,
 )
+from deploy.cloud import storage
+from deploy.cloud.api import Cloud, DeployError
 from deploy.serving.explain import DEFAULT_PATH_COUNT, Explainer
 from deploy.serving.instances import InstanceError, Predictor
-from deploy.vertex import custom_job, job_options, job_spec, storage
-from deploy.vertex.api import Cloud, DeployError
+from deploy.vertex import custom_job, job_options, job_spec
 from deploy.vertex.waiting import Job, JobFailed, LogStream
 
 __all__ = [
@@ -442,7 +443,7 @@ def submit(
         options=options or job_options.JobOptions(),
         dist_dir=tempfile.mkdtemp(prefix="trainer-sdist-"),
     )
-    job_dir, model_dir = pipeline.job_dirs(staged.job.spec)
+    job_dir, model_dir = custom_job.job_dirs(staged.job.spec)
     custom_job.send_or_show(staged, cloud, dry_run=False, out=sys.stdout)
     created = custom_job.create_job(cloud, staged.job)
     client = cloud.job_client()

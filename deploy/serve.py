@@ -30,11 +30,11 @@ import os
 import socket
 import sys
 
+from deploy.cloud import api
 from deploy.serving.batching import BatchOptions
 from deploy.serving.explain import DEFAULT_PATH_COUNT, Explainer
 from deploy.serving.instances import Predictor
 from deploy.serving.server import DEFAULT_BATCHING, PredictionServer, Routes
-from deploy.vertex import api
 
 
 def _parser():

@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import sys
 
-from deploy.vertex import api
+from deploy.cloud import api
 from deploy.vertex.custom_job import submit
 from deploy.vertex.job_options import add_job_flags, job_arguments
 

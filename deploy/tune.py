@@ -28,7 +28,8 @@ import tempfile
 from collections.abc import Callable, Sequence
 from typing import NoReturn
 
-from deploy.vertex import api, custom_job, job_options, job_spec
+from deploy.cloud import api
+from deploy.vertex import custom_job, job_options, job_spec
 from deploy.vertex.job_options import JobOptions
 from trainer.flags import FLAGS, Flag
 

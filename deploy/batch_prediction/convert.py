@@ -21,8 +21,8 @@ from typing import Any
 from deploy.batch_prediction import output, reading
 from deploy.batch_prediction.instance_config import InstanceConfig
 from deploy.batch_prediction.vertex import VertexBatchJob, submit_vertex
+from deploy.cloud import api, storage
 from deploy.serving.instances import Fields, Predictor
-from deploy.vertex import api, storage
 
 _SUFFIXES = (".gz", ".csv", ".jsonl", ".json")
 

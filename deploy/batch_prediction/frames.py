@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from deploy.batch_prediction import output
+from deploy.cloud.api import DeployError
 from deploy.serving.instances import json_value
-from deploy.vertex.api import DeployError
 
 
 def records_of(frame) -> list[dict]:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable, Sequence
 
-from deploy.vertex import api
+from deploy.cloud import api
 
 
 @dataclasses.dataclass(frozen=True)

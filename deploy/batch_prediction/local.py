@@ -39,9 +39,9 @@ from deploy.batch_prediction.reading import (
     lines_batches,
     table_instances,
 )
+from deploy.cloud import api, storage
 from deploy.serving.explain import Explainer
 from deploy.serving.instances import Predictor
-from deploy.vertex import api, storage
 from trainer.errors import InputError
 
 EXPLAIN_BATCH = 32  # instances explained in one model call: 150 rows each for census

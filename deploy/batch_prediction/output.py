@@ -18,9 +18,9 @@ import uuid
 import tensorflow as tf
 
 from deploy.batch_prediction.instance_config import InstanceConfig
+from deploy.cloud import storage
 from deploy.serving.explain import Explainer
 from deploy.serving.instances import Predictor
-from deploy.vertex import storage
 
 INVALID_ARGUMENT = 3  # google.rpc.Code, as Vertex writes it in errors_stats
 

@@ -18,8 +18,8 @@ import tensorflow as tf
 
 from deploy.batch_prediction.instance_config import InstanceConfig
 from deploy.batch_prediction.output import Writer, error_json, error_record
+from deploy.cloud import api
 from deploy.serving.instances import NUMBER, Fields, InstanceError, NotJson, Predictor, parse_json
-from deploy.vertex import api
 from trainer.errors import InputError
 
 FORMATS = ("jsonl", "csv", "bigquery")

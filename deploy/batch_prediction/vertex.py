@@ -9,7 +9,7 @@ import json
 
 from deploy.batch_prediction import reading
 from deploy.batch_prediction.instance_config import InstanceConfig
-from deploy.vertex import api
+from deploy.cloud import api
 
 
 @dataclasses.dataclass(frozen=True)

@@ -26,8 +26,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from deploy.cloud import api
 from deploy.serving.instances import Predictor
-from deploy.vertex import api
 from trainer.storage.paths import EXPLANATION_BASELINE
 
 BASELINE = EXPLANATION_BASELINE  # trainer/serving/export.py writes it

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from deploy.vertex import api
+from deploy.cloud import api
 from trainer.input.schema import MISSING_TOKENS
 
 NUMBER, TEXT = "number", "string"

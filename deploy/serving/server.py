@@ -20,10 +20,10 @@ from typing import Any, Protocol
 
 from aiohttp import web
 
+from deploy.cloud import api
 from deploy.serving.batching import Batcher, BatchOptions, BatchStats, Overloaded
 from deploy.serving.explain import Explainer
 from deploy.serving.instances import InstanceError, NotJson, clip, parse_json
-from deploy.vertex import api
 
 LOCAL_MODEL_ID = "local"  # the deployedModelId of an explanation from this server
 

@@ -1,5 +1,5 @@
 """The serving signature of an exported model, read from its `saved_model.pb` without
-TensorFlow (publishing never loads it, see deploy/vertex/storage.py): the names and dtypes of the
+TensorFlow (publishing never loads it, see deploy/cloud/storage.py): the names and dtypes of the
 `serving_default` inputs and outputs, which Vertex Explainable AI's metadata names.
 
 The file is a `SavedModel` protocol buffer; only the few fields on the way to the signature are
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from deploy.vertex import api, storage
+from deploy.cloud import api, storage
 
 SERVING_TAG = "serve"
 SIGNATURE = "serving_default"

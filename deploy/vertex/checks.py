@@ -9,7 +9,8 @@ from __future__ import annotations
 import datetime
 import re
 
-from deploy.vertex import api, images
+from deploy.cloud import api
+from deploy.vertex import images
 from deploy.vertex.job_options import PLACEHOLDER_IMAGE, PROJECT_PLACEHOLDER, STRATEGIES
 from deploy.vertex.job_spec import task_spec
 from trainer.distribute.cluster import TASK_SPECS

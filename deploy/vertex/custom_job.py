@@ -6,6 +6,7 @@ too (`stage` takes the job to make of the resolved spec)."""
 
 from __future__ import annotations
 
+import argparse
 import copy
 import dataclasses
 import datetime
@@ -17,7 +18,7 @@ import tempfile
 from collections.abc import Callable, Sequence
 from typing import Generic, Protocol, TypeVar
 
-from deploy.vertex import api, storage
+from deploy.cloud import api, storage
 from deploy.vertex.checks import check_job, check_pool, image_warnings
 from deploy.vertex.estimate import estimate, shape_of
 from deploy.vertex.job_options import (
@@ -30,6 +31,7 @@ from deploy.vertex.job_options import (
 )
 from deploy.vertex.job_spec import CONFIG, load_config, task_spec
 from deploy.vertex.sdist import build_sdist, upload_request
+from trainer.storage import paths
 
 _PLACEHOLDER_PACKAGE = "x.tar.gz"
 
@@ -325,3 +327,36 @@ def write_yaml(path: str, spec: dict) -> None:
     import yaml
 
     storage.write_bytes(path, yaml.safe_dump(spec, sort_keys=False).encode())
+
+
+def job_dirs(spec: dict) -> tuple[str, str]:
+    """(job dir, model dir) of the trainer on Vertex AI, from the chief's args (its package's
+    or its container's) and the base output directory, as the trainer resolves them
+    (`trainer.storage.paths.OutputDirs`, with Vertex AI's AIP_CHECKPOINT_DIR and AIP_MODEL_DIR
+    under the base: `<base>/checkpoints`, `<base>/model`). Cloud Storage FUSE paths
+    (/gcs/BUCKET/...) are given as gs:// URIs.
+
+    Raises:
+        DeployError: the job dir is not in Cloud Storage, so no step could read the report.
+    """
+    task = task_spec(spec["workerPoolSpecs"][0], "workerPoolSpecs[0]")
+    flags = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    for flag in ("job_dir", "checkpoint_dir", "model_dir"):
+        flags.add_argument(f"--{flag}")
+    args, _ = flags.parse_known_args(task.get("args", []))
+    base = spec["baseOutputDirectory"]["outputUriPrefix"]
+    outputs = paths.OutputDirs.resolve(
+        job_dir=args.job_dir,
+        checkpoint_dir=args.checkpoint_dir,
+        model_dir=args.model_dir,
+        aip_checkpoint_dir=paths.join(base, "checkpoints"),
+        aip_model_dir=paths.join(base, "model"),
+    )
+    job_dir, model_dir = paths.as_gcs(outputs.job_dir), paths.as_gcs(outputs.model_dir)
+    for flag, path in (("--job_dir", job_dir), ("--model_dir", model_dir)):
+        if not path.startswith("gs://"):
+            raise api.DeployError(
+                f"{flag} ({path!r}) is not in Cloud Storage: the pipeline reads the job's "
+                "report and model from there; pass gs://BUCKET/... or /gcs/BUCKET/... ."
+            )
+    return job_dir, model_dir

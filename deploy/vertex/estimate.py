@@ -9,7 +9,8 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from deploy.vertex import api, job_spec
+from deploy.cloud import api
+from deploy.vertex import job_spec
 from trainer.distribute.cluster import ClusterShape
 from trainer.errors import InputError
 from trainer.placement import Placement, cost

@@ -12,7 +12,7 @@ import os
 import re
 from collections.abc import Sequence
 
-from deploy.vertex import api
+from deploy.cloud import api
 from deploy.vertex.job_spec import CONFIG, REPO, task_spec
 from trainer.distribute.cluster import POOL_ROLES
 

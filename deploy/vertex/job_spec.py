@@ -12,7 +12,7 @@ from pathlib import Path
 
 import yaml
 
-from deploy.vertex import api
+from deploy.cloud import api
 from trainer.distribute.cluster import POOL_ROLES, ClusterShape, task_spec_key
 from trainer.errors import InputError
 

@@ -36,7 +36,7 @@ import sys
 from collections.abc import Mapping
 from typing import TypeGuard
 
-from deploy.vertex import api, storage
+from deploy.cloud import api, storage
 from trainer.storage import paths
 
 # What a dry run of a new version cannot know yet: the answers of earlier requests.

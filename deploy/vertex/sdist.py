@@ -18,7 +18,7 @@ import sys
 import tempfile
 from collections.abc import Iterator
 
-from deploy.vertex import api, storage
+from deploy.cloud import api, storage
 from deploy.vertex.job_spec import REPO
 
 

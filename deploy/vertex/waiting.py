@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from deploy.vertex import api
+from deploy.cloud import api
 
 LOGGING_ENDPOINT = "logging.googleapis.com"
 DEFAULT_POLL_SECONDS = 30.0

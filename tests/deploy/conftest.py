@@ -71,10 +71,10 @@ def census_rows() -> list[dict]:
 
 @pytest.fixture
 def cloud_sdk():
-    """A fake Vertex AI service and a `deploy.vertex.api.Cloud` pointing at it (anonymous)."""
+    """A fake Vertex AI service and a `deploy.cloud.api.Cloud` pointing at it (anonymous)."""
     from google.auth.credentials import AnonymousCredentials
 
-    from deploy.vertex import api
+    from deploy.cloud import api
 
     with FakeVertex() as fake:
         cloud = api.Cloud(

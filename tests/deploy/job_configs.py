@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from deploy.vertex import api, custom_job, job_spec
+from deploy.cloud import api
+from deploy.vertex import custom_job, job_spec
 
 CLOUD = api.Cloud(project="my-project", region="us-central1")
 # config.yaml's image as the README builds and pushes it, then with --project=my-project.

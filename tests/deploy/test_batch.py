@@ -22,8 +22,8 @@ from deploy.batch_prediction import convert as batch_convert
 from deploy.batch_prediction import local as batch_local
 from deploy.batch_prediction import output
 from deploy.batch_prediction import vertex as batch_vertex
+from deploy.cloud import api
 from deploy.serving.instances import NUMBER
-from deploy.vertex import api
 from tests.support import REPO, task_env
 
 

@@ -14,7 +14,7 @@ from deploy.batch_prediction import convert as batch_convert
 from deploy.batch_prediction import local as batch_local
 from deploy.batch_prediction import output
 from deploy.batch_prediction import vertex as batch_vertex
-from deploy.vertex import api
+from deploy.cloud import api
 from tests import bigquery_emulator
 from tests.deploy import discovery
 from trainer.input.files import CENSUS_LABEL

@@ -12,10 +12,10 @@ import urllib.request
 import pytest
 
 from deploy.batch_prediction import output
+from deploy.cloud import api
 from deploy.serving import explain
 from deploy.serving.instances import Predictor
 from deploy.serving.server import PredictionServer, Routes
-from deploy.vertex import api
 from tests.deploy import discovery
 from tests.support import FAST_FLAGS, make_data, run_task
 

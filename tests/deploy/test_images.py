@@ -11,7 +11,7 @@ import re
 import pytest
 
 from deploy import publish
-from deploy.vertex import custom_job, images, job_options, job_spec
+from deploy.vertex import custom_job, images, job_options, job_spec, publishing
 from deploy.vertex.images import PrebuiltImage
 from tests.deploy.job_configs import as_package
 from tests.support import REPO
@@ -73,7 +73,7 @@ def test_the_images_the_product_names_are_in_the_table():
         ),
     )
     prebuilt = {p["pythonPackageSpec"]["executorImageUri"] for p in spec["workerPoolSpecs"]}
-    prebuilt.add(publish.SERVING_IMAGE)
+    prebuilt.add(publishing.SERVING_IMAGE)
     assert len(prebuilt) == 3
     assert {uri: images.lookup(uri) is not None for uri in prebuilt} == dict.fromkeys(
         prebuilt, True

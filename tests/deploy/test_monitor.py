@@ -12,7 +12,7 @@ from contextlib import redirect_stdout
 import pytest
 
 from deploy import monitor
-from deploy.vertex import api
+from deploy.cloud import api
 from tests.deploy import discovery
 from tests.deploy.test_predict import _deployed
 

@@ -19,9 +19,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from deploy import pipeline, publish
-from deploy.pipeline import PipelineOptions, Requirement, TrainingPipeline
-from deploy.vertex import api, custom_job, job_spec
+from deploy import pipeline
+from deploy.cloud import api
+from deploy.vertex.pipelines import PipelineOptions, Requirement, TrainingPipeline
+from deploy.vertex import custom_job, job_spec, pipelines, publishing
 from tests.deploy import discovery
 from tests.deploy.fake_vertex import NOW, FakeVertex
 from tests.deploy.job_configs import CLOUD, IMAGE, package_config
@@ -38,7 +39,7 @@ def _batch():
 
     return batch_vertex.VertexBatchJob(
         display_name="census-batch",
-        model=publish.PENDING_MODEL,
+        model=publishing.PENDING_MODEL,
         sources=("gs://test-bucket/in/*.jsonl",),
         output_prefix="gs://test-bucket/predictions",
     )
@@ -93,7 +94,7 @@ def test_compiled_spec_chains_the_steps_with_the_bodies_of_the_deploy_commands()
     assert discovery.validate(custom_job, "GoogleCloudAiplatformV1CustomJob") == []
     pools = custom_job["jobSpec"]["workerPoolSpecs"]
     assert [p["containerSpec"]["imageUri"] for p in pools] == [IMAGE] * 4  # config.yaml's
-    assert _constant(spec, "train", "poll") == pipeline.POLL_SECONDS
+    assert _constant(spec, "train", "poll") == pipelines.POLL_SECONDS
     # evaluate: the report where the trainer writes it on Vertex AI, and the bounds.
     assert _constant(spec, "evaluate", "report_uri") == f"{BASE}/checkpoints/report.json"
     assert _constant(spec, "evaluate", "requirements") == [
@@ -104,7 +105,7 @@ def test_compiled_spec_chains_the_steps_with_the_bodies_of_the_deploy_commands()
     # from evaluate (report.json's), the one here is what the trainer will choose.
     upload = _constant(spec, "register", "upload")
     assert upload["model"]["artifactUri"] == f"{BASE}/model"
-    assert upload["model"]["containerSpec"] == {"imageUri": publish.SERVING_IMAGE}
+    assert upload["model"]["containerSpec"] == {"imageUri": publishing.SERVING_IMAGE}
     assert upload["parentModel"] == f"{PARENT}/models/123"
     sent = api.canonical("UploadModelRequest", upload, "")
     assert discovery.validate(sent, "GoogleCloudAiplatformV1UploadModelRequest") == []
@@ -119,7 +120,7 @@ def test_compiled_spec_chains_the_steps_with_the_bodies_of_the_deploy_commands()
     # Every step runs the Vertex AI SDK it installs, on the regional endpoint.
     for name, executor in spec["deploymentSpec"]["executors"].items():
         container = executor["container"]
-        assert container["image"] == pipeline.COMPONENT_IMAGE, name
+        assert container["image"] == pipelines.COMPONENT_IMAGE, name
         assert "google-cloud-aiplatform>=1.60,<3" in container["command"][2], name
     assert _constant(spec, "train", "api_endpoint") == ""
     assert _constant(spec, "train", "project") == "my-project"
@@ -163,7 +164,7 @@ def test_report_and_model_are_where_the_trainer_puts_them(args, flags, dirs):
     spec = custom_job.resolve(
         job_spec.load_config(), package_uri=None, output_dir=BASE, extra_args=args, cloud=CLOUD
     )
-    assert pipeline.job_dirs(spec) == dirs
+    assert custom_job.job_dirs(spec) == dirs
     # The trainer's own rule on Vertex AI (the AIP_* dirs of the base output directory).
     trainer = OutputDirs.resolve(
         **flags, aip_model_dir=f"{BASE}/model/", aip_checkpoint_dir=f"{BASE}/checkpoints/"
@@ -178,7 +179,7 @@ def test_report_and_model_are_where_the_trainer_puts_them(args, flags, dirs):
 def test_a_container_pool_s_args_say_where_the_report_is():
     pool = {"containerSpec": {"imageUri": "eu.gcr.io/p/trainer:1", "args": ["--job_dir=gs://b/j"]}}
     spec = {"workerPoolSpecs": [pool], "baseOutputDirectory": {"outputUriPrefix": BASE}}
-    assert pipeline.job_dirs(spec) == ("gs://b/j", "gs://b/j/model")
+    assert custom_job.job_dirs(spec) == ("gs://b/j", "gs://b/j/model")
 
 
 FLAGS = [

@@ -9,8 +9,9 @@ import sys
 import numpy as np
 import pytest
 
-from deploy import predict, publish
-from deploy.vertex import api
+from deploy import predict
+from deploy.cloud import api
+from deploy.vertex import publishing
 from tests.support import REPO
 
 
@@ -30,9 +31,11 @@ def test_endpoint_predictions_come_through_raw_predict(cloud_sdk, predictor, cen
 
 def _deployed(cloud) -> str:
     """The id of an endpoint of the fake service with gs://test-bucket/model deployed."""
-    published = publish.publish(
+    published = publishing.publish(
         cloud,
-        publish.Deployment(model_dir="gs://test-bucket/model", display_name="m", endpoint_name="e"),
+        publishing.Deployment(
+            model_dir="gs://test-bucket/model", display_name="m", endpoint_name="e"
+        ),
     )
     return published.endpoint.rsplit("/", 1)[1]
 
@@ -132,7 +135,7 @@ def test_a_model_deployed_without_traffic_does_not_decide_the_fields(
     idle = aiplatform.Model.upload(
         display_name="idle",
         artifact_uri="gs://test-bucket/no-model",
-        serving_container_image_uri=publish.SERVING_IMAGE,
+        serving_container_image_uri=publishing.SERVING_IMAGE,
     )
     endpoint = aiplatform.Endpoint(cloud.resource("endpoints", endpoint_id))
     endpoint.deploy(idle, traffic_percentage=0, machine_type="n1-standard-2")

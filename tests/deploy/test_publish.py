@@ -13,8 +13,9 @@ import sys
 import pytest
 
 from deploy import publish
+from deploy.cloud import api
 from deploy.serving import signature
-from deploy.vertex import api, registry
+from deploy.vertex import publishing, registry
 from tests.deploy import discovery
 from tests.deploy import test_signature as signature_test
 from tests.deploy.fake_vertex import ApiFailure, FakeVertex, explanation_problems
@@ -23,7 +24,7 @@ from tests.gcs import outside_environment
 from tests.support import REPO
 
 
-def _deployment(**changes) -> publish.Deployment:
+def _deployment(**changes) -> publishing.Deployment:
     options = dict(
         model_dir="gs://test-bucket/runs/1/model",
         display_name="census-v1",
@@ -31,33 +32,33 @@ def _deployment(**changes) -> publish.Deployment:
         machine_type="n2-standard-4",
         max_replica_count=3,
     )
-    return publish.Deployment(**{**options, **changes})
+    return publishing.Deployment(**{**options, **changes})
 
 
 def test_publish_sends_the_dry_run_bodies_and_deploys(cloud_sdk):
     fake, cloud = cloud_sdk
     d = _deployment()
-    dry = publish.deploy_requests(cloud, d)
-    published = publish.publish(cloud, d)
+    dry = publishing.deploy_requests(cloud, d)
+    published = publishing.publish(cloud, d)
 
     assert fake.bodies("models.upload") == [dry[0].body]
     assert fake.bodies("endpoints.create") == [dry[2].body]
     # The SDK names the uploaded version (model@1) in the deploy request.
     expected = json.loads(
-        json.dumps(dry[3].body).replace(publish.PENDING_MODEL, published.model + "@1")
+        json.dumps(dry[3].body).replace(publishing.PENDING_MODEL, published.model + "@1")
     )
     assert fake.bodies("endpoints.deployModel") == [expected]
     endpoint = fake.resources[published.endpoint]
     assert endpoint["trafficSplit"] == {published.deployed_model_id: 100}
     resources = endpoint["deployedModels"][0]["dedicatedResources"]
     assert resources["maxReplicaCount"] == 3
-    assert fake.resources[published.model]["containerSpec"]["imageUri"] == publish.SERVING_IMAGE
+    assert fake.resources[published.model]["containerSpec"]["imageUri"] == publishing.SERVING_IMAGE
 
 
 def test_second_model_reuses_the_endpoint_and_splits_traffic_then_cleanup(cloud_sdk):
     fake, cloud = cloud_sdk
-    first = publish.publish(cloud, _deployment())
-    second = publish.publish(cloud, _deployment(display_name="census-v2", traffic_percentage=30))
+    first = publishing.publish(cloud, _deployment())
+    second = publishing.publish(cloud, _deployment(display_name="census-v2", traffic_percentage=30))
     assert second.endpoint == first.endpoint
     assert len(fake.bodies("endpoints.create")) == 1
     assert fake.resources[first.endpoint]["trafficSplit"] == {
@@ -65,7 +66,7 @@ def test_second_model_reuses_the_endpoint_and_splits_traffic_then_cleanup(cloud_
         first.deployed_model_id: 70,
     }
 
-    publish.cleanup(cloud, first.endpoint, first.model)
+    publishing.cleanup(cloud, first.endpoint, first.model)
     assert first.endpoint not in fake.resources and first.model not in fake.resources
     assert len(fake.bodies("endpoints.undeployModel")) == 2
     assert second.model in fake.resources  # only the named model is deleted
@@ -82,7 +83,7 @@ def test_second_model_reuses_the_endpoint_and_splits_traffic_then_cleanup(cloud_
     ],
 )
 def test_traffic_split_adds_up_to_100(current, percentage, expected):
-    split = publish.traffic_split(current, percentage)
+    split = publishing.traffic_split(current, percentage)
     assert split == expected and sum(split.values()) == 100
 
 
@@ -102,7 +103,7 @@ def test_bad_deployments_fail_before_any_request(changes, message):
 
 def test_first_model_on_an_endpoint_needs_all_traffic():
     with pytest.raises(api.DeployError, match="must be 100 for the first model"):
-        publish.traffic_split({}, 50)
+        publishing.traffic_split({}, 50)
 
 
 def test_command_line_dry_run_prints_requests():
@@ -149,15 +150,15 @@ def test_command_line_dry_run_prints_requests():
 
 # -- explanations ----------------------------------------------------------------------------
 
-EXPLANATION = publish.Explanation(inputs=("age", "occupation"), output="probabilities")
+EXPLANATION = publishing.Explanation(inputs=("age", "occupation"), output="probabilities")
 UPLOAD = "/v1/projects/my-project/locations/us-central1/models:upload"
 
 
 def test_explain_uploads_the_dry_run_spec_and_the_fake_accepts_it(cloud_sdk):
     fake, cloud = cloud_sdk
-    d = _deployment(explanation=publish.Explanation(("age", "occupation"), "probabilities", 12))
-    dry = publish.deploy_requests(cloud, d)
-    published = publish.publish(cloud, d)
+    d = _deployment(explanation=publishing.Explanation(("age", "occupation"), "probabilities", 12))
+    dry = publishing.deploy_requests(cloud, d)
+    published = publishing.publish(cloud, d)
 
     (sent,) = fake.bodies("models.upload")
     assert sent == dry[0].body  # what --dry_run prints is what the SDK sends
@@ -220,14 +221,14 @@ def test_the_fake_refuses_the_specs_vertex_refuses(changes, message):
 @pytest.mark.parametrize("path_count", [0, 51, -3])
 def test_a_path_count_outside_vertex_range_is_a_named_error(path_count):
     with pytest.raises(api.DeployError, match=rf"--explain_path_count \({path_count}\) must be"):
-        publish.Explanation(("age",), "probabilities", path_count)
+        publishing.Explanation(("age",), "probabilities", path_count)
 
 
 def test_explain_needs_an_output_to_explain():
     outputs = {"scores": signature.Tensor("StatefulPartitionedCall:0", "float32")}
     inputs = {"age": signature.Tensor("serving_default_age:0", "float32")}
     with pytest.raises(api.DeployError, match="needs a float32 output named probabilities"):
-        publish.Explanation.of(signature.Signature(inputs, outputs), 10)
+        publishing.Explanation.of(signature.Signature(inputs, outputs), 10)
 
 
 def _dry_run(*flags: str, env: dict | None = None) -> subprocess.CompletedProcess:
@@ -273,7 +274,7 @@ def test_a_dry_run_needs_no_credentials(tmp_path):
     assert "dry run: the model's signature not read" in dry.stderr
     (upload,) = [r for r in json.loads(dry.stdout) if r["url"].endswith("/models:upload")]
     inputs = upload["body"]["model"]["explanationSpec"]["metadata"]["inputs"]
-    assert list(inputs) == [publish.DRY_RUN_INPUTS]
+    assert list(inputs) == [publishing.DRY_RUN_INPUTS]
     real = subprocess.run(
         [sys.executable, "-m", "deploy.publish", "deploy", "--project=my-project",
          "--display_name=m", "--endpoint_name=e", *flags],
@@ -305,7 +306,7 @@ def test_command_line_dry_run_shows_the_spec_of_the_models_inputs(gcs, tmp_path)
     assert upload["url"].endswith("/models:upload")
     spec = upload["body"]["model"]["explanationSpec"]
     assert spec["parameters"] == {
-        "sampledShapleyAttribution": {"pathCount": publish.DEFAULT_PATH_COUNT}
+        "sampledShapleyAttribution": {"pathCount": publishing.DEFAULT_PATH_COUNT}
     }
     assert spec["metadata"]["inputs"] == {
         "age": {"inputTensorName": "age"},
@@ -440,7 +441,7 @@ def test_the_baseline_exported_with_the_model_is_the_endpoints_too(cloud_sdk, ce
 
     fake, cloud = cloud_sdk
     baselines = explain.read_baseline(census_model)
-    spec = publish.Explanation(("age", "occupation"), "probabilities", 10, baselines).spec()
+    spec = publishing.Explanation(("age", "occupation"), "probabilities", 10, baselines).spec()
     assert spec["metadata"]["inputs"]["age"] == {
         "inputTensorName": "age",
         "inputBaselines": [baselines["age"]],

@@ -10,8 +10,8 @@ import json
 
 import pytest
 
-from deploy import publish
-from deploy.vertex import api, registry
+from deploy.cloud import api
+from deploy.vertex import publishing, registry
 from tests.deploy import discovery
 from tests.deploy.fake_vertex import ApiFailure, FakeVertex
 
@@ -51,9 +51,9 @@ def _evaluation(run: int, head: str = "binary", **metrics) -> registry.JobEvalua
     )
 
 
-def _version(run: int, **registration) -> publish.Deployment:
+def _version(run: int, **registration) -> publishing.Deployment:
     """The model of runs/<run> as a version of the model "census"."""
-    return publish.Deployment(
+    return publishing.Deployment(
         model_dir=f"gs://test-bucket/runs/{run}/model",
         display_name="census",
         endpoint_name="census",
@@ -70,11 +70,11 @@ def _aliases(fake: FakeVertex, model: str) -> dict[str, list[str]]:
 
 def test_a_second_publish_is_version_2_of_the_same_model_with_its_aliases(cloud_sdk):
     fake, cloud = cloud_sdk
-    first = publish.publish(cloud, _version(1))
+    first = publishing.publish(cloud, _version(1))
     d = _version(2, parent_model=first.model, version_aliases=("retrained", "canary"))
-    dry = publish.deploy_requests(cloud, d)  # (a first deployment, to a new endpoint)
+    dry = publishing.deploy_requests(cloud, d)  # (a first deployment, to a new endpoint)
     d = dataclasses.replace(d, traffic_percentage=10)
-    second = publish.publish(cloud, d)
+    second = publishing.publish(cloud, d)
 
     assert (second.model, first.version_id, second.version_id) == (first.model, "1", "2")
     sent = fake.bodies("models.upload")[1]
@@ -96,8 +96,8 @@ def test_a_second_publish_is_version_2_of_the_same_model_with_its_aliases(cloud_
 
 def test_keep_default_version_leaves_the_default_on_the_version_that_had_it(cloud_sdk):
     fake, cloud = cloud_sdk
-    first = publish.publish(cloud, _version(1))
-    publish.publish(cloud, _version(2, parent_model=first.model, keep_default_version=True))
+    first = publishing.publish(cloud, _version(1))
+    publishing.publish(cloud, _version(2, parent_model=first.model, keep_default_version=True))
     assert "versionAliases" not in fake.bodies("models.upload")[1]["model"]
     assert _aliases(fake, first.model) == {"1": ["default"], "2": []}
     assert fake.resources[first.model]["artifactUri"] == "gs://test-bucket/runs/1/model"
@@ -107,14 +107,14 @@ def test_a_parent_model_named_by_display_name_is_looked_up(cloud_sdk):
     fake, cloud = cloud_sdk
     model = fake.add_model(cloud.parent, "census")
     fake.add_model(cloud.parent, "census-eu")
-    published = publish.publish(cloud, _version(2, parent_model="census"))
+    published = publishing.publish(cloud, _version(2, parent_model="census"))
     assert (published.model, published.version_id) == (model, "2")
     assert fake.bodies("models.upload")[0]["parentModel"] == model
     (listed,) = [r for r in fake.requests if r.method_id and r.method_id.endswith("models.list")]
     assert f"--parent_model 'census' is {model}" in published.notes[0]
 
     # no model of that name: a new model
-    new = publish.publish(cloud, _version(3, parent_model="census-us"))
+    new = publishing.publish(cloud, _version(3, parent_model="census-us"))
     assert new.model != model and new.version_id == "1"
     assert "no model is named 'census-us'" in new.notes[0]
     assert "parentModel" not in fake.bodies("models.upload")[1]
@@ -124,7 +124,7 @@ def test_a_display_name_of_several_models_is_an_error_naming_them(cloud_sdk):
     fake, cloud = cloud_sdk
     models = [fake.add_model(cloud.parent, "census") for _ in range(2)]
     with pytest.raises(api.DeployError, match="2 models have that display name") as error:
-        publish.publish(cloud, _version(2, parent_model="census"))
+        publishing.publish(cloud, _version(2, parent_model="census"))
     assert all(m in str(error.value) for m in models)
     assert fake.bodies("models.upload") == []
 
@@ -132,8 +132,8 @@ def test_a_display_name_of_several_models_is_an_error_naming_them(cloud_sdk):
 def test_the_champion_alias_moves_only_when_the_metric_improves(cloud_sdk):
     fake, cloud = cloud_sdk
 
-    def run(number: int, metric: str = "accuracy", **metrics) -> publish.Published:
-        return publish.publish(
+    def run(number: int, metric: str = "accuracy", **metrics) -> publishing.Published:
+        return publishing.publish(
             cloud,
             _version(
                 number,
@@ -176,8 +176,8 @@ def test_the_champion_alias_moves_only_when_the_metric_improves(cloud_sdk):
 def test_the_default_alias_as_champion_goes_only_to_a_better_version(cloud_sdk):
     fake, cloud = cloud_sdk
 
-    def run(number: int, accuracy: float) -> publish.Published:
-        return publish.publish(
+    def run(number: int, accuracy: float) -> publishing.Published:
+        return publishing.publish(
             cloud,
             _version(
                 number,
@@ -199,8 +199,8 @@ def test_the_default_alias_as_champion_goes_only_to_a_better_version(cloud_sdk):
 
 def test_a_holder_without_an_imported_evaluation_keeps_the_alias(cloud_sdk):
     fake, cloud = cloud_sdk
-    first = publish.publish(cloud, _version(1, version_aliases=("champion",)))
-    second = publish.publish(
+    first = publishing.publish(cloud, _version(1, version_aliases=("champion",)))
+    second = publishing.publish(
         cloud,
         _version(
             2,
@@ -219,8 +219,8 @@ def test_a_holder_without_an_imported_evaluation_keeps_the_alias(cloud_sdk):
 def test_the_evaluation_import_validates_against_the_api_schema(cloud_sdk):
     fake, cloud = cloud_sdk
     d = _version(1, evaluation=_evaluation(1))
-    dry = publish.deploy_requests(cloud, d)
-    published = publish.publish(cloud, d)
+    dry = publishing.deploy_requests(cloud, d)
+    published = publishing.publish(cloud, d)
 
     (sent,) = fake.bodies("evaluations.import")
     assert sent == dry[1].body

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from deploy.cloud import api
 from deploy.serving import signature
-from deploy.vertex import api
 
 
 def save_tiny_model(path: Path) -> Path:

@@ -1,4 +1,4 @@
-"""deploy.vertex.storage: a .gz file is read as the trainer reads it, local and gs://."""
+"""deploy.cloud.storage: a .gz file is read as the trainer reads it, local and gs://."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import gzip
 
 import pytest
 
-from deploy.vertex import api, storage
+from deploy.cloud import api, storage
 from trainer.input import blocks
 
 _TEXT = b"age,workclass\n25,Private\n38,Self-emp\n"

@@ -14,7 +14,8 @@ import tarfile
 import pytest
 
 from deploy import submit
-from deploy.vertex import api, checks, custom_job, estimate, job_options, job_spec, sdist
+from deploy.cloud import api
+from deploy.vertex import checks, custom_job, estimate, job_options, job_spec, sdist
 from deploy.vertex.job_options import JobOptions
 from tests.deploy import discovery
 from tests.deploy.job_configs import (

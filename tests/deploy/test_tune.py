@@ -14,7 +14,8 @@ import pytest
 import yaml
 
 from deploy import tune
-from deploy.vertex import api, custom_job, job_spec
+from deploy.cloud import api
+from deploy.vertex import custom_job, job_spec
 from deploy.vertex.job_options import JobOptions
 from tests.deploy import discovery
 from tests.deploy.job_configs import (

@@ -20,7 +20,7 @@ import io
 import os
 import tempfile
 
-from deploy.vertex.api import DeployError
+from deploy.cloud.api import DeployError
 from trainer.storage.paths import GCS_PREFIX, is_gcs, split_gcs
 
 
