@@ -32,7 +32,7 @@ def private_network() -> None:
     made, saying why: Docker's default seccomp profile refuses unshare, Ubuntu 24.04 restricts
     unprivileged user namespaces (kernel.apparmor_restrict_unprivileged_userns=1), a minimal
     image lacks util-linux."""
-    from deploy.local.cluster import PrivateNetworkUnavailable, probe_private_network
+    from deploy.local.network import PrivateNetworkUnavailable, probe_private_network
 
     try:
         probe_private_network()

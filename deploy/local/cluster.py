@@ -38,8 +38,6 @@ import dataclasses
 import json
 import math
 import os
-import select
-import shutil
 import signal
 import socket
 import subprocess
@@ -50,6 +48,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import IO, TextIO
 
 from deploy.local.library_lines import LibraryLines
+from deploy.local.network import Namespace, PrivateNetworkUnavailable, network_needs
 from trainer.distribute.cluster import CHIEF, EVALUATOR, ClusterShape, Task
 
 DEFAULT_MODULE = "trainer.task"
@@ -63,13 +62,6 @@ AUTO, PRIVATE, HOST, CALLER = "auto", "private", "host", "caller"
 NETWORKS = (AUTO, PRIVATE, HOST)
 # Variables the launcher sets per process; inherited values would mislead the processes.
 _CLUSTER_VARIABLES = ("TF_CONFIG", "CLUSTER_SPEC")
-# How long a namespace's holder may take to say it is ready (it starts a Python interpreter).
-NAMESPACE_START_SECS = 20.0
-
-
-class PrivateNetworkUnavailable(Exception):
-    """No private network namespace could be made here; the message says why, each way tried.
-    `network="auto"` then runs the cluster on this machine's network; `private` stops."""
 
 
 # -- what each process is told ----------------------------------------------------------------
@@ -146,130 +138,6 @@ def free_ports(count: int, host: str = DEFAULT_HOST) -> list[int]:
         for s in sockets:
             s.bind((host, 0))
         return [s.getsockname()[1] for s in sockets]
-
-
-def network_needs(args: Sequence[str], env: Mapping[str, str]) -> str | None:
-    """Why a job with these arguments and environment needs this machine's network (None: it
-    does not): a Cloud Storage or BigQuery URI among the arguments or the variables' values
-    (`AIP_MODEL_DIR=gs://...`), or Vertex AI Experiments (`--experiment`,
-    `AIP_EXPERIMENT_NAME`). A `/gcs/` path is a local mount and needs none."""
-    for arg in args:
-        if "gs://" in arg or "bq://" in arg:
-            return f"{arg} is in Cloud Storage or BigQuery"
-        if arg == "--experiment" or arg.startswith("--experiment="):
-            return f"{arg} logs to Vertex AI Experiments"
-    for name, value in sorted(env.items()):
-        if value.startswith(("gs://", "bq://")):
-            return f"{name}={value} is in Cloud Storage or BigQuery"
-    if env.get("AIP_EXPERIMENT_NAME"):
-        return "AIP_EXPERIMENT_NAME logs to Vertex AI Experiments"
-    return None
-
-
-# Run by the holder of a private network namespace: brings its loopback up (SIOCSIFFLAGS, as
-# `ip link set lo up`, which not every image has), says so, and keeps the namespace until its
-# stdin closes (the launcher stops or dies).
-_HOLD_NAMESPACE = """
-import fcntl, socket, struct, sys
-SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 0x1
-IFREQ = "16sH22x"  # struct ifreq: the interface's name, its flags
-with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-    flags = struct.unpack(IFREQ, fcntl.ioctl(s, SIOCGIFFLAGS, struct.pack(IFREQ, b"lo", 0)))[1]
-    fcntl.ioctl(s, SIOCSIFFLAGS, struct.pack(IFREQ, b"lo", flags | IFF_UP))
-print("ready", flush=True)
-sys.stdin.read()
-"""
-
-
-def _first_line(stream, timeout_secs: float) -> bytes | None:
-    """The first line `stream` gives (what it gave if it ended first), or None if no whole
-    line came within `timeout_secs`."""
-    deadline = time.monotonic() + timeout_secs
-    fd, data = stream.fileno(), b""
-    while not data.endswith(b"\n"):
-        left = deadline - time.monotonic()
-        if left <= 0 or not select.select([fd], [], [], left)[0]:
-            return None
-        chunk = os.read(fd, 256)
-        if not chunk:
-            break
-        data += chunk
-    return data
-
-
-def _close_pipes(process: subprocess.Popen) -> None:
-    for stream in (process.stdin, process.stdout, process.stderr):
-        if stream is not None:
-            stream.close()
-
-
-def probe_private_network() -> None:
-    """Makes a private network namespace and ends it.
-
-    Raises:
-        PrivateNetworkUnavailable: none can be made here, saying why.
-    """
-    _Namespace.start().stop()
-
-
-@dataclasses.dataclass
-class _Namespace:
-    """A private network namespace: its holder process, and the command prefix that enters it."""
-
-    holder: subprocess.Popen
-    enter: list[str]
-
-    @classmethod
-    def start(cls, timeout_secs: float | None = None) -> _Namespace:
-        """Raises PrivateNetworkUnavailable saying why no namespace could be made (each way
-        tried), also when a holder did not say it was ready within `timeout_secs` (default:
-        `NAMESPACE_START_SECS`)."""
-        timeout_secs = NAMESPACE_START_SECS if timeout_secs is None else timeout_secs
-        unshare, nsenter = shutil.which("unshare"), shutil.which("nsenter")
-        if not unshare or not nsenter:
-            raise PrivateNetworkUnavailable("util-linux's unshare and nsenter are not on PATH")
-        # Root (or CAP_SYS_ADMIN) makes a network namespace alone; others need a user namespace
-        # of their own too (unprivileged user namespaces: most Linux distributions allow them).
-        ways = [(["--user", "--map-root-user"], ["--user", "--preserve-credentials"])]
-        if os.geteuid() == 0:
-            ways.insert(0, ([], []))
-        reasons = []
-        for unshare_flags, nsenter_flags in ways:
-            how = " ".join(["unshare --net", *unshare_flags])
-            try:
-                holder = subprocess.Popen(
-                    [unshare, "--net", *unshare_flags, "--", sys.executable, "-c", _HOLD_NAMESPACE],
-                    stdin=subprocess.PIPE,
-                    stdout=subprocess.PIPE,
-                    stderr=subprocess.PIPE,
-                    start_new_session=True,  # a Ctrl-C in the terminal reaches the launcher alone
-                )
-            except OSError as e:
-                reasons.append(f"{how}: {e}")
-                continue
-            assert holder.stdout is not None and holder.stderr is not None
-            said = _first_line(holder.stdout, timeout_secs)
-            if said == b"ready\n":
-                return cls(holder, [nsenter, f"--target={holder.pid}", "--net", *nsenter_flags])
-            holder.kill()  # (one that still runs)
-            holder.wait()
-            if said is None:
-                why = f"the namespace's holder gave no word in {timeout_secs:g} s"
-            else:
-                lines = holder.stderr.read().decode(errors="replace").strip().splitlines()
-                why = lines[-1] if lines else said.decode(errors="replace").strip()
-            reasons.append(f"{how}: {why or f'exit code {holder.returncode}'}")
-            _close_pipes(holder)
-        raise PrivateNetworkUnavailable("; ".join(reasons))
-
-    def stop(self) -> None:
-        """Ends the holder (the namespace goes with its last process)."""
-        _close_pipes(self.holder)
-        try:
-            self.holder.wait(5)
-        except subprocess.TimeoutExpired:
-            self.holder.kill()
-            self.holder.wait()
 
 
 # -- the processes ----------------------------------------------------------------------------
@@ -353,7 +221,7 @@ class LocalCluster:
         self._prefix = prefix
         self.requested_network = CALLER if addresses is not None else network
         self.network: str | None = None  # where it runs once started: PRIVATE, HOST or CALLER
-        self._namespace: _Namespace | None = None
+        self._namespace: Namespace | None = None
         self._stopped = False
         self._base_env = dict(os.environ if env is None else env)
         self._addresses: dict[Task, str] | None = None
@@ -430,7 +298,7 @@ class LocalCluster:
             why = network_needs(self.args, self._base_env)
         if why is None:
             try:
-                self._namespace = _Namespace.start()
+                self._namespace = Namespace.start()
             except PrivateNetworkUnavailable as e:
                 if requested == PRIVATE:
                     raise PrivateNetworkUnavailable(

@@ -30,309 +30,31 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import math
 import re
 import sys
-from collections.abc import Mapping
-from typing import TypeGuard
 
-from deploy.cloud import api, storage
-from trainer.storage import paths
+from deploy.cloud import api
+from deploy.vertex.aliases import (
+    DEFAULT_ALIAS,
+    HIGHER_IS_BETTER,
+    Champion,
+    check_alias,
+    crown,
+    parse_aliases,
+)
+from deploy.vertex.evaluation import JobEvaluation
 
 # What a dry run of a new version cannot know yet: the answers of earlier requests.
 PENDING_PARENT = "{model found by display name}"
 PENDING_VERSION = "{version from the upload response}"
 PENDING_HOLDER = "{version holding the alias, from the listVersions response}"
-# The alias one version of every model holds: the version used where a request names none.
-DEFAULT_ALIAS = "default"
-# Vertex's version alias rule (its model-alias page; Model.versionAliases): lowercase letters,
-# digits and hyphens, 2-128 characters, a letter first, so that no alias reads as a version id.
-_ALIAS = re.compile(r"^[a-z][a-z0-9-]{0,126}[a-z0-9]$")
 _MODEL_NAME = re.compile(r"^projects/[^/]+/locations/([^/]+)/models/[^/@]+$")
-# The metrics schemas of a ModelEvaluation (their fields: the discovery document's
-# GoogleCloudAiplatformV1SchemaModelevaluationMetrics{Classification,Regression}EvaluationMetrics).
-CLASSIFICATION_METRICS = (
-    "gs://google-cloud-aiplatform/schema/modelevaluation/classification_metrics_1.0.0.yaml"
-)
-REGRESSION_METRICS = (
-    "gs://google-cloud-aiplatform/schema/modelevaluation/regression_metrics_1.0.0.yaml"
-)
-HEADS = ("binary", "multiclass", "regression")  # report.json `head`
-# Whether more is better, for each metric the trainer reports (deploy/tune.py's METRIC_GOALS
-# say the same: a test checks).
-HIGHER_IS_BETTER = {"accuracy": True, "auc": True, "loss": False, "mse": False, "mae": False}
 
 
 # Aliases and the job's evaluation --------------------------------------------------------
 
 
-def check_alias(flag: str, alias: str) -> str:
-    if not _ALIAS.match(alias):
-        raise api.DeployError(
-            f"{flag} ({alias!r}) is not a Vertex version alias: 2-128 lowercase letters, digits "
-            "and hyphens, a letter first and a letter or digit last (so that it never reads as "
-            "a version id), e.g. champion or retrained-2026-11."
-        )
-    return alias
-
-
-def parse_aliases(text: str) -> tuple[str, ...]:
-    """`--version_aliases=a,b` as ("a", "b") (`Registration` checks them)."""
-    return tuple(a.strip() for a in text.split(",")) if text.strip() else ()
-
-
-@dataclasses.dataclass(frozen=True)
-class JobEvaluation:
-    """A training job's eval metrics (report.json `final`: the exported model itself on the eval
-    data; `test` in its place where the job had test data, `--test_data` or a managed
-    dataset's test split), imported as a ModelEvaluation of the uploaded version.
-
-    Of Vertex's metrics schemas it fills what the report measures: classification `logLoss`
-    (the report's loss, the mean cross-entropy) and, for a binary label, `auRoc` (its auc);
-    regression `rootMeanSquaredError` (the square root of its mse) and `meanAbsoluteError` (its
-    mae). The report has no curve, confusion matrix or per-class figures, so `confidenceMetrics`,
-    `confusionMatrix` and `auPrc` stay empty and no slices are imported. Every metric of the
-    report, accuracy included (neither schema has it), goes into the evaluation's `metadata`
-    (`trainer_metrics`), where a later champion comparison reads it back.
-    """
-
-    report: str  # where it was read
-    head: str  # one of HEADS
-    metrics: Mapping[str, float]  # the report's metrics, finite values only
-    eval_data: str
-    examples: int
-    constant: Mapping[str, float] | None = None  # the best constant prediction on the same rows
-    weight_column: str | None = None
-
-    def __post_init__(self):
-        if self.head not in HEADS:
-            raise api.DeployError(
-                f"--report {self.report}: head {self.head!r} is not one of {', '.join(HEADS)}: "
-                "not a report.json the trainer wrote."
-            )
-
-    @classmethod
-    def read(cls, report_uri: str, model_dir: str) -> JobEvaluation:
-        """The evaluation in the report.json at `report_uri` (local or gs://) of the model
-        exported to `model_dir`; DeployError when it cannot be read or is another model's."""
-        try:
-            data = storage.read_bytes(report_uri)
-        except Exception as e:  # a missing object or file, no permission, ...
-            raise api.cannot_read(e)(
-                f"--report {report_uri}: cannot read it ({type(e).__name__}: "
-                f"{str(e).splitlines()[0] if str(e) else 'no detail'}). Point --report at the "
-                "job's report.json: JOB_DIR/report.json, or OUTPUT_DIR/checkpoints/report.json "
-                "for a job on Vertex AI given no --job_dir."
-            ) from None
-        try:
-            report = json.loads(data)
-        except ValueError as e:
-            raise api.DeployError(f"--report {report_uri}: not JSON ({e}).") from None
-        return cls.of_report(report, report_uri, model_dir)
-
-    @classmethod
-    def of_report(cls, report: dict, report_uri: str, model_dir: str) -> JobEvaluation:
-        final = report.get("final") if isinstance(report, dict) else None
-        if not isinstance(final, dict) or report.get("status") != "complete":
-            status = report.get("status") if isinstance(report, dict) else None
-            raise api.DeployError(
-                f"--report {report_uri}: the job has not exported and evaluated its model "
-                f"(status {status!r}, no final metrics). Publish once the job is complete."
-            )
-        if not _same_model(report, report_uri, model_dir):
-            raise api.DeployError(
-                f"--report {report_uri} is the report of the model at "
-                f"{report.get('model_dir')!r}, not of --model_dir {model_dir}. Pass the report "
-                "of the job that exported this model (a job dir copied whole keeps them "
-                "together: JOB_DIR/report.json beside JOB_DIR/model; a job on Vertex AI given no "
-                "--job_dir: OUTPUT_DIR/checkpoints/report.json for OUTPUT_DIR/model)."
-            )
-        test = report.get("test")
-        scored: dict = test if isinstance(test, dict) else final
-        metrics, constant, examples = (
-            scored.get("metrics"),
-            scored.get("constant") or {},
-            scored.get("examples"),
-        )
-        if (
-            not isinstance(metrics, dict)
-            or not isinstance(constant, dict)
-            or not isinstance(examples, (int, type(None)))
-        ):
-            raise api.DeployError(
-                f"--report {report_uri}: 'final' has no metrics object (or a malformed "
-                "'constant' or 'examples'): not a report.json the trainer wrote."
-            )
-        return cls(
-            report=report_uri,
-            head=str(report.get("head")),
-            metrics={name: float(v) for name, v in metrics.items() if _finite(v)},
-            eval_data=str(scored.get("test_data") or scored.get("eval_data")),
-            examples=examples or 0,
-            constant={k: float(v) for k, v in constant.items() if _finite(v)} or None,
-            weight_column=scored.get("weight_column"),
-        )
-
-    @property
-    def schema_uri(self) -> str:
-        return REGRESSION_METRICS if self.head == "regression" else CLASSIFICATION_METRICS
-
-    def body(self) -> dict:
-        """The ModelEvaluation as the REST API takes it."""
-        m = self.metrics
-        if self.head == "regression":
-            fields = {
-                "rootMeanSquaredError": math.sqrt(m["mse"]) if "mse" in m else None,
-                "meanAbsoluteError": m.get("mae"),
-            }
-        else:
-            fields = {"logLoss": m.get("loss"), "auRoc": m.get("auc")}
-        metadata: dict = {
-            "report": self.report,
-            "head": self.head,
-            "eval_data": self.eval_data,
-            "examples": self.examples,
-            "trainer_metrics": dict(m),
-        }
-        if self.constant:
-            metadata["constant_metrics"] = dict(self.constant)
-        if self.weight_column:
-            metadata["weight_column"] = self.weight_column
-        return {
-            "displayName": f"{self.examples} rows of {self.eval_data}"[:128],
-            "metricsSchemaUri": self.schema_uri,
-            "metrics": {k: v for k, v in fields.items() if v is not None},
-            "metadata": metadata,
-        }
-
-
-def _finite(value) -> TypeGuard[float]:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-
-
-def _same_model(report: dict, report_uri: str, model_dir: str) -> bool:
-    """Whether the report is of the model in `model_dir`: it names that dir, or it lies beside
-    it (a job dir copied whole: JOB_DIR/report.json and JOB_DIR/model)."""
-    if paths.as_gcs(str(report.get("model_dir") or "")) == paths.as_gcs(model_dir):
-        return True
-    return paths.as_gcs(report_uri) == paths.as_gcs(model_dir).rsplit("/", 1)[0] + "/report.json"
-
-
 # The champion alias ----------------------------------------------------------------------
-
-
-@dataclasses.dataclass(frozen=True)
-class Champion:
-    """An alias that moves to the new version only when the new version's eval metric beats
-    the one imported for the version holding it (a tie keeps the holder)."""
-
-    alias: str
-    metric: str
-
-    def __post_init__(self):
-        check_alias("--champion_alias", self.alias)
-        if self.metric not in HIGHER_IS_BETTER:
-            raise api.DeployError(
-                f"--champion_metric ({self.metric!r}) is not a metric the trainer reports; "
-                f"choose from {', '.join(HIGHER_IS_BETTER)}."
-            )
-
-    def beats(self, new: float, held: float) -> bool:
-        return new > held if HIGHER_IS_BETTER[self.metric] else new < held
-
-
-@dataclasses.dataclass(frozen=True)
-class Measured:
-    """A version and its value of the champion metric (None: none of its imported evaluations
-    has it), with the eval data it was measured on where known."""
-
-    version: str
-    value: float | None
-    eval_data: str | None = None
-
-
-@dataclasses.dataclass(frozen=True)
-class Decision:
-    move: bool
-    reason: str
-
-
-def decide(champion: Champion, new: Measured, holder: Measured | None) -> Decision:
-    """Whether the champion alias moves to the `new` version, and why, given the version
-    holding it now (None: no version does)."""
-    alias, metric = repr(champion.alias), champion.metric
-    if new.value is None:
-        return Decision(False, f"{alias} does not move: version {new.version} has no {metric}.")
-    if holder is None:
-        return Decision(True, f"{alias} goes to version {new.version}: no version held it.")
-    if holder.version == new.version:
-        return Decision(
-            False,
-            f"version {new.version} holds {alias} already (a model's first version always "
-            f"holds {DEFAULT_ALIAS!r}).",
-        )
-    if holder.value is None:
-        return Decision(
-            False,
-            f"{alias} stays on version {holder.version}: it has no imported evaluation with "
-            f"{metric}, so nothing shows that version {new.version} is better. Import one for "
-            f"it, or move the alias yourself (mergeVersionAliases on version {new.version}).",
-        )
-    better = "higher" if HIGHER_IS_BETTER[metric] else "lower"
-    figures = (
-        f"version {new.version} {metric} {new.value:.4f}, "
-        f"version {holder.version} {metric} {holder.value:.4f}; {better} is better"
-    )
-    note = ""
-    if new.eval_data and holder.eval_data and new.eval_data != holder.eval_data:
-        note = (
-            f" (measured on different eval data, {holder.eval_data} and {new.eval_data}: "
-            "the comparison is as fair as those are alike)"
-        )
-    if champion.beats(new.value, holder.value):
-        return Decision(
-            True,
-            f"{alias} moves from version {holder.version} to version {new.version}: "
-            f"{figures}{note}.",
-        )
-    tie = ", and a tie keeps the holder" if new.value == holder.value else ""
-    return Decision(False, f"{alias} stays on version {holder.version}: {figures}{tie}{note}.")
-
-
-# A trainer metric as another tool's evaluation may hold it: (schema, metric) -> (field, power).
-_FROM_SCHEMA = {
-    (CLASSIFICATION_METRICS, "loss"): ("logLoss", 1),
-    (CLASSIFICATION_METRICS, "auc"): ("auRoc", 1),
-    (REGRESSION_METRICS, "mse"): ("rootMeanSquaredError", 2),
-    (REGRESSION_METRICS, "mae"): ("meanAbsoluteError", 1),
-}
-
-
-def _created(evaluation: dict) -> tuple[str, float]:
-    """An evaluation's createTime as a sortable key: Vertex writes RFC 3339 in UTC with 0, 3, 6
-    or 9 digits of fraction ("...:00Z", "...:00.500Z"), which sort wrongly as text."""
-    stamp = str(evaluation.get("createTime", "")).removesuffix("Z")
-    whole, _, fraction = stamp.partition(".")
-    return whole, float(f"0.{fraction}") if fraction.isdigit() else 0.0
-
-
-def measured(version: str, evaluations: list[dict], metric: str, head: str) -> Measured:
-    """The version's value of `metric` in the newest of its evaluations that has it: the
-    trainer's own figure (`metadata.trainer_metrics`, of an evaluation imported for the same
-    kind of label), else the metrics schema's field another tool may have filled (loss from
-    logLoss, auc from auRoc, mse from rootMeanSquaredError, mae from meanAbsoluteError)."""
-    for evaluation in sorted(evaluations, key=_created, reverse=True):
-        metadata = evaluation.get("metadata")
-        if isinstance(metadata, dict) and isinstance(metadata.get("trainer_metrics"), dict):
-            value = metadata["trainer_metrics"].get(metric)
-            if metadata.get("head") == head and _finite(value):
-                return Measured(version, float(value), metadata.get("eval_data"))
-            continue
-        field = _FROM_SCHEMA.get((str(evaluation.get("metricsSchemaUri")), metric))
-        value = (evaluation.get("metrics") or {}).get(field[0]) if field else None
-        if field and _finite(value):
-            return Measured(version, float(value) ** field[1])
-    return Measured(version, None)
 
 
 # What the upload names and what comes with it --------------------------------------------
@@ -527,30 +249,6 @@ def find_parent(cloud: api.Cloud, client, display_name: str, notes: list[str]) -
         return None
     notes.append(f"--parent_model {display_name!r} is {found[0]}: a new version of it.")
     return found[0]
-
-
-def crown(
-    client, name: str, version: str, champion: Champion, evaluation: JobEvaluation
-) -> Decision:
-    """Moves the champion alias to `version` of model `name` when its metric (from the job's
-    `evaluation`) beats the holder's (from the holder's imported evaluations)."""
-    new = Measured(version, evaluation.metrics[champion.metric], evaluation.eval_data)
-    holders = [
-        v.version_id
-        for v in client.list_model_versions(name=name)
-        if champion.alias in v.version_aliases
-    ]
-    holder = None
-    if holders and holders[0] != version:
-        evaluations = client.list_model_evaluations(parent=f"{name}@{holders[0]}")
-        rows = [json.loads(type(e).to_json(e)) for e in evaluations]
-        holder = measured(holders[0], rows, champion.metric, evaluation.head)
-    elif holders:
-        holder = Measured(version, None)
-    decision = decide(champion, new, holder)
-    if decision.move:
-        client.merge_version_aliases(name=f"{name}@{version}", version_aliases=[champion.alias])
-    return decision
 
 
 # Command-line flags ----------------------------------------------------------------------

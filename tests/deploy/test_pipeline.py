@@ -21,8 +21,8 @@ import yaml
 
 from deploy import pipeline
 from deploy.cloud import api
-from deploy.vertex.pipelines import PipelineOptions, Requirement, TrainingPipeline
 from deploy.vertex import custom_job, job_spec, pipelines, publishing
+from deploy.vertex.pipelines import PipelineOptions, Requirement, TrainingPipeline
 from tests.deploy import discovery
 from tests.deploy.fake_vertex import NOW, FakeVertex
 from tests.deploy.job_configs import CLOUD, IMAGE, package_config

@@ -11,7 +11,8 @@ import json
 import pytest
 
 from deploy.cloud import api
-from deploy.vertex import publishing, registry
+from deploy.vertex import aliases, publishing, registry, study
+from deploy.vertex import evaluation as evaluation_lib
 from tests.deploy import discovery
 from tests.deploy.fake_vertex import ApiFailure, FakeVertex
 
@@ -43,8 +44,8 @@ def trainer_report(run: int, head: str = "binary", status: str = "complete", **m
     }
 
 
-def _evaluation(run: int, head: str = "binary", **metrics) -> registry.JobEvaluation:
-    return registry.JobEvaluation.of_report(
+def _evaluation(run: int, head: str = "binary", **metrics) -> evaluation_lib.JobEvaluation:
+    return evaluation_lib.JobEvaluation.of_report(
         trainer_report(run, head, **metrics),
         f"gs://test-bucket/runs/{run}/report.json",
         f"gs://test-bucket/runs/{run}/model",
@@ -139,7 +140,7 @@ def test_the_champion_alias_moves_only_when_the_metric_improves(cloud_sdk):
                 number,
                 parent_model="census",
                 evaluation=_evaluation(number, **metrics),
-                champion=registry.Champion("champion", metric),
+                champion=aliases.Champion("champion", metric),
             ),
         )
 
@@ -183,7 +184,7 @@ def test_the_default_alias_as_champion_goes_only_to_a_better_version(cloud_sdk):
                 number,
                 parent_model="census",
                 evaluation=_evaluation(number, loss=0.4, accuracy=accuracy),
-                champion=registry.Champion("default", "accuracy"),
+                champion=aliases.Champion("default", "accuracy"),
             ),
         )
 
@@ -206,7 +207,7 @@ def test_a_holder_without_an_imported_evaluation_keeps_the_alias(cloud_sdk):
             2,
             parent_model=first.model,
             evaluation=_evaluation(2),
-            champion=registry.Champion("champion", "auc"),
+            champion=aliases.Champion("champion", "auc"),
         ),
     )
     assert (
@@ -226,7 +227,7 @@ def test_the_evaluation_import_validates_against_the_api_schema(cloud_sdk):
     assert sent == dry[1].body
     assert discovery.validate(sent, "GoogleCloudAiplatformV1ImportModelEvaluationRequest") == []
     evaluation = sent["modelEvaluation"]
-    assert evaluation["metricsSchemaUri"] == registry.CLASSIFICATION_METRICS
+    assert evaluation["metricsSchemaUri"] == evaluation_lib.CLASSIFICATION_METRICS
     assert evaluation["metrics"] == {"logLoss": 0.36, "auRoc": 0.89}
     assert discovery.validate(evaluation["metrics"], CLASSIFICATION) == []
     assert evaluation["metadata"]["trainer_metrics"] == {
@@ -261,7 +262,11 @@ def test_the_evaluation_import_validates_against_the_api_schema(cloud_sdk):
 def test_evaluation_metrics_are_the_schema_fields_the_report_measures(head, metrics, expected):
     body = _evaluation(1, head, **metrics).body()
     schema = REGRESSION if head == "regression" else CLASSIFICATION
-    uri = registry.REGRESSION_METRICS if head == "regression" else registry.CLASSIFICATION_METRICS
+    uri = (
+        evaluation_lib.REGRESSION_METRICS
+        if head == "regression"
+        else evaluation_lib.CLASSIFICATION_METRICS
+    )
     assert body["metricsSchemaUri"] == uri
     assert body["metrics"] == expected
     assert discovery.validate(body["metrics"], schema) == []
@@ -282,22 +287,22 @@ def test_evaluation_metrics_are_the_schema_fields_the_report_measures(head, metr
     ],
 )
 def test_champion_decisions(metric, new, held, move, reason):
-    decision = registry.decide(
-        registry.Champion("champion", metric),
-        registry.Measured("2", new, EVAL_DATA),
-        registry.Measured("1", held, EVAL_DATA),
+    decision = aliases.decide(
+        aliases.Champion("champion", metric),
+        aliases.Measured("2", new, EVAL_DATA),
+        aliases.Measured("1", held, EVAL_DATA),
     )
     assert decision.move is move and reason in decision.reason
 
 
 def test_champion_decisions_without_a_holder_or_on_other_data():
-    champion = registry.Champion("champion", "accuracy")
-    first = registry.decide(champion, registry.Measured("1", 0.8), None)
+    champion = aliases.Champion("champion", "accuracy")
+    first = aliases.decide(champion, aliases.Measured("1", 0.8), None)
     assert first.move and "no version held it" in first.reason
-    same = registry.decide(champion, registry.Measured("1", 0.8), registry.Measured("1", None))
+    same = aliases.decide(champion, aliases.Measured("1", 0.8), aliases.Measured("1", None))
     assert not same.move and "holds 'champion' already" in same.reason
-    other = registry.decide(
-        champion, registry.Measured("2", 0.9, "b.csv"), registry.Measured("1", 0.8, "a.csv")
+    other = aliases.decide(
+        champion, aliases.Measured("2", 0.9, "b.csv"), aliases.Measured("1", 0.8, "a.csv")
     )
     assert other.move and "measured on different eval data, a.csv and b.csv" in other.reason
 
@@ -322,7 +327,12 @@ def _imported(head: str, newer: bool = False, **trainer_metrics) -> dict:
         ([_imported("multiclass", accuracy=0.8)], "accuracy", "binary", None),
         # another tool's evaluation: the metrics schema's fields
         (
-            [{"metricsSchemaUri": registry.CLASSIFICATION_METRICS, "metrics": {"logLoss": 0.4}}],
+            [
+                {
+                    "metricsSchemaUri": evaluation_lib.CLASSIFICATION_METRICS,
+                    "metrics": {"logLoss": 0.4},
+                }
+            ],
             "loss",
             "binary",
             0.4,
@@ -330,7 +340,7 @@ def _imported(head: str, newer: bool = False, **trainer_metrics) -> dict:
         (
             [
                 {
-                    "metricsSchemaUri": registry.REGRESSION_METRICS,
+                    "metricsSchemaUri": evaluation_lib.REGRESSION_METRICS,
                     "metrics": {"rootMeanSquaredError": 3.0},
                 }
             ],
@@ -339,7 +349,12 @@ def _imported(head: str, newer: bool = False, **trainer_metrics) -> dict:
             9.0,
         ),
         (
-            [{"metricsSchemaUri": registry.CLASSIFICATION_METRICS, "metrics": {"auRoc": 0.9}}],
+            [
+                {
+                    "metricsSchemaUri": evaluation_lib.CLASSIFICATION_METRICS,
+                    "metrics": {"auRoc": 0.9},
+                }
+            ],
             "accuracy",
             "binary",
             None,
@@ -348,14 +363,13 @@ def _imported(head: str, newer: bool = False, **trainer_metrics) -> dict:
     ],
 )
 def test_the_holders_metric_is_read_from_its_evaluations(evaluations, metric, head, expected):
-    assert registry.measured("1", evaluations, metric, head).value == expected
+    assert aliases.measured("1", evaluations, metric, head).value == expected
 
 
 def test_metric_directions_agree_with_tuning():
-    from deploy import tune
 
-    assert {m: "MAXIMIZE" if up else "MINIMIZE" for m, up in registry.HIGHER_IS_BETTER.items()} == (
-        tune.METRIC_GOALS
+    assert {m: "MAXIMIZE" if up else "MINIMIZE" for m, up in aliases.HIGHER_IS_BETTER.items()} == (
+        study.METRIC_GOALS
     )
 
 
@@ -420,7 +434,7 @@ UPLOAD_VERSION = "/v1/projects/my-project/locations/us-central1/models:upload"
             "/v1/{model}@1/evaluations:import",
             {
                 "modelEvaluation": {
-                    "metricsSchemaUri": registry.CLASSIFICATION_METRICS,
+                    "metricsSchemaUri": evaluation_lib.CLASSIFICATION_METRICS,
                     "metrics": {"accuracy": 0.8},
                 }
             },
@@ -432,7 +446,7 @@ UPLOAD_VERSION = "/v1/projects/my-project/locations/us-central1/models:upload"
             "/v1/{model}@1/evaluations:import",
             {
                 "modelEvaluation": {
-                    "metricsSchemaUri": registry.REGRESSION_METRICS,
+                    "metricsSchemaUri": evaluation_lib.REGRESSION_METRICS,
                     "metrics": {"meanAbsoluteError": "1"},
                 }
             },
@@ -449,7 +463,12 @@ UPLOAD_VERSION = "/v1/projects/my-project/locations/us-central1/models:upload"
         (
             "POST",
             "/v1/{model}@1/evaluations:import",
-            {"modelEvaluation": {"name": "e", "metricsSchemaUri": registry.REGRESSION_METRICS}},
+            {
+                "modelEvaluation": {
+                    "name": "e",
+                    "metricsSchemaUri": evaluation_lib.REGRESSION_METRICS,
+                }
+            },
             400,
             "output-only field",
         ),
@@ -495,7 +514,7 @@ def test_the_newest_evaluation_wins_also_within_one_second():
     older = {**_imported("binary", accuracy=0.80), "createTime": "2026-11-27T10:00:00Z"}
     newer = {**_imported("binary", accuracy=0.90), "createTime": "2026-11-27T10:00:00.500Z"}
     for evaluations in ([older, newer], [newer, older]):
-        assert registry.measured("1", evaluations, "accuracy", "binary").value == 0.90
+        assert aliases.measured("1", evaluations, "accuracy", "binary").value == 0.90
 
 
 def test_a_job_with_test_data_imports_its_test_metrics():
@@ -508,7 +527,7 @@ def test_a_job_with_test_data_imports_its_test_metrics():
         "metrics": {"loss": 0.35, "auc": 0.88, "accuracy": 0.84},
         "constant": {"loss": 0.55},
     }
-    evaluation = registry.JobEvaluation.of_report(
+    evaluation = evaluation_lib.JobEvaluation.of_report(
         report, "gs://test-bucket/runs/1/report.json", "gs://test-bucket/runs/1/model"
     )
     assert evaluation.eval_data == "gs://test-bucket/dataset/test-*"

@@ -16,6 +16,7 @@ import yaml
 from deploy import tune
 from deploy.cloud import api
 from deploy.vertex import custom_job, job_spec
+from deploy.vertex import study as study_lib
 from deploy.vertex.job_options import JobOptions
 from tests.deploy import discovery
 from tests.deploy.job_configs import (
@@ -34,7 +35,7 @@ PACKAGE = "gs://test-bucket/dist/trainer-0.1.0.tar.gz"
 
 
 def _study() -> dict:
-    with open(tune.STUDY) as f:
+    with open(study_lib.STUDY) as f:
         return yaml.safe_load(f)
 
 
@@ -57,7 +58,7 @@ def _args(pool: dict) -> list[str]:
 
 
 def test_tune_yaml_is_a_valid_study_of_the_trainers_metric():
-    study = tune.load_study()
+    study = study_lib.load_study()
     assert study["studySpec"]["metrics"] == [{"metricId": "accuracy", "goal": "MAXIMIZE"}]
     params = {p["parameterId"]: p for p in study["studySpec"]["parameters"]}
     assert set(params) == {"learning_rate", "layer_size", "max_iteration_steps", "dropout"}
@@ -172,7 +173,7 @@ def test_bad_studies_fail_naming_the_value(change, message):
     study = _study()
     change(study)
     with pytest.raises(api.DeployError) as raised:
-        tune.check_study(study, "tune.yaml")
+        study_lib.check_study(study, "tune.yaml")
     assert str(raised.value).startswith("tune.yaml: ")
     assert message in str(raised.value)
 
@@ -185,7 +186,7 @@ def test_other_parameter_types_the_trainer_takes():
         {"parameterId": "batch_size", "categoricalValueSpec": {"values": ["64", "256"]}},
     ]
     study["studySpec"]["algorithm"] = "RANDOM_SEARCH"
-    checked = tune.check_study(study, max_trial_count=8, parallel_trial_count=2)
+    checked = study_lib.check_study(study, max_trial_count=8, parallel_trial_count=2)
     assert checked["studySpec"]["parameters"][-2]["categoricalValueSpec"] == {
         "values": ["true", "false"]  # as absl's boolean flags read them
     }
@@ -196,7 +197,7 @@ def test_other_parameter_types_the_trainer_takes():
 
 @pytest.mark.parametrize("package", [False, True], ids=["containerSpec", "pythonPackageSpec"])
 def test_trials_report_the_study_metric_and_drop_their_own_values_of_tuned_flags(package):
-    study = tune.load_study()
+    study = study_lib.load_study()
     spec = _trial_spec(
         study,
         extra_args=["--learning_rate", "0.1", "--dropout=0.5", "--seed=3", "--nouse_bias"],
@@ -216,7 +217,7 @@ def test_trials_report_the_study_metric_and_drop_their_own_values_of_tuned_flags
         {"parameterId": "use_bias", "categoricalValueSpec": {"values": ["true", "false"]}}
     )
     spec = _trial_spec(
-        tune.check_study(study), extra_args=["--nouse_bias", "--use_bias"], package=package
+        study_lib.check_study(study), extra_args=["--nouse_bias", "--use_bias"], package=package
     )
     assert _args(spec["workerPoolSpecs"][0])[-1] == "--hypertune_metric=accuracy"
     assert "--nouse_bias" not in _args(spec["workerPoolSpecs"][0])
@@ -227,16 +228,16 @@ def test_trial_spec_leaves_the_spec_it_was_given_as_it_was():
         job_spec.load_config(), package_uri=None, output_dir="gs://b/tune/1", cloud=CLOUD
     )
     before = copy.deepcopy(spec)
-    tune.trial_spec(spec, tune.load_study())
+    tune.trial_spec(spec, study_lib.load_study())
     assert spec == before
     spec["workerPoolSpecs"][1] = {"replicaCount": 1}
     with pytest.raises(api.DeployError, match=r"workerPoolSpecs\[1\] needs exactly one of"):
-        tune.trial_spec(spec, tune.load_study())
+        tune.trial_spec(spec, study_lib.load_study())
 
 
 def test_another_hypertune_metric_in_the_args_is_refused():
     with pytest.raises(api.DeployError, match="--hypertune_metric=auc but the study optimises"):
-        _trial_spec(tune.load_study(), extra_args=["--hypertune_metric=auc"])
+        _trial_spec(study_lib.load_study(), extra_args=["--hypertune_metric=auc"])
 
 
 def test_a_trials_args_with_the_values_vertex_appends_are_trainer_flags():
@@ -247,7 +248,7 @@ def test_a_trials_args_with_the_values_vertex_appends_are_trainer_flags():
     from tests.support import parsed_flags
     from trainer import task
 
-    study = tune.load_study()
+    study = study_lib.load_study()
     args = _args(_trial_spec(study)["workerPoolSpecs"][0])
     for bound in ("minValue", "maxValue"):
         appended = []
@@ -271,8 +272,8 @@ def test_the_tunable_flags_are_the_trainers():
     from trainer import task
 
     kinds = {"int": "int", "float": "float", "bool": "bool", "string enum": "enum"}
-    assert "learning_rate" in tune.TUNABLE_FLAGS and "job_dir" not in tune.TUNABLE_FLAGS
-    for name, flag in tune.TUNABLE_FLAGS.items():
+    assert "learning_rate" in study_lib.TUNABLE_FLAGS and "job_dir" not in study_lib.TUNABLE_FLAGS
+    for name, flag in study_lib.TUNABLE_FLAGS.items():
         trainers = task.FLAGS[name]
         assert kinds[trainers.flag_type()] == flag.kind, name
         assert trainers.default == flag.default, name
@@ -289,7 +290,7 @@ def test_a_range_comes_from_the_trainers_flag():
         {"parameterId": "one_hot_max_size", "integerValueSpec": {"minValue": 0, "maxValue": 8}}
     )
     with pytest.raises(api.DeployError, match=r"minValue \(0\): the trainer takes values >= 1"):
-        tune.check_study(study)
+        study_lib.check_study(study)
 
 
 @pytest.mark.parametrize("package", [False, True], ids=["config.yaml", "package config"])

@@ -16,7 +16,9 @@ from pathlib import Path
 import pytest
 
 from deploy.local import cluster as local_cluster
-from deploy.local.cluster import LocalCluster, PrivateNetworkUnavailable
+from deploy.local import network
+from deploy.local.cluster import LocalCluster
+from deploy.local.network import PrivateNetworkUnavailable
 from tests.support import DUMMY_TASK as DUMMY
 from tests.support import REPO, is_alive, wait_for
 from trainer.distribute.cluster import ClusterShape, Task
@@ -289,7 +291,7 @@ def test_the_tasks_listen_where_only_the_cluster_reaches_them(make_cluster, priv
     ],
 )
 def test_what_needs_the_network(args, env, why):
-    found = local_cluster.network_needs(args, env)
+    found = network.network_needs(args, env)
     if why is None:
         assert found is None
     else:
@@ -323,8 +325,8 @@ def test_without_namespaces_the_cluster_runs_on_the_machines_network_or_refuses(
 def test_a_namespace_that_never_gets_ready_is_given_up_saying_so(
     make_cluster, monkeypatch, private_network
 ):
-    monkeypatch.setattr(local_cluster, "_HOLD_NAMESPACE", "import time; time.sleep(60)")
-    monkeypatch.setattr(local_cluster, "NAMESPACE_START_SECS", 0.5)
+    monkeypatch.setattr(network, "_HOLD_NAMESPACE", "import time; time.sleep(60)")
+    monkeypatch.setattr(network, "NAMESPACE_START_SECS", 0.5)
     started = time.monotonic()
     with pytest.raises(
         PrivateNetworkUnavailable, match="the namespace's holder gave no word in 0.5 s"
