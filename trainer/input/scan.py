@@ -227,6 +227,67 @@ def scan_training(
     kinds = _sample_kinds(source, choices)
     numeric = tuple(n for n, k in kinds.items() if k is Kind.NUMERIC)
     categorical = tuple(n for n, k in kinds.items() if k is Kind.CATEGORICAL)
+    tally = _Tally.empty(source, choices, numeric, categorical, seed=seed)
+    notes = blocks_lib.Notes()
+    scan = _block_scanner(source, choices, numeric, categorical, holdout)
+    for block in _blocks(source, scan, notes=notes):
+        tally.update(block)
+    _check_whole(source, bad_rows, notes)
+    tally.log.check(bad_rows, choices.label, weight=choices.weight)
+    if not tally.rows.sum():
+        raise InputError(f"{source.flag}: {', '.join(source.files[:5])} holds no data rows.")
+    weight = None
+    if choices.weight:
+        _check_weights(source, choices.weight, tally.weights[0], "training rows")
+        if holdout:
+            _check_weights(source, choices.weight, tally.weights[1], "held-out rows")
+        weight = schema_lib.Weight(choices.weight, float(tally.weights.sum() / tally.rows.sum()))
+    label = tally.label
+    label_schema = schema_lib.infer_label(
+        choices.label,
+        choices.head,
+        distinct=None
+        if label.overflowed
+        else {k.decode("utf-8", "replace"): v for k, v in label.distinct.items()},
+        all_numbers=label.all_numbers,
+        all_integral=label.non_integral == 0,
+        mean=label.moments.mean if label.moments.count else float("nan"),
+        std=label.moments.std,
+    )
+    date_columns = _date_columns(tally.counters, choices)
+    warnings = _column_warnings(tally.counters, date_columns)
+    for warning in warnings:
+        logging.warning("%s", warning)
+    summary = {
+        "bad_rows": bad_rows.value,
+        "warnings": warnings,
+        "train": _source_summary(
+            source, tally.rows, tally.log.per_file, notes, tally.held if holdout else None
+        ),
+        "holdout": dataclasses.asdict(holdout) if holdout else None,
+        "statistics": {
+            "quantile_sample": stats.QUANTILE_SAMPLE,
+            "sampled_quantiles": [
+                n for n in numeric if tally.moments[n].count > stats.QUANTILE_SAMPLE
+            ],
+            "approximate_counts": [n for n in categorical if not tally.counters[n].is_exact],
+            "kinds_from_first_rows": SAMPLE_ROWS,
+        },
+    }
+    columns = tuple(tally.column(name, choices, date_columns) for name in kinds)
+    return Schema(columns, label_schema, summary, weight)
+
+
+def _block_scanner(
+    source: Source,
+    choices: ColumnChoices,
+    numeric: tuple[str, ...],
+    categorical: tuple[str, ...],
+    holdout: Holdout | None,
+) -> Callable:
+    """What the pass computes on a block of lines, in TensorFlow: the bad rows, and of the
+    good ones their files, whether held out, the numbers, each categorical column's distinct
+    values and counts (then the label's), the label as a number, the weights."""
     parser = rows_lib.RowParser(
         source, Columns(numeric, categorical, choices.label, choices.weight)
     )
@@ -269,94 +330,112 @@ def scan_training(
             out["weights"] = good.weight
         return out
 
-    rows = np.zeros(len(source.files), np.int64)
-    held = np.zeros(len(source.files), np.int64)
-    moments = {n: stats.Moments() for n in numeric}
-    missing = {n: 0 for n in numeric}
-    samples = {n: stats.QuantileSample(seed=seed + i) for i, n in enumerate(numeric)}
-    capacity = max(2 * choices.max_vocabulary_size, 1000)
-    counters = {n: stats.Counter(capacity) for n in categorical}
-    label = stats.LabelValues(schema_lib.MAX_CLASSES)
-    weights = np.zeros(2)  # the weight sums of the rows trained on and of those held out
-    log = BadRowLog(source, numeric)
-    notes = blocks_lib.Notes()
-    for block in _blocks(source, scan, notes=notes):
-        log.update(block)
-        if choices.weight:
+    return scan
+
+
+@dataclasses.dataclass
+class _Tally:
+    """What the pass has counted so far: rows per file (held out among them), each numeric
+    column's moments, missing values and quantile sample, each categorical column's counts,
+    the label's values, the weight sums (trained on, held out) and the bad rows."""
+
+    numeric: tuple[str, ...]
+    categorical: tuple[str, ...]
+    rows: np.ndarray
+    held: np.ndarray
+    moments: dict[str, stats.Moments]
+    missing: dict[str, int]
+    samples: dict[str, stats.QuantileSample]
+    counters: dict[str, stats.Counter]
+    label: stats.LabelValues
+    weights: np.ndarray
+    log: BadRowLog
+
+    @classmethod
+    def empty(
+        cls,
+        source: Source,
+        choices: ColumnChoices,
+        numeric: tuple[str, ...],
+        categorical: tuple[str, ...],
+        *,
+        seed: int,
+    ) -> _Tally:
+        capacity = max(2 * choices.max_vocabulary_size, 1000)
+        return cls(
+            numeric,
+            categorical,
+            rows=np.zeros(len(source.files), np.int64),
+            held=np.zeros(len(source.files), np.int64),
+            moments={n: stats.Moments() for n in numeric},
+            missing={n: 0 for n in numeric},
+            samples={n: stats.QuantileSample(seed=seed + i) for i, n in enumerate(numeric)},
+            counters={n: stats.Counter(capacity) for n in categorical},
+            label=stats.LabelValues(schema_lib.MAX_CLASSES),
+            weights=np.zeros(2),
+            log=BadRowLog(source, numeric),
+        )
+
+    def update(self, block: dict) -> None:
+        self.log.update(block)
+        if "weights" in block:
             w = block["weights"].astype(np.float64)
-            weights += (w[~block["held_out"]].sum(), w[block["held_out"]].sum())
-        rows += np.bincount(block["files"], minlength=len(rows))
-        held += np.bincount(block["files"][block["held_out"]], minlength=len(rows))
-        for i, name in enumerate(numeric):
+            self.weights += (w[~block["held_out"]].sum(), w[block["held_out"]].sum())
+        self.rows += np.bincount(block["files"], minlength=len(self.rows))
+        self.held += np.bincount(block["files"][block["held_out"]], minlength=len(self.rows))
+        for i, name in enumerate(self.numeric):
             values = block["numeric"][:, i]
-            missing[name] += int(np.isnan(values).sum())
-            moments[name].update(values)
-            samples[name].update(values)
+            self.missing[name] += int(np.isnan(values).sum())
+            self.moments[name].update(values)
+            self.samples[name].update(values)
         ends = np.cumsum(block["sizes"])
-        for name, start, end in zip(categorical, ends - block["sizes"], ends):
-            counters[name].update(block["values"][start:end], block["counts"][start:end])
-        label.update(
-            block["values"][ends[-2] if len(ends) > 1 else 0 :],
-            block["counts"][ends[-2] if len(ends) > 1 else 0 :],
+        for name, start, end in zip(self.categorical, ends - block["sizes"], ends):
+            self.counters[name].update(block["values"][start:end], block["counts"][start:end])
+        label_start = ends[-2] if len(ends) > 1 else 0
+        self.label.update(
+            block["values"][label_start:],
+            block["counts"][label_start:],
             block["label_numbers"],
             block["label_is_number"],
         )
-    _check_whole(source, bad_rows, notes)
-    log.check(bad_rows, choices.label, weight=choices.weight)
-    if not rows.sum():
-        raise InputError(f"{source.flag}: {', '.join(source.files[:5])} holds no data rows.")
-    weight = None
-    if choices.weight:
-        _check_weights(source, choices.weight, weights[0], "training rows")
-        if holdout:
-            _check_weights(source, choices.weight, weights[1], "held-out rows")
-        weight = schema_lib.Weight(choices.weight, float(weights.sum() / rows.sum()))
-    label_schema = schema_lib.infer_label(
-        choices.label,
-        choices.head,
-        distinct=None
-        if label.overflowed
-        else {k.decode("utf-8", "replace"): v for k, v in label.distinct.items()},
-        all_numbers=label.all_numbers,
-        all_integral=label.non_integral == 0,
-        mean=label.moments.mean if label.moments.count else float("nan"),
-        std=label.moments.std,
-    )
-    date_columns = _date_columns(counters, choices)
-    columns: list[schema_lib.Column] = []
-    for name in kinds:
-        if name in moments:
-            m = moments[name]
-            columns.append(
-                schema_lib.numeric_column(
-                    name,
-                    count=m.count,
-                    missing=missing[name],
-                    mean=m.mean,
-                    std=m.std,
-                    minimum=m.min,
-                    maximum=m.max,
-                    sample=samples[name].values,
-                    num_bins=choices.num_bins,
-                    missing_indicator=choices.missing_indicators,
-                )
+
+    def column(
+        self, name: str, choices: ColumnChoices, date_columns: dict[str, schema_lib.DateColumn]
+    ) -> schema_lib.Column:
+        """The schema's column `name`, from what was counted."""
+        if name in self.moments:
+            m = self.moments[name]
+            return schema_lib.numeric_column(
+                name,
+                count=m.count,
+                missing=self.missing[name],
+                mean=m.mean,
+                std=m.std,
+                minimum=m.min,
+                maximum=m.max,
+                sample=self.samples[name].values,
+                num_bins=choices.num_bins,
+                missing_indicator=choices.missing_indicators,
             )
-        elif name in date_columns:
-            columns.append(date_columns[name])
-        else:
-            counter = counters[name]
-            columns.append(
-                schema_lib.categorical_column(
-                    name,
-                    [
-                        (v.decode("utf-8", "replace"), c)
-                        for v, c in counter.most_common(choices.max_vocabulary_size)
-                    ],
-                    count_error=counter.max_count_error,
-                    choices=choices,
-                )
-            )
-    warnings = [
+        if name in date_columns:
+            return date_columns[name]
+        counter = self.counters[name]
+        return schema_lib.categorical_column(
+            name,
+            [
+                (v.decode("utf-8", "replace"), c)
+                for v, c in counter.most_common(choices.max_vocabulary_size)
+            ],
+            count_error=counter.max_count_error,
+            choices=choices,
+        )
+
+
+def _column_warnings(
+    counters: dict[str, stats.Counter], date_columns: dict[str, schema_lib.DateColumn]
+) -> list[str]:
+    """What looks wrong in the categorical columns (an id, a number read as text, ...)."""
+    return [
         warning
         for name, counter in counters.items()
         if name not in date_columns
@@ -368,21 +447,6 @@ def scan_training(
             exact=counter.is_exact,
         )
     ]
-    for warning in warnings:
-        logging.warning("%s", warning)
-    summary = {
-        "bad_rows": bad_rows.value,
-        "warnings": warnings,
-        "train": _source_summary(source, rows, log.per_file, notes, held if holdout else None),
-        "holdout": dataclasses.asdict(holdout) if holdout else None,
-        "statistics": {
-            "quantile_sample": stats.QUANTILE_SAMPLE,
-            "sampled_quantiles": [n for n in numeric if moments[n].count > stats.QUANTILE_SAMPLE],
-            "approximate_counts": [n for n in categorical if not counters[n].is_exact],
-            "kinds_from_first_rows": SAMPLE_ROWS,
-        },
-    }
-    return Schema(tuple(columns), label_schema, summary, weight)
 
 
 def _check_weights(source: Source, name: str, total: float, rows: str) -> None:
