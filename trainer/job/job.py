@@ -9,8 +9,10 @@ pass reads all of it); after that, every step is resumable: finished iterations 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import time
+from collections.abc import Iterator
 
 import tensorflow as tf
 from absl import logging
@@ -72,14 +74,14 @@ def _train(
     runtime: distributed.Runtime,
     *,
     started: float,
-    startup_seconds: float | None,
-    input_seconds: float,
+    timing: dict,
     adapted: dict,
     budget: TimeBudget | None,
     tracker: Tracker | None = None,
 ) -> dict:
     """Runs the iterations (the chief: then exports, evaluates and reports); returns the
-    report (the chief's; {} on other replicas)."""
+    report (the chief's; {} on other replicas). `timing`: the startup's and the input's
+    seconds, for the report."""
     models = Models(
         config,
         data.schema,
@@ -107,48 +109,12 @@ def _train(
         started=started,
         budget=budget,
     )
-
-    def report(
-        final: dict | None,
-        importance: dict | None = None,
-        calibration: dict | None = None,
-        records: list | None = None,
-        ending_seconds: float | None = None,
-        test: dict | None = None,
-    ) -> dict:
-        summary = data.schema.summary
-        value = report_lib.build_report(
-            config=config,
-            schema=data.schema,
-            records=controller.records if records is None else records,
-            final=final,
-            job=job,
-            input_summary={
-                **data.reads(list(loops.readers())),
-                "bad_rows": report_lib.bad_rows(summary),
-                "statistics": summary.get("statistics"),
-                "warnings": summary.get("warnings", []),
-            },
-            timing={
-                "startup_seconds": startup_seconds,
-                "input_seconds": input_seconds,
-                "first_step_seconds": controller.first_step_seconds,
-                "ending_seconds": ending_seconds,
-            },
-            budget=budget.to_json() if budget else None,
-            adapted=adapted,
-            feature_importance=importance,
-            calibration=calibration,
-            test=test,
-        )
-        job_dir_lib.write_json(job.report, value)
-        return value
-
+    reporter = _Reporter(config, data, job, controller, loops, timing, adapted, budget)
     if runtime.is_chief and job.complete_report():  # resumed: "training" until it is done
-        report(final=None, records=record_lib.finished(job))
+        reporter.write(records=record_lib.finished(job))
     for record in controller.iterations():
         if runtime.is_chief:
-            report(final=None)
+            reporter.write()
             if tracker:
                 tracker.on_iteration(record)
     writes.close()
@@ -156,35 +122,137 @@ def _train(
         return {}
     ending_started = time.monotonic()
     records = controller.records
+    source = _export(config, data, job, controller, models.head)
+    ended = _evaluate_export(config, data, job, models.head, budget, records, source)
+    value = reporter.write(
+        final=ended.final,
+        importance=ended.importance,
+        calibration=ended.calibration,
+        test=ended.test,
+        ending_seconds=time.monotonic() - ending_started,
+    )
+    return ending.publish(
+        job,
+        value,
+        leaderboard_png=leaderboard.plot(
+            value["iterations"], models.head.objective_metric, ended.final.get("constant")
+        ),
+        head=models.head,
+        hypertune_metric=config.hypertune_metric,
+        steps=sum(r.steps for r in records),
+        tracker=tracker,
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class _Reporter:
+    """Writes the job's report.json: while it trains (no final metrics yet), and at its end."""
+
+    config: RunConfig
+    data: input_lib.JobInput
+    job: job_dir_lib.JobDir
+    controller: Controller
+    loops: LoopMaker
+    timing: dict
+    adapted: dict
+    budget: TimeBudget | None
+
+    def write(
+        self,
+        *,
+        final: dict | None = None,
+        importance: dict | None = None,
+        calibration: dict | None = None,
+        records: list | None = None,
+        ending_seconds: float | None = None,
+        test: dict | None = None,
+    ) -> dict:
+        summary = self.data.schema.summary
+        value = report_lib.build_report(
+            config=self.config,
+            schema=self.data.schema,
+            records=self.controller.records if records is None else records,
+            final=final,
+            job=self.job,
+            input_summary={
+                **self.data.reads(list(self.loops.readers())),
+                "bad_rows": report_lib.bad_rows(summary),
+                "statistics": summary.get("statistics"),
+                "warnings": summary.get("warnings", []),
+            },
+            timing={
+                **self.timing,
+                "first_step_seconds": self.controller.first_step_seconds,
+                "ending_seconds": ending_seconds,
+            },
+            budget=self.budget.to_json() if self.budget else None,
+            adapted=self.adapted,
+            feature_importance=importance,
+            calibration=calibration,
+            test=test,
+        )
+        job_dir_lib.write_json(self.job.report, value)
+        return value
+
+
+def _export(
+    config: RunConfig,
+    data: input_lib.JobInput,
+    job: job_dir_lib.JobDir,
+    controller: Controller,
+    head: Head,
+) -> dict:
+    """Exports the chosen ensemble, calibrated, unless the model dir holds it already (a
+    resumed job); returns what the export is of (its `source`)."""
+    records = controller.records
     source = {
         "iterations": len(records),
         "chosen": records[-1].chosen,
         **config.calibration.to_json(),
     }
-    if job.exported_from() != source:  # none yet, or an ensemble the search has grown since
-        # A copy on this machine, under no strategy: the SavedModel holds plain variables
-        # wherever training kept them (parameter servers, mirrored replicas).
-        local = controller.restore(records, local=True)
-        fitted = calibration_lib.calibrate(
-            local,
-            models.head,
-            data.calibration_rows(),
-            method=config.calibration.method,
-            objective=config.calibration.objective,
-        )
-        model = export_lib.ServingModel(
-            Preprocessor(data.schema), local, fitted.head, fitted.temperature
-        )
-        baseline = monitoring.files(
-            data.schema, config.data.train_data, jsonl=config.data.input.jsonl
-        )
-        export_lib.export(model, job, source, fitted.to_json(), extras=baseline)
-        logging.info(
-            "Exported the chosen ensemble of iteration %d to %s", len(records) - 1, job.model
-        )
+    if job.exported_from() == source:
+        return source
+    # A copy on this machine, under no strategy: the SavedModel holds plain variables wherever
+    # training kept them (parameter servers, mirrored replicas).
+    local = controller.restore(records, local=True)
+    fitted = calibration_lib.calibrate(
+        local,
+        head,
+        data.calibration_rows(),
+        method=config.calibration.method,
+        objective=config.calibration.objective,
+    )
+    model = export_lib.ServingModel(
+        Preprocessor(data.schema), local, fitted.head, fitted.temperature
+    )
+    baseline = monitoring.files(data.schema, config.data.train_data, jsonl=config.data.input.jsonl)
+    export_lib.export(model, job, source, fitted.to_json(), extras=baseline)
+    logging.info("Exported the chosen ensemble of iteration %d to %s", len(records) - 1, job.model)
+    return source
+
+
+@dataclasses.dataclass(frozen=True)
+class _Evaluated:
+    final: dict
+    test: dict | None
+    importance: dict | None
+    calibration: dict
+
+
+def _evaluate_export(
+    config: RunConfig,
+    data: input_lib.JobInput,
+    job: job_dir_lib.JobDir,
+    head: Head,
+    budget: TimeBudget | None,
+    records: list,
+    source: dict,
+) -> _Evaluated:
+    """The exported model, loaded back, on the eval rows (and the test data), its feature
+    importance, and its calibration's figures on the eval rows."""
     calibration = job.exported_calibration() or {}
-    head = calibration_lib.deciding(models.head, calibration)
-    serve = export_lib.load_serving_fn(job.model)  # the export itself, loaded back
+    deciding = calibration_lib.deciding(head, calibration)
+    serve = export_lib.load_serving_fn(job.model)
     # A bag keeps its predictions on its hold-out fold for the bagged job's out-of-bag metrics
     # (trainer/job/bagging.py; with --eval_data the bagged model is evaluated on it instead).
     bag_keeps = config.bag is not None and not data.eval_data
@@ -193,28 +261,17 @@ def _train(
     on_eval = "before" in calibration and data.eval_rows <= calibration_lib.EVAL_ROWS_KEPT
     predictions: list[exported.Batch] = []
     keep = predictions.extend if bag_keeps or on_eval else None
-    final = exported.evaluate_export(serve, data, head, keep=keep)
-    test = exported.evaluate_test(serve, data, head)
+    final = exported.evaluate_export(serve, data, deciding, keep=keep)
+    test = exported.evaluate_test(serve, data, deciding)
     if bag_keeps:
         exported.save_predictions(job.eval_predictions, predictions, source=source)
     if on_eval and predictions:
-        calibration["eval"] = calibration_lib.on_eval(head, predictions, calibration["temperature"])
+        calibration["eval"] = calibration_lib.on_eval(
+            deciding, predictions, calibration["temperature"]
+        )
     search_seconds = sum(r.seconds.total for r in records)
-    importance = exported.feature_importance(config, serve, data, head, budget, search_seconds)
-    value = report(
-        final, importance, calibration, ending_seconds=time.monotonic() - ending_started, test=test
-    )
-    return ending.publish(
-        job,
-        value,
-        leaderboard_png=leaderboard.plot(
-            value["iterations"], models.head.objective_metric, final.get("constant")
-        ),
-        head=models.head,
-        hypertune_metric=config.hypertune_metric,
-        steps=sum(r.steps for r in controller.records),
-        tracker=tracker,
-    )
+    importance = exported.feature_importance(config, serve, data, deciding, budget, search_seconds)
+    return _Evaluated(final, test, importance, calibration)
 
 
 def check_cluster(config: RunConfig, cluster: Cluster) -> None:
@@ -325,21 +382,8 @@ def _run(
             iterations stay in the job dir.
     """
     cluster = cluster or Cluster()
-    job = job_dir_lib.JobDir.of(config.outputs)
-    storage.preflight(outputs=job.output_flags(), inputs=config.data.input_flags())
-    split = config.data.split
-    if split.enabled and cluster.is_chief:  # before any other input is opened: it reads them
-        splits.write(split, split.source or "", config.data.input, job.root)
-    elif split.enabled:
-        splits.wait_for(job.root, config.distribution.cluster_timeout_secs)
-    check_cluster(config, cluster)
-    config_lib.check_resumable(config, job)
-    job.check_model_dir()
-    budget = (
-        TimeBudget(config.time_budget_secs, time.monotonic() if started is None else started)
-        if config.time_budget_secs and cluster.is_chief
-        else None
-    )
+    job = _open_job_dir(config, cluster)
+    budget = _budget(config, cluster, started)
     startup_seconds = None if started is None else time.monotonic() - started
     started = time.monotonic()
     # Synchronous replicas (MultiWorkerMirroredStrategy) must start their collectives before
@@ -350,36 +394,13 @@ def _run(
     runtime = _runtime(config, cluster) if synchronous else None
     replicas = runtime.strategy.num_replicas_in_sync if runtime else 1
     adapt.check_global_batch(config, replicas)
-    stage_tables = cluster.has_ps  # ps workers read files, never a table's streams
-    role = (
-        input_lib.Role.chief(stage_tables=stage_tables)
-        if cluster.is_chief
-        else input_lib.Role.worker(
-            config.distribution.cluster_timeout_secs, stage_tables=stage_tables
-        )
-    )
-    data = prepare_input(config, job, role)
+    data = prepare_input(config, job, _role(config, cluster))
     input_seconds = time.monotonic() - started
-    metrics = Head(data.schema.label).metric_names
-    if config.hypertune_metric and config.hypertune_metric not in metrics:
-        raise InputError(
-            f"--hypertune_metric={config.hypertune_metric} is not an eval metric "
-            f"of a {data.schema.label.head.value} head; choose from "
-            f"{', '.join(metrics)}."
-        )
+    timing = {"startup_seconds": startup_seconds, "input_seconds": input_seconds}
+    _check_hypertune_metric(config, data)
     flags_config = config
     shape = adapt.Shape(one_machine=not cluster.is_distributed, replicas=replicas)
-    config, adapted = adapt.resolve(config, data.train_rows, data.schema.label.head, shape=shape)
-    if "bags" in adapted and record_lib.finished(
-        job
-    ):  # a job dir of one search, from before --bags
-        config = dataclasses.replace(config, bags=1)
-        del adapted["bags"]
-        logging.info("The job in --job_dir began as one search: it resumes as one (no bags).")
-    for flag, change in adapted.items():
-        logging.info("--%s=%s (%s).", flag, change["value"], change["why"])
-    if cluster.is_chief:
-        config_lib.check_resolved(config, job)
+    config, adapted = _resolve(config, data, job, shape, chief=cluster.is_chief)
     if config.bags > 1:
         _start_job_dir(flags_config, config, job, data, shape)
         return bagging.run(
@@ -394,6 +415,92 @@ def _run(
             tracker=tracker,
         )
     data = data.for_selection(on_holdout=config.search.selection is ens.Selection.HOLDOUT)
+    _check_decision_objective(config, data)
+    runtime = runtime or _runtime(config, cluster)
+    if cluster.is_chief:  # from here on the job dir is written, by the chief alone
+        _start_job_dir(flags_config, config, job, data, shape)
+        if tracker:
+            tracker.on_start()
+    with _training_errors(cluster):
+        return _train(
+            config,
+            data,
+            job,
+            runtime,
+            started=started,
+            timing=timing,
+            adapted=adapted,
+            budget=budget,
+            tracker=tracker if cluster.is_chief else None,
+        )
+
+
+def _budget(config: RunConfig, cluster: Cluster, started: float | None) -> TimeBudget | None:
+    """The chief's --time_budget_secs, counted from `started` (default: now)."""
+    if not (config.time_budget_secs and cluster.is_chief):
+        return None
+    return TimeBudget(config.time_budget_secs, time.monotonic() if started is None else started)
+
+
+def _open_job_dir(config: RunConfig, cluster: Cluster) -> job_dir_lib.JobDir:
+    """The job dir, checked before any input is read (after the chief made the split files
+    every replica reads: `--split_column` and its kin)."""
+    job = job_dir_lib.JobDir.of(config.outputs)
+    storage.preflight(outputs=job.output_flags(), inputs=config.data.input_flags())
+    split = config.data.split
+    if split.enabled and cluster.is_chief:  # before any other input is opened: it reads them
+        splits.write(split, split.source or "", config.data.input, job.root)
+    elif split.enabled:
+        splits.wait_for(job.root, config.distribution.cluster_timeout_secs)
+    check_cluster(config, cluster)
+    config_lib.check_resumable(config, job)
+    job.check_model_dir()
+    return job
+
+
+def _role(config: RunConfig, cluster: Cluster) -> input_lib.Role:
+    """How this replica opens the input (ps workers read files, never a table's streams)."""
+    stage_tables = cluster.has_ps
+    if cluster.is_chief:
+        return input_lib.Role.chief(stage_tables=stage_tables)
+    return input_lib.Role.worker(
+        config.distribution.cluster_timeout_secs, stage_tables=stage_tables
+    )
+
+
+def _check_hypertune_metric(config: RunConfig, data: input_lib.JobInput) -> None:
+    metrics = Head(data.schema.label).metric_names
+    if config.hypertune_metric and config.hypertune_metric not in metrics:
+        raise InputError(
+            f"--hypertune_metric={config.hypertune_metric} is not an eval metric "
+            f"of a {data.schema.label.head.value} head; choose from "
+            f"{', '.join(metrics)}."
+        )
+
+
+def _resolve(
+    config: RunConfig,
+    data: input_lib.JobInput,
+    job: job_dir_lib.JobDir,
+    shape: adapt.Shape,
+    *,
+    chief: bool,
+) -> tuple[RunConfig, dict]:
+    """The flags left to the data's size resolved (`trainer.search.adapt`), each said in the
+    log, and (the chief) checked against what a resumed job resolved them to."""
+    config, adapted = adapt.resolve(config, data.train_rows, data.schema.label.head, shape=shape)
+    if "bags" in adapted and record_lib.finished(job):  # a job dir of one search, before --bags
+        config = dataclasses.replace(config, bags=1)
+        del adapted["bags"]
+        logging.info("The job in --job_dir began as one search: it resumes as one (no bags).")
+    for flag, change in adapted.items():
+        logging.info("--%s=%s (%s).", flag, change["value"], change["why"])
+    if chief:
+        config_lib.check_resolved(config, job)
+    return config, adapted
+
+
+def _check_decision_objective(config: RunConfig, data: input_lib.JobInput) -> None:
     objective = config.calibration.objective
     if objective.chosen_on_rows and not data.has_calibration_rows:
         raise InputError(
@@ -402,24 +509,13 @@ def _run(
             "--selection=holdout (it holds training rows out), or give --decision_objective="
             "threshold=T."
         )
-    runtime = runtime or _runtime(config, cluster)
-    if cluster.is_chief:  # from here on the job dir is written, by the chief alone
-        _start_job_dir(flags_config, config, job, data, shape)
-        if tracker:
-            tracker.on_start()
+
+
+@contextlib.contextmanager
+def _training_errors(cluster: Cluster) -> Iterator[None]:
+    """TensorFlow's errors of a changed input or a lost replica, as TrainingErrors that say so."""
     try:
-        return _train(
-            config,
-            data,
-            job,
-            runtime,
-            started=started,
-            startup_seconds=startup_seconds,
-            input_seconds=input_seconds,
-            adapted=adapted,
-            budget=budget,
-            tracker=tracker if cluster.is_chief else None,
-        )
+        yield
     except tf.errors.InvalidArgumentError as e:
         if "a row that cannot be used" not in str(e):
             raise
