@@ -148,9 +148,71 @@ def build_config(f=FLAGS, environment: Environment | None = None) -> config_lib.
     environment = environment or Environment()
     values = {name: f[name].value for name in flags.BY_NAME}
     flags.check(values)
+    sources = _sources(f, environment)
+    generator = model.make_generator(
+        f.generator, model.GeneratorOptions(**flags.fields_of(model.GeneratorOptions, values))
+    )
+    strategies = tuple(
+        ens.STRATEGIES[n]
+        for n in _choice("ensemble_strategies", f.ensemble_strategies, ens.STRATEGIES)
+    )
+    return config_lib.RunConfig(
+        **flags.fields_of(config_lib.RunConfig, values),
+        auto=frozenset(name for name in adapt.ADAPTIVE_FLAGS if not f[name].present),
+        data=config_lib.DataConfig(
+            **flags.fields_of(config_lib.DataConfig, values),
+            train_data=sources.train,
+            eval_data=sources.eval,
+            test_data=sources.test,
+            split=sources.split,
+            columns=_columns(f, sources.label, sources.split),
+            input=InputOptions(
+                bad_rows=BadRows(f.bad_rows),
+                cache_mb=f.cache_mb,
+                shuffle_buffer=f.shuffle_buffer,
+                bigquery=BigQueryConnection(
+                    project=environment.project, emulator_host=environment.bigquery_emulator_host
+                ),
+                jsonl=sources.jsonl,
+            ),
+        ),
+        search=config_lib.SearchConfig(
+            **flags.fields_of(config_lib.SearchConfig, values),
+            generator=generator,
+            ensemblers=_ensemblers(f),
+            strategies=strategies,
+        ),
+        train=TrainOptions(**flags.fields_of(TrainOptions, values)),
+        **_output_dirs(f, environment),
+        importance=ImportanceOptions(**flags.fields_of(ImportanceOptions, values)),
+        calibration=config_lib.CalibrationOptions(
+            **flags.fields_of(config_lib.CalibrationOptions, values)
+        ),
+        hypertune_metric=(f.hypertune_metric or "") if environment.is_tuning else None,
+        distribution=config_lib.DistributionConfig(
+            **flags.fields_of(config_lib.DistributionConfig, values)
+        ),
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class _Sources:
+    """Where the job's rows come from, and the column to predict."""
+
+    train: str
+    eval: str | None
+    test: str | None
+    label: str
+    split: SplitOptions
+    jsonl: bool  # every file read as JSON Lines, whatever its name (a JSONL managed dataset)
+
+
+def _sources(f, environment: Environment) -> _Sources:
+    """The data flags, a Vertex managed dataset (AIP_*_DATA_URI) or the embedded census data;
+    with a split, the split files the job writes into its job dir."""
     train_data, eval_data, label = f.train_data, f.eval_data, f.label_column
     test_data = f.test_data
-    jsonl = False  # every file read as JSON Lines, whatever its name
+    jsonl = False
     if train_data is None and environment.training_data_uri:  # a Vertex managed dataset
         jsonl = (environment.data_format or "").strip().lower() == "jsonl"
         train_data, validation, test = files_lib.managed_dataset(
@@ -181,10 +243,12 @@ def build_config(f=FLAGS, environment: Environment | None = None) -> config_lib.
         fmt = splits.input_format(train_data, jsonl=jsonl)
         at = splits.paths(_output_dirs(f, environment)["job_dir"], fmt)
         train_data, eval_data, test_data = at["train"], at["validate"], at["test"]
-    generator = model.make_generator(
-        f.generator, model.GeneratorOptions(**flags.fields_of(model.GeneratorOptions, values))
-    )
+    return _Sources(train_data, eval_data, test_data, label, split, jsonl)
 
+
+def _ensemblers(f) -> tuple:
+    """The ensemblers of --ensemblers, with the flags only complexity_regularized takes
+    refused elsewhere."""
     ensembler_names = _choice("ensemblers", f.ensemblers, ens.ENSEMBLERS)
     regularized_flags = {
         "adanet_lambda": f.adanet_lambda != 0.0,
@@ -212,19 +276,18 @@ def build_config(f=FLAGS, environment: Environment | None = None) -> config_lib.
         learn_mixture_weights=f.learn_mixture_weights,
         warm_start_mixture_weights=f.warm_start_mixture_weights,
     )
-    ensemblers = [ens.ENSEMBLERS[name].from_options(options) for name in ensembler_names]
-    strategies = tuple(
-        ens.STRATEGIES[n]
-        for n in _choice("ensemble_strategies", f.ensemble_strategies, ens.STRATEGIES)
-    )
+    return tuple(ens.ENSEMBLERS[name].from_options(options) for name in ensembler_names)
 
+
+def _columns(f, label: str, split: SplitOptions) -> ColumnChoices:
+    """What the column flags say of the table's columns (a split column is not a feature)."""
     overlapping = set(f.numeric_columns) & set(f.categorical_columns)
     if overlapping:
         raise InputError(
             f"column(s) {sorted(overlapping)} are in both --numeric_columns and "
             "--categorical_columns; name each column once."
         )
-    columns = ColumnChoices(
+    return ColumnChoices(
         label=label,
         numeric=tuple(f.numeric_columns),
         categorical=tuple(f.categorical_columns),
@@ -237,43 +300,6 @@ def build_config(f=FLAGS, environment: Environment | None = None) -> config_lib.
         embedding_dim=f.embedding_dim,
         weight=f.weight_column or None,
         missing_indicators=f.missing_indicators,
-    )
-    return config_lib.RunConfig(
-        **flags.fields_of(config_lib.RunConfig, values),
-        auto=frozenset(name for name in adapt.ADAPTIVE_FLAGS if not f[name].present),
-        data=config_lib.DataConfig(
-            **flags.fields_of(config_lib.DataConfig, values),
-            train_data=train_data,
-            eval_data=eval_data,
-            test_data=test_data,
-            split=split,
-            columns=columns,
-            input=InputOptions(
-                bad_rows=BadRows(f.bad_rows),
-                cache_mb=f.cache_mb,
-                shuffle_buffer=f.shuffle_buffer,
-                bigquery=BigQueryConnection(
-                    project=environment.project, emulator_host=environment.bigquery_emulator_host
-                ),
-                jsonl=jsonl,
-            ),
-        ),
-        search=config_lib.SearchConfig(
-            **flags.fields_of(config_lib.SearchConfig, values),
-            generator=generator,
-            ensemblers=tuple(ensemblers),
-            strategies=strategies,
-        ),
-        train=TrainOptions(**flags.fields_of(TrainOptions, values)),
-        **_output_dirs(f, environment),
-        importance=ImportanceOptions(**flags.fields_of(ImportanceOptions, values)),
-        calibration=config_lib.CalibrationOptions(
-            **flags.fields_of(config_lib.CalibrationOptions, values)
-        ),
-        hypertune_metric=(f.hypertune_metric or "") if environment.is_tuning else None,
-        distribution=config_lib.DistributionConfig(
-            **flags.fields_of(config_lib.DistributionConfig, values)
-        ),
     )
 
 
