@@ -8,7 +8,7 @@ import dataclasses
 import functools
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import tensorflow as tf
 from absl import logging
@@ -330,78 +330,29 @@ def prepare(
     (summary `test`); a resumed job's, first given then, is checked as it is read.
     `validation`: `eval_data` is a validation split (`JobInput.validation`)."""
     scan_if_new, stage_tables = role.scans, role.stage_tables
-    schema = None
-    if job.exists():
-        schema = Schema.from_document(job_dir_lib.read_json(job.schema), path=job.schema)
-    elif not scan_if_new and (
-        stage_tables or any(_recorded_by_chief(d) for d in (train_data, eval_data))
-    ):
-        # a table's session, or what the chief staged, is in the schema's summary
-        schema = _wait_for_schema(job, role.wait_secs)
-    summary = schema.summary if schema else {}
+    schema = _known_schema(job, role, (train_data, eval_data))
     stage = stage_tables and scan_if_new and schema is None
-
-    def open_input(data: str, flag: str, key: str) -> Source:
-        recorded = summary.get(key) or {}
-        if "staged" in recorded:  # the shards the job staged
-            manifest = recorded["staged"]
-            return registry.staged(manifest).open_staged(
-                data, flag=flag, options=options, manifest=manifest
-            )
-        fmt, files = files_lib.detect(data, flag=flag, options=options)
-        if stage and not fmt.in_graph:  # staged by a start that ended before its scan
-            done = fmt.reuse_staged(
-                data, files, flag=flag, options=options, folder=job.data, name=key
-            )
-            if done:
-                return done
-        return fmt.open(data, files, flag=flag, options=options, recorded=recorded.get(fmt.name))
-
-    eval_source = open_input(eval_data, "--eval_data", "eval") if eval_data else None
-    test = open_input(test_data, "--test_data", "test") if test_data and scan_if_new else None
+    opener = _Opener(schema.summary if schema else {}, options, job, stage=stage)
+    eval_source = opener.open(eval_data, "--eval_data", "eval") if eval_data else None
+    test = opener.open(test_data, "--test_data", "test") if test_data and scan_if_new else None
     # Counted by the scan with --eval_data too: the rows a search that selects on held-out
     # rows holds out (`JobInput.for_selection`), so that it never selects on the test rows.
     scan_holdout = Holdout(holdout_fraction, seed, holdout_fold)
     holdout = None if eval_data else scan_holdout
-    train = open_input(train_data, "--train_data", "train") if role.opens_train or holdout else None
+    train = (
+        opener.open(train_data, "--train_data", "train") if role.opens_train or holdout else None
+    )
     if train is not None:
         columns = train.format.column_choices(train, columns)
     resumed = schema is not None
     if schema is None and scan_if_new:
         assert train is not None, "a replica that scans opens the training data"
-        # Before the pass: a file rewritten while it is read is found changed on resume.
-        identities = {
-            key: _identities(source) for key, source in (("train", train), ("eval", eval_source))
-        }
-        try:
-            if stage:  # every check of the columns is done: the one pass over them
-                train, eval_source = (
-                    _staged(source, key, job)
-                    for source, key in ((train, "train"), (eval_source, "eval"))
-                )
-            assert train is not None
-            schema = _scan(train, eval_source, test, columns, options, scan_holdout, seed)
-            schema = _with_records(schema, train=train, eval=eval_source)
-            schema = _with_identities(schema, identities)
-        except InputError:
-            if stage:  # the job never starts: leave no shards behind (nor half of them)
-                for key in ("train", "eval"):
-                    shards.remove(job.data, key)
-            raise
+        schema, train, eval_source = _scan_new(
+            train, eval_source, test, columns, options, scan_holdout, seed, job, stage=stage
+        )
     elif schema is None:
         schema = _wait_for_schema(job, role.wait_secs)
-    streamed = [s for s in (train, eval_source) if s and not s.format.in_graph]
-    if stage_tables and streamed:
-        raise InputError(
-            f"{streamed[0].flag}={streamed[0].pattern}: the job in this --job_dir reads its "
-            f"{streamed[0].format.title} input in Python (it started without parameter "
-            "servers), which parameter-server workers cannot run. Resume it without a ps pool, "
-            "or start a new --job_dir."
-        )
-    for source, key in ((train, "train"), (eval_source, "eval")):  # not the test: never trained on
-        _check_same_files(source, schema.summary.get(key))
-        if resumed and scan_if_new:  # the chief of a resumed job: the same contents too
-            _check_unchanged(source, schema.summary.get(key))
+    _check_sources(train, eval_source, schema, role, resumed=resumed)
     evaluated = eval_source or train
     assert evaluated is not None, "without --eval_data the hold-out opens the training data"
     return JobInput(
@@ -414,6 +365,100 @@ def prepare(
         test=test,
         validation=validation and eval_source is not None,
     )
+
+
+def _known_schema(
+    job: job_dir_lib.JobDir, role: Role, data: tuple[str | None, ...]
+) -> Schema | None:
+    """The schema a job already has: its job dir's; or, for a replica that does not scan and
+    needs what the chief's scan records (a table's read session, staged shards), the one it
+    waits for; None where this replica scans a new job or opens its input alone."""
+    if job.exists():
+        return Schema.from_document(job_dir_lib.read_json(job.schema), path=job.schema)
+    if not role.scans and (role.stage_tables or any(_recorded_by_chief(d) for d in data)):
+        return _wait_for_schema(job, role.wait_secs)
+    return None
+
+
+@dataclasses.dataclass(frozen=True)
+class _Opener:
+    """Opens an input as the schema's summary recorded it (staged shards, a read session), or
+    afresh; with `stage`, reusing what a start that ended before its scan staged."""
+
+    summary: Mapping
+    options: InputOptions
+    job: job_dir_lib.JobDir
+    stage: bool
+
+    def open(self, data: str, flag: str, key: str) -> Source:
+        recorded = self.summary.get(key) or {}
+        if "staged" in recorded:  # the shards the job staged
+            manifest = recorded["staged"]
+            return registry.staged(manifest).open_staged(
+                data, flag=flag, options=self.options, manifest=manifest
+            )
+        fmt, files = files_lib.detect(data, flag=flag, options=self.options)
+        if self.stage and not fmt.in_graph:
+            done = fmt.reuse_staged(
+                data, files, flag=flag, options=self.options, folder=self.job.data, name=key
+            )
+            if done:
+                return done
+        return fmt.open(
+            data, files, flag=flag, options=self.options, recorded=recorded.get(fmt.name)
+        )
+
+
+def _scan_new(
+    train: Source,
+    eval_source: Source | None,
+    test: Source | None,
+    columns: ColumnChoices,
+    options: InputOptions,
+    holdout: Holdout,
+    seed: int,
+    job: job_dir_lib.JobDir,
+    *,
+    stage: bool,
+) -> tuple[Schema, Source, Source | None]:
+    """The schema of a new job, from the chief's scan (of the staged shards, with `stage`),
+    with the sources' records and identities; (schema, train, eval) as the job reads them."""
+    # Before the pass: a file rewritten while it is read is found changed on resume.
+    identities = {
+        key: _identities(source) for key, source in (("train", train), ("eval", eval_source))
+    }
+    try:
+        if stage:  # every check of the columns is done: the one pass over them
+            staged_train = _staged(train, "train", job)
+            assert staged_train is not None
+            train, eval_source = staged_train, _staged(eval_source, "eval", job)
+        schema = _scan(train, eval_source, test, columns, options, holdout, seed)
+        schema = _with_records(schema, train=train, eval=eval_source)
+        return _with_identities(schema, identities), train, eval_source
+    except InputError:
+        if stage:  # the job never starts: leave no shards behind (nor half of them)
+            for key in ("train", "eval"):
+                shards.remove(job.data, key)
+        raise
+
+
+def _check_sources(
+    train: Source | None, eval_source: Source | None, schema: Schema, role: Role, *, resumed: bool
+) -> None:
+    """InputError where the inputs are not those of the job: other files, other contents (the
+    chief of a resumed job), or read in Python where parameter-server workers cannot."""
+    streamed = [s for s in (train, eval_source) if s and not s.format.in_graph]
+    if role.stage_tables and streamed:
+        raise InputError(
+            f"{streamed[0].flag}={streamed[0].pattern}: the job in this --job_dir reads its "
+            f"{streamed[0].format.title} input in Python (it started without parameter "
+            "servers), which parameter-server workers cannot run. Resume it without a ps pool, "
+            "or start a new --job_dir."
+        )
+    for source, key in ((train, "train"), (eval_source, "eval")):  # not the test: never trained on
+        _check_same_files(source, schema.summary.get(key))
+        if resumed and role.scans:  # the chief of a resumed job: the same contents too
+            _check_unchanged(source, schema.summary.get(key))
 
 
 def _scan(
