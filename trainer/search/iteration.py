@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import time
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
@@ -87,6 +88,28 @@ class Layout:
     shared_bookkeeping: bool = False
 
 
+@dataclasses.dataclass(frozen=True)
+class _LocalGroups:
+    """What a local loop (`Iteration._local_steps`) carries and reads: the trained variables
+    (the subnetworks', the mixtures'), the Keras variables it carries untrained (a dropout
+    layer's seed), those it only reads, the embedding tables it updates in place, and where
+    its subnetworks' and candidates' statistics are."""
+
+    trained: list
+    candidates: list
+    subnetwork_vars: list
+    mixture_vars: list
+    carried: list
+    read_only: list
+    tables: list
+    sub_index: tf.Tensor
+    cand_index: tf.Tensor
+
+    @property
+    def trainable(self) -> list:
+        return self.subnetwork_vars + self.mixture_vars
+
+
 class Iteration:
     """The candidates of iteration `number` and the loop that trains them."""
 
@@ -118,73 +141,82 @@ class Iteration:
         self.units = layout.units or (everything(len(builders)),)
         self.seed = seed + 1000 * number  # the iteration's: its members' come from it
         with strategy.scope():
-            subnetworks, self.embedding_optimizers = [], {}
-            for i, b in enumerate(builders):
-                with layout.subnetwork_scope(i):
-                    subnetwork = Subnetwork(
-                        b,
-                        inputs=inputs,
-                        logits_dimension=head.logits_dimension,
-                        seed=self.seed + 10 * i,
-                        name=member_key(number, b),
-                        mean_of_heads=head.mean_of_heads,
-                    )
-                    if subnetwork.embedding_tables:  # moments beside their tables
-                        self.embedding_optimizers[i] = LazyAdam(
-                            subnetwork.embedding_tables,
-                            learning_rate=options.learning_rate * b.learning_rate_scale,
-                        )
-                subnetworks.append(subnetwork)
-            self.subnetworks = tuple(subnetworks)
+            self.subnetworks, self.embedding_optimizers = self._make_subnetworks(layout)
             self.candidates = self._make_candidates(specs, ensemblers)
-            count = len(self.candidates)
-            self.subnetwork_optimizer = Optimizer(
-                options.optimizer,
-                learning_rate=options.learning_rate,
-                variables=self._subnetwork_variables(range(len(builders))),
-                weight_decay=options.weight_decay,
-                rate_scales=[
-                    b.learning_rate_scale
-                    for s, b in zip(subnetworks, builders)
-                    for _ in s.dense_variables
-                ],
-            )
-            self.mixture_optimizer = Optimizer(
-                options.optimizer,
-                learning_rate=options.mixture_learning_rate or options.learning_rate,
-                variables=self._mixture_variables(range(count)),
-            )
-            # Workers on parameter servers add their chunks' changes by an outer step.
-            outer = options.outer_learning_rate != 1.0 or options.outer_momentum
-            self.outer = (
-                DelayedNesterov(
-                    self._subnetwork_variables(range(len(builders)))
-                    + self._mixture_variables(range(count)),
-                    learning_rate=options.outer_learning_rate,
-                    momentum=options.outer_momentum,
-                    groups=len(self.units),
-                )
-                if outer and layout.shared_bookkeeping
-                else None
-            )
-        # Bookkeeping, updated once per step in cross-replica context: ordinary variables on
-        # the coordinating host, or on the parameter servers when workers train on their own.
-        with strategy.scope() if layout.shared_bookkeeping else contextlib.nullcontext():
-            # `step` counts the ensemble's steps (the candidates' objectives), and
-            # `subnetwork_steps` each new subnetwork's: placement may train them apart.
-            self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="step")
-            self.subnetwork_steps = tf.Variable(
-                tf.zeros([len(builders)], tf.int64), trainable=False
-            )
-            self.objective_ema = tf.Variable(tf.zeros([count]), trainable=False)
-            self.subnetwork_loss_ema = tf.Variable(tf.zeros([len(builders)]), trainable=False)
-            self.candidate_diverged = tf.Variable(tf.zeros([count], tf.bool), trainable=False)
-            self.subnetwork_diverged = tf.Variable(
-                tf.zeros([len(builders)], tf.bool), trainable=False
-            )
+            self._make_optimizers(layout)
+        self._make_bookkeeping(layout)
         self.stopped: frozenset[str] = frozenset()
         self._loop: Callable | None = None
         self._predict: Callable | None = None
+
+    def _make_subnetworks(self, layout: Layout) -> tuple[tuple[Subnetwork, ...], dict]:
+        """The new subnetworks (each in its layout's scope), and the lazy optimizers of those
+        with embedding tables (the moments beside their tables), by subnetwork index."""
+        subnetworks, embedding_optimizers = [], {}
+        for i, b in enumerate(self.builders):
+            with layout.subnetwork_scope(i):
+                subnetwork = Subnetwork(
+                    b,
+                    inputs=self.inputs,
+                    logits_dimension=self.head.logits_dimension,
+                    seed=self.seed + 10 * i,
+                    name=member_key(self.number, b),
+                    mean_of_heads=self.head.mean_of_heads,
+                )
+                if subnetwork.embedding_tables:
+                    embedding_optimizers[i] = LazyAdam(
+                        subnetwork.embedding_tables,
+                        learning_rate=self.options.learning_rate * b.learning_rate_scale,
+                    )
+            subnetworks.append(subnetwork)
+        return tuple(subnetworks), embedding_optimizers
+
+    def _make_optimizers(self, layout: Layout) -> None:
+        """The subnetworks' optimizer, the mixture weights' and (workers on parameter servers
+        adding their chunks' changes) the outer step."""
+        options, count = self.options, len(self.candidates)
+        every = range(len(self.builders))
+        self.subnetwork_optimizer = Optimizer(
+            options.optimizer,
+            learning_rate=options.learning_rate,
+            variables=self._subnetwork_variables(every),
+            weight_decay=options.weight_decay,
+            rate_scales=[
+                b.learning_rate_scale
+                for s, b in zip(self.subnetworks, self.builders)
+                for _ in s.dense_variables
+            ],
+        )
+        self.mixture_optimizer = Optimizer(
+            options.optimizer,
+            learning_rate=options.mixture_learning_rate or options.learning_rate,
+            variables=self._mixture_variables(range(count)),
+        )
+        outer = options.outer_learning_rate != 1.0 or options.outer_momentum
+        self.outer = (
+            DelayedNesterov(
+                self._subnetwork_variables(every) + self._mixture_variables(range(count)),
+                learning_rate=options.outer_learning_rate,
+                momentum=options.outer_momentum,
+                groups=len(self.units),
+            )
+            if outer and layout.shared_bookkeeping
+            else None
+        )
+
+    def _make_bookkeeping(self, layout: Layout) -> None:
+        """Bookkeeping, updated once per step in cross-replica context: ordinary variables on
+        the coordinating host, or on the parameter servers when workers train on their own.
+        `step` counts the ensemble's steps (the candidates' objectives), and `subnetwork_steps`
+        each new subnetwork's: placement may train them apart."""
+        new, count = len(self.builders), len(self.candidates)
+        with self.strategy.scope() if layout.shared_bookkeeping else contextlib.nullcontext():
+            self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="step")
+            self.subnetwork_steps = tf.Variable(tf.zeros([new], tf.int64), trainable=False)
+            self.objective_ema = tf.Variable(tf.zeros([count]), trainable=False)
+            self.subnetwork_loss_ema = tf.Variable(tf.zeros([new]), trainable=False)
+            self.candidate_diverged = tf.Variable(tf.zeros([count], tf.bool), trainable=False)
+            self.subnetwork_diverged = tf.Variable(tf.zeros([new], tf.bool), trainable=False)
 
     def fit_members(
         self, batches: tf.data.Dataset, rows: int, *, deadline: float | None = None
@@ -570,108 +602,117 @@ class Iteration:
         slots and moving averages this loop's values, and the step counters the steps taken.
         Embedding tables are updated in place, sparsely, at every step.
         """
+        held = self._local_groups(trained, candidates)
+        return functools.partial(self._run_local_steps, held, writers=writers, group=group)
+
+    def _local_groups(self, trained, candidates) -> _LocalGroups:
         subnetwork_vars = self._subnetwork_variables(trained)
         mixture_vars = self._mixture_variables(candidates)
-        trainable = subnetwork_vars + mixture_vars
-        watched = {id(v) for v in trainable}
+        watched = {id(v) for v in subnetwork_vars + mixture_vars}
         carried = [
             v for i in trained for v in self.subnetworks[i].keras_variables if id(v) not in watched
         ]  # e.g. a dropout layer's seed
-        held = {id(v) for v in trainable + carried}
-        read_only = [v for v in self._forward_variables(trained, candidates) if id(v) not in held]
-        tables = self._tables(trained)
-        sub_index = tf.constant(trained or [0], tf.int32)[:, None]
-        cand_index = tf.constant(candidates or [0], tf.int32)[:, None]
+        held = watched | {id(v) for v in carried}
+        return _LocalGroups(
+            trained=list(trained),
+            candidates=list(candidates),
+            subnetwork_vars=subnetwork_vars,
+            mixture_vars=mixture_vars,
+            carried=carried,
+            read_only=[
+                v for v in self._forward_variables(trained, candidates) if id(v) not in held
+            ],
+            tables=self._tables(trained),
+            sub_index=tf.constant(trained or [0], tf.int32)[:, None],
+            cand_index=tf.constant(candidates or [0], tf.int32)[:, None],
+        )
 
-        def replica_step(features, labels, params, others, fixed, scale):
-            mapping = list(zip(trainable + carried + read_only, [*params, *others, *fixed]))
-            with tf.GradientTape() as tape:
-                tape.watch(params)
-                with keras.StatelessScope(state_mapping=mapping) as scope:
-                    total, sub_losses, objectives = self._losses(
-                        features, labels, trained, candidates
-                    )
-                    others = [scope.get_current_value(v) for v in carried]
-            grads = tape.gradient(
-                total, [*params, *tables], unconnected_gradients=tf.UnconnectedGradients.ZERO
+    def _local_replica_step(self, g: _LocalGroups, features, labels, params, others, fixed, scale):
+        """One step of one replica on the carried values: the losses, the gradients of the
+        trainable values and the carried ones' new values (the tables updated in place)."""
+        mapping = list(zip(g.trainable + g.carried + g.read_only, [*params, *others, *fixed]))
+        with tf.GradientTape() as tape:
+            tape.watch(params)
+            with keras.StatelessScope(state_mapping=mapping) as scope:
+                total, sub_losses, objectives = self._losses(
+                    features, labels, g.trained, g.candidates
+                )
+                others = [scope.get_current_value(v) for v in g.carried]
+        grads = tape.gradient(
+            total, [*params, *g.tables], unconnected_gradients=tf.UnconnectedGradients.ZERO
+        )
+        self._apply_to_tables(g.trained, grads[len(params) :], scale)
+        return sub_losses, objectives, grads[: len(params)], others
+
+    def _run_local_steps(self, g: _LocalGroups, iterator, steps, *, writers: int, group: int):
+        params = [tf.identity(tf_variable(v)) for v in g.trainable]
+        fixed = [tf.identity(tf_variable(v)) for v in g.read_only]
+        start = self._progress(g.trained, g.candidates)  # other workers' chunks may add later
+        n = len(g.subnetwork_vars)
+        replica_step = functools.partial(self._local_replica_step, g)
+
+        def body(i, iterator, params, others, sub_state, mix_state, stats):
+            features, labels = next(iterator)
+            scale = self._rate_scale(start + i)
+            sub_losses, objectives, grads, others = self.strategy.run(
+                replica_step, args=(features, labels, params, others, fixed, scale)
             )
-            self._apply_to_tables(trained, grads[len(params) :], scale)
-            return sub_losses, objectives, grads[: len(params)], others
-
-        def run_steps(iterator, steps):
-            params = [tf.identity(tf_variable(v)) for v in trainable]
-            fixed = [tf.identity(tf_variable(v)) for v in read_only]
-            start = self._progress(trained, candidates)  # other workers' chunks may add later
-
-            def body(i, iterator, params, others, sub_state, mix_state, stats):
-                features, labels = next(iterator)
-                scale = self._rate_scale(start + i)
-                sub_losses, objectives, grads, others = self.strategy.run(
-                    replica_step, args=(features, labels, params, others, fixed, scale)
-                )
-                n = len(subnetwork_vars)
-                sub_params, sub_state = self.subnetwork_optimizer.update(
-                    params[:n], grads[:n], sub_state, variables=subnetwork_vars, scale=scale
-                )
-                mix_params, mix_state = self.mixture_optimizer.update(
-                    params[n:], grads[n:], mix_state, variables=mixture_vars, scale=scale
-                )
-                sub_ema, sub_div, cand_ema, cand_div = stats
-                if trained:
-                    sub_ema, sub_div = moving_average_step(sub_ema, sub_div, sub_losses)
-                if candidates:
-                    cand_ema, cand_div = moving_average_step(cand_ema, cand_div, objectives)
-                return (
-                    i + 1, iterator, sub_params + mix_params, others,
-                    sub_state, mix_state, (sub_ema, sub_div, cand_ema, cand_div),
-                )  # fmt: skip
-
-            stats = (
-                tf.gather_nd(self.subnetwork_loss_ema, sub_index),
-                tf.gather_nd(self.subnetwork_diverged, sub_index),
-                tf.gather_nd(self.objective_ema, cand_index),
-                tf.gather_nd(self.candidate_diverged, cand_index),
+            sub_params, sub_state = self.subnetwork_optimizer.update(
+                params[:n], grads[:n], sub_state, variables=g.subnetwork_vars, scale=scale
             )
-            loop = tf.while_loop(
-                lambda i, *_: i < steps,
-                body,
-                (
-                    tf.constant(0, tf.int64), iterator, params,
-                    [tf.identity(tf_variable(v)) for v in carried],
-                    self.subnetwork_optimizer.read(subnetwork_vars),
-                    self.mixture_optimizer.read(mixture_vars),
-                    stats,
-                ),
+            mix_params, mix_state = self.mixture_optimizer.update(
+                params[n:], grads[n:], mix_state, variables=g.mixture_vars, scale=scale
+            )
+            sub_ema, sub_div, cand_ema, cand_div = stats
+            if g.trained:
+                sub_ema, sub_div = moving_average_step(sub_ema, sub_div, sub_losses)
+            if g.candidates:
+                cand_ema, cand_div = moving_average_step(cand_ema, cand_div, objectives)
+            return (
+                i + 1, iterator, sub_params + mix_params, others,
+                sub_state, mix_state, (sub_ema, sub_div, cand_ema, cand_div),
             )  # fmt: skip
-            (
-                taken,
-                _,
-                final,
-                others,
-                sub_state,
-                mix_state,
-                (sub_ema, sub_div, cand_ema, cand_div),
-            ) = loop
-            changes = [end - start for start, end in zip(params, final)]
-            if self.outer is not None and writers > 1:
-                self.outer.apply(trainable, changes, writers=writers, group=group)
-            else:
-                for v, change in zip(trainable, changes):
-                    tf_variable(v).assign_add(change / writers)
-            for v, value in zip(carried, others):
-                tf_variable(v).assign(value)
-            self.subnetwork_optimizer.write(subnetwork_vars, sub_state, steps_taken=taken)
-            self.mixture_optimizer.write(mixture_vars, mix_state, steps_taken=taken)
-            if trained:
-                self.subnetwork_loss_ema.scatter_nd_update(sub_index, sub_ema)
-                self.subnetwork_diverged.scatter_nd_update(sub_index, sub_div)
-            if candidates:
-                self.objective_ema.scatter_nd_update(cand_index, cand_ema)
-                self.candidate_diverged.scatter_nd_update(cand_index, cand_div)
-            self._count(trained, candidates, taken)
-            return taken
 
-        return run_steps
+        stats = (
+            tf.gather_nd(self.subnetwork_loss_ema, g.sub_index),
+            tf.gather_nd(self.subnetwork_diverged, g.sub_index),
+            tf.gather_nd(self.objective_ema, g.cand_index),
+            tf.gather_nd(self.candidate_diverged, g.cand_index),
+        )
+        taken, _, final, others, sub_state, mix_state, stats = tf.while_loop(
+            lambda i, *_: i < steps,
+            body,
+            (
+                tf.constant(0, tf.int64), iterator, params,
+                [tf.identity(tf_variable(v)) for v in g.carried],
+                self.subnetwork_optimizer.read(g.subnetwork_vars),
+                self.mixture_optimizer.read(g.mixture_vars),
+                stats,
+            ),
+        )  # fmt: skip
+        changes = [end - begin for begin, end in zip(params, final)]
+        if self.outer is not None and writers > 1:
+            self.outer.apply(g.trainable, changes, writers=writers, group=group)
+        else:
+            for v, change in zip(g.trainable, changes):
+                tf_variable(v).assign_add(change / writers)
+        for v, value in zip(g.carried, others):
+            tf_variable(v).assign(value)
+        self.subnetwork_optimizer.write(g.subnetwork_vars, sub_state, steps_taken=taken)
+        self.mixture_optimizer.write(g.mixture_vars, mix_state, steps_taken=taken)
+        self._write_stats(g, stats)
+        self._count(g.trained, g.candidates, taken)
+        return taken
+
+    def _write_stats(self, g: _LocalGroups, stats) -> None:
+        """The moving averages and divergence flags a local loop carried, written back."""
+        sub_ema, sub_div, cand_ema, cand_div = stats
+        if g.trained:
+            self.subnetwork_loss_ema.scatter_nd_update(g.sub_index, sub_ema)
+            self.subnetwork_diverged.scatter_nd_update(g.sub_index, sub_div)
+        if g.candidates:
+            self.objective_ema.scatter_nd_update(g.cand_index, cand_ema)
+            self.candidate_diverged.scatter_nd_update(g.cand_index, cand_div)
 
     def _forward_variables(self, trained, candidates) -> list:
         """The Keras variables a forward pass of these jobs reads."""
