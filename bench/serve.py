@@ -20,10 +20,9 @@ process on loopback (the clients are this process, so they do not share the serv
               one request after another for --steady_seconds; p50 / p99.
   soak        the steady load for --soak_seconds (default 5 minutes), sampling the server's
               RSS and the latency every --soak_every seconds; first against last sample.
-  batch       instances/s of `deploy.batch_prediction.local.predict_local` over the census test set
-  (16,281
-              CSV rows: read, check, predict, write the results), the model already loaded;
-              the median of --batch_repeats runs.
+  batch       instances/s of `deploy.batch_prediction.local.predict_local` over the census
+              test set (16,281 CSV rows: read, check, predict, write the results), the model
+              already loaded; the median of --batch_repeats runs.
 
 The load clients are one asyncio event loop speaking HTTP/1.1 over raw connections (far
 cheaper per request than the server, so they are not the bottleneck). Everything is bounded in

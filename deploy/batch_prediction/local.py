@@ -25,7 +25,7 @@ import dataclasses
 import json
 import re
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 from deploy.batch_prediction.instance_config import InstanceConfig
 from deploy.batch_prediction.output import Output, Writer
@@ -93,9 +93,8 @@ def predict_local(
         num_shards: result files (batch k goes to file k mod num_shards).
         predictor: a loaded model to reuse (default: load `model_dir`).
         explain_path_count: explain every instance too (`deploy/serving/explain.py`, this many
-        column
-            orders each): each result line gets the `"explanation"` a Vertex batch job with
-            explanations writes. Rows go through Python then, EXPLAIN_BATCH at a time.
+            column orders each): each result line gets the `"explanation"` a Vertex batch job
+            with explanations writes. Rows go through Python then, EXPLAIN_BATCH at a time.
 
     Returns:
         Where the results and errors went, and how many of each.
@@ -111,12 +110,7 @@ def predict_local(
                                output_prefix="out", instances_format="csv",
                                excluded_fields=["income_bracket"])
     """
-    check_format(instances_format)
-    check_model_name(model_name)
-    api.positive("batch_size", batch_size)
-    api.positive("num_shards", num_shards)
-    bigquery = instances_format == "bigquery"
-    files = check_table(sources) if bigquery else storage.expand(list(sources))
+    files = _checked(sources, instances_format, model_name, batch_size, num_shards)
     started = time.perf_counter()
     predictor = predictor or Predictor(model_dir)
     config = InstanceConfig.of(key_field, included_fields, excluded_fields)
@@ -126,21 +120,7 @@ def predict_local(
         batch_size = min(batch_size, EXPLAIN_BATCH)
     write = Writer(predictor, config, explainer)
     try:
-        if instances_format == "csv":
-            headers = {path: csv_header(path) for path in files}
-            for path, header in headers.items():
-                check_header(path, header, predictor.fields, config)
-            if explainer is None:
-                batches = csv_batches(predictor, headers, config, batch_size, write)
-            else:
-                batches = lines_batches(headers, config, batch_size, write, csv_format=True)
-        elif bigquery:
-            rows = table_instances(files[0], predictor.fields, config)
-            batches = batched(((*r, json.dumps(r[1])) for r in rows), batch_size, write)
-        else:
-            batches = lines_batches(
-                {path: [] for path in files}, config, batch_size, write, csv_format=False
-            )
+        batches = _batches(instances_format, files, write, batch_size)
         output = Output(output_prefix, model_name, num_shards)
         try:
             for index, (lines, count, errors) in enumerate(batches):
@@ -159,6 +139,40 @@ def predict_local(
         output.errors,
         time.perf_counter() - started,
     )
+
+
+def _checked(
+    sources: Sequence[str], instances_format: str, model_name: str, batch_size: int, shards: int
+) -> list[str]:
+    """The files (or the one table) to read, after every argument is checked."""
+    check_format(instances_format)
+    check_model_name(model_name)
+    api.positive("batch_size", batch_size)
+    api.positive("num_shards", shards)
+    if instances_format == "bigquery":
+        return check_table(sources)
+    return storage.expand(list(sources))
+
+
+def _batches(
+    instances_format: str, files: list[str], write: Writer, batch_size: int
+) -> Iterator[tuple[bytes, int, list[str]]]:
+    """(result lines, how many, error records) of each batch of the instances in `files`:
+    CSV through TensorFlow (through Python when explaining), JSON Lines through Python, a
+    table's rows from its read session. A CSV header that does not fit the model raises
+    before anything is read."""
+    predictor, config = write.predictor, write.config
+    if instances_format == "csv":
+        headers = {path: csv_header(path) for path in files}
+        for path, header in headers.items():
+            check_header(path, header, predictor.fields, config)
+        if write.explainer is None:
+            return csv_batches(predictor, headers, config, batch_size, write)
+        return lines_batches(headers, config, batch_size, write, csv_format=True)
+    if instances_format == "bigquery":
+        rows = table_instances(files[0], predictor.fields, config)
+        return batched(((*r, json.dumps(r[1])) for r in rows), batch_size, write)
+    return lines_batches({path: [] for path in files}, config, batch_size, write, csv_format=False)
 
 
 def check_model_name(model_name: str) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import csv
 import json
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -198,37 +198,7 @@ def csv_batches(
         )
         parser = rows_lib.RowParser(source, columns)
         header = list(columns_of_file)  # this group's, which describes its bad rows
-        shown = config.sent(header)
-
-        def predict(file, line, text, parser=parser, shown=shown):
-            parsed = parser.parse(file, line, text)
-            # A missing number (NaN) is predicted as the model's preprocessing takes it; text
-            # where a number belongs is not.
-            bad = (
-                tf.reduce_any(tf.stack([*parsed.not_a_number.values(), parsed.malformed]), axis=0)
-                & ~parsed.blank
-            )
-            good = parsed.take(~bad & ~parsed.blank)
-            features = good.features()
-            if key:
-                text, plain = _text_pieces(features[key])
-                instances = tf.strings.join(text)
-            else:
-                instances, plain = _instance_json(features, shown, fields)
-            # Rows whose text needs escaping (and bad rows) are written by Python.
-            tf_rows, python_rows, bad_rows = good.take(plain), good.take(~plain), parsed.take(bad)
-            model_features = {n: v for n, v in tf_rows.features().items() if n in fields.kinds}
-            return {
-                "text": _prediction_json(
-                    tf.boolean_mask(instances, plain),
-                    predictor.predict_tensors(model_features),
-                    "key" if key else "instance",
-                ),
-                "count": tf.size(tf_rows.line),
-                "python": (python_rows.file, python_rows.line, python_rows.text),
-                "bad": (bad_rows.file, bad_rows.line, bad_rows.text),
-            }
-
+        predict = _csv_predictor(parser, config.sent(header), key, predictor)
         # A file cut short ends where it stops being whole (not raised inside tf.data, where
         # TensorFlow would log the exception's traceback); it stops the run below.
         notes = blocks_lib.Notes()
@@ -244,26 +214,69 @@ def csv_batches(
             .prefetch(2)
         )
         for block in dataset:
-            python, keys, errors = [], [], []
-            for file, line, text in zip(
-                *(
-                    np.concatenate([block[k][i].numpy() for k in ("bad", "python")])
-                    for i in range(3)
-                )
-            ):
-                where, row, row_key, reason = read_instance(
-                    paths[int(file)], int(line), text.decode("utf-8", "replace"), fields,
-                    config, header,
-                )  # fmt: skip
-                if reason is None:
-                    python.append(row)
-                    keys.append(row_key)
-                else:
-                    errors.append(json.dumps(error_record(where, row, reason)))
-            lines = _utf8(block["text"].numpy()) + write(python, keys)
-            yield lines, int(block["count"]) + len(python), errors
+            lines, count, errors = _rows_for_python(block, paths, header, config, write)
+            yield _utf8(block["text"].numpy()) + lines, int(block["count"]) + count, errors
         if notes.lost:  # the files were read to their ends: one cut short stops the run
             raise blocks_lib.TruncatedInput(next(iter(notes.lost.values())))
+
+
+def _csv_predictor(parser, shown: list[str], key: str | None, predictor: Predictor) -> Callable:
+    """What the dataset's map does to a block of CSV lines: parse, predict the rows TensorFlow
+    can write, and write their result lines; the rows whose text needs escaping, and the bad
+    ones, are left to Python (`_rows_for_python`)."""
+    fields = predictor.fields
+
+    def predict(file, line, text):
+        parsed = parser.parse(file, line, text)
+        # A missing number (NaN) is predicted as the model's preprocessing takes it; text
+        # where a number belongs is not.
+        bad = (
+            tf.reduce_any(tf.stack([*parsed.not_a_number.values(), parsed.malformed]), axis=0)
+            & ~parsed.blank
+        )
+        good = parsed.take(~bad & ~parsed.blank)
+        features = good.features()
+        if key:
+            text, plain = _text_pieces(features[key])
+            instances = tf.strings.join(text)
+        else:
+            instances, plain = _instance_json(features, shown, fields)
+        # Rows whose text needs escaping (and bad rows) are written by Python.
+        tf_rows, python_rows, bad_rows = good.take(plain), good.take(~plain), parsed.take(bad)
+        model_features = {n: v for n, v in tf_rows.features().items() if n in fields.kinds}
+        return {
+            "text": _prediction_json(
+                tf.boolean_mask(instances, plain),
+                predictor.predict_tensors(model_features),
+                "key" if key else "instance",
+            ),
+            "count": tf.size(tf_rows.line),
+            "python": (python_rows.file, python_rows.line, python_rows.text),
+            "bad": (bad_rows.file, bad_rows.line, bad_rows.text),
+        }
+
+    return predict
+
+
+def _rows_for_python(
+    block: dict, paths: list[str], header: list[str], config: InstanceConfig, write: Writer
+) -> tuple[bytes, int, list[str]]:
+    """The block's rows TensorFlow left to Python: each read again, the good ones predicted
+    and written (`write`), the bad ones error records."""
+    fields = write.predictor.fields
+    python, keys, errors = [], [], []
+    for file, line, text in zip(
+        *(np.concatenate([block[k][i].numpy() for k in ("bad", "python")]) for i in range(3))
+    ):
+        where, row, row_key, reason = read_instance(
+            paths[int(file)], int(line), text.decode("utf-8", "replace"), fields, config, header
+        )
+        if reason is None:
+            python.append(row)
+            keys.append(row_key)
+        else:
+            errors.append(json.dumps(error_record(where, row, reason)))
+    return write(python, keys), len(python), errors
 
 
 def _instance_json(features: dict, names: list[str], fields: Fields):
