@@ -134,6 +134,18 @@ def check_job(spec: dict, cloud: api.Cloud | None) -> None:
             f"network ({network!r}) is not a VPC network name such as "
             "projects/PROJECT_NUMBER/global/networks/NAME (--network)."
         )
+    ranges = spec.get("reservedIpRanges")
+    if ranges is not None:
+        if not isinstance(ranges, list) or not all(isinstance(r, str) and r for r in ranges):
+            raise api.DeployError(
+                f"reservedIpRanges ({ranges!r}) must be a list of IP range names "
+                "(--reserved_ip_range)."
+            )
+        if network is None:
+            raise api.DeployError(
+                f"reservedIpRanges ({', '.join(ranges)}) are ranges of a VPC network: give it "
+                "with --network=projects/PROJECT_NUMBER/global/networks/NAME."
+            )
 
 
 def check_pool(pool: dict, where: str) -> None:

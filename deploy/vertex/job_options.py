@@ -23,10 +23,9 @@ SPEC_KEYS = {
     "tensorboard",
     "serviceAccount",
     "network",
+    "reservedIpRanges",
     "enableWebAccess",
 }
-
-
 SCHEDULING_KEYS = {
     "timeout",
     "maxWaitDuration",
@@ -71,6 +70,7 @@ class JobOptions:
     tensorboard: str | None = None  # a resource name, or a TensorBoard id in the job's region
     service_account: str | None = None
     network: str | None = None
+    reserved_ip_ranges: tuple[str, ...] = ()  # names of ranges reserved in `network`
     enable_web_access: bool = False
     # Scheduling
     strategy: str | None = None
@@ -123,6 +123,7 @@ def apply_options(spec: dict, options: JobOptions, cloud: api.Cloud | None) -> N
     for key, value in (
         ("serviceAccount", options.service_account),
         ("network", options.network),
+        ("reservedIpRanges", list(options.reserved_ip_ranges) or None),
         ("enableWebAccess", options.enable_web_access or None),
     ):
         if value is not None:
@@ -231,6 +232,13 @@ def add_job_flags(p: argparse.ArgumentParser, *, display_name: str) -> None:
     job.add_argument("--service_account", help="The job's service account email.")
     job.add_argument("--network", help="projects/PROJECT_NUMBER/global/networks/NAME to peer.")
     job.add_argument(
+        "--reserved_ip_range",
+        action="append",
+        default=[],
+        help="The name of an IP range reserved in --network for the job's replicas (repeat "
+        "the flag); without it Vertex picks any range of the network.",
+    )
+    job.add_argument(
         "--enable_web_access", action="store_true", help="Interactive shells on the replicas."
     )
     job.add_argument("--strategy", help=f"Scheduling strategy: {', '.join(STRATEGIES)}.")
@@ -275,6 +283,7 @@ def job_options(args: argparse.Namespace) -> JobOptions:
         tensorboard=args.tensorboard,
         service_account=args.service_account,
         network=args.network,
+        reserved_ip_ranges=tuple(args.reserved_ip_range),
         enable_web_access=args.enable_web_access,
         strategy=args.strategy,
         timeout=args.timeout,

@@ -280,6 +280,8 @@ def _keep(spec):
         ),
         (_keep, JobOptions(tensorboard="7"), "needs a service account"),
         (_keep, JobOptions(network="default"), "network ('default') is not a VPC network"),
+        (_keep, JobOptions(reserved_ip_ranges=("r1",)), "reservedIpRanges (r1) are ranges"),
+        (_set("reservedIpRanges", "r1"), JobOptions(), "must be a list of IP range names"),
         # accelerators
         (
             _set("workerPoolSpecs[0].machineSpec.acceleratorType", "NVIDIA_T4"),
@@ -432,6 +434,7 @@ OPTIONS = JobOptions(
     tensorboard="123",
     service_account="trainer@my-project.iam.gserviceaccount.com",
     network="projects/12345/global/networks/vpc-1",
+    reserved_ip_ranges=("vertex-range-a", "vertex-range-b"),
     enable_web_access=True,
     strategy="spot",
     timeout="2h",
@@ -455,6 +458,7 @@ def test_options_land_in_the_spec_where_vertex_reads_them():
     assert spec["tensorboard"] == "projects/my-project/locations/us-central1/tensorboards/123"
     assert spec["serviceAccount"] == "trainer@my-project.iam.gserviceaccount.com"
     assert spec["network"] == "projects/12345/global/networks/vpc-1"
+    assert spec["reservedIpRanges"] == ["vertex-range-a", "vertex-range-b"]
     assert spec["enableWebAccess"] is True
     assert spec["scheduling"] == {
         "timeout": "7200s",  # the flag wins over config.yaml's 86400s
@@ -796,6 +800,8 @@ def test_command_line_flags_become_job_options():
             "--machine_type=n1-standard-8",
             "--env=A=1",
             "--env=chief:A=2",
+            "--reserved_ip_range=r1",
+            "--reserved_ip_range=r2",
         ]
     )
     assert job_options.job_options(args) == JobOptions(
@@ -807,6 +813,7 @@ def test_command_line_flags_become_job_options():
         accelerators=("NVIDIA_TESLA_T4", "worker:NVIDIA_TESLA_T4:2"),
         machine_types=("n1-standard-8",),
         env=("A=1", "chief:A=2"),
+        reserved_ip_ranges=("r1", "r2"),
     )
 
 
