@@ -35,10 +35,11 @@ class JobEvaluation:
     dataset's test split), imported as a ModelEvaluation of the uploaded version.
 
     Of Vertex's metrics schemas it fills what the report measures: classification `logLoss`
-    (the report's loss, the mean cross-entropy) and, for a binary label, `auRoc` (its auc);
-    regression `rootMeanSquaredError` (the square root of its mse) and `meanAbsoluteError` (its
-    mae). The report has no curve, confusion matrix or per-class figures, so `confidenceMetrics`,
-    `confusionMatrix` and `auPrc` stay empty and no slices are imported. Every metric of the
+    (the report's loss, the mean cross-entropy) and, for a binary label, `auRoc` and `auPrc`
+    (its auc and auc_pr); regression `rootMeanSquaredError` (the square root of its mse) and
+    `meanAbsoluteError` (its mae). The report has no curve, confusion matrix or per-class
+    figures, so `confidenceMetrics` and `confusionMatrix` stay empty and no slices are
+    imported. Every metric of the
     report, accuracy included (neither schema has it), goes into the evaluation's `metadata`
     (`trainer_metrics`), where a later champion comparison reads it back.
     """
@@ -133,7 +134,7 @@ class JobEvaluation:
                 "meanAbsoluteError": m.get("mae"),
             }
         else:
-            fields = {"logLoss": m.get("loss"), "auRoc": m.get("auc")}
+            fields = {"logLoss": m.get("loss"), "auRoc": m.get("auc"), "auPrc": m.get("auc_pr")}
         metadata: dict = {
             "report": self.report,
             "head": self.head,
@@ -169,6 +170,7 @@ def _same_model(report: dict, report_uri: str, model_dir: str) -> bool:
 FROM_SCHEMA = {
     (CLASSIFICATION_METRICS, "loss"): ("logLoss", 1),
     (CLASSIFICATION_METRICS, "auc"): ("auRoc", 1),
+    (CLASSIFICATION_METRICS, "auc_pr"): ("auPrc", 1),
     (REGRESSION_METRICS, "mse"): ("rootMeanSquaredError", 2),
     (REGRESSION_METRICS, "mae"): ("meanAbsoluteError", 1),
 }

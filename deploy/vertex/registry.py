@@ -20,9 +20,9 @@ wins).
 
 Of Vertex's ModelEvaluation metrics schemas (`classification_metrics_1.0.0.yaml`,
 `regression_metrics_1.0.0.yaml`) it fills what the report measures: `logLoss` and, for a binary
-label, `auRoc`; regression `rootMeanSquaredError` and `meanAbsoluteError`. Curves, confusion
-matrices, `auPrc` and slices stay empty (the report has none); every metric of the report goes
-into the evaluation's `metadata` (`JobEvaluation`).
+label, `auRoc` and `auPrc`; regression `rootMeanSquaredError` and `meanAbsoluteError`. Curves,
+confusion matrices and slices stay empty (the report has none); every metric of the report
+goes into the evaluation's `metadata` (`JobEvaluation`, `evaluation.py`).
 """
 
 from __future__ import annotations

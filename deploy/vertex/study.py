@@ -21,6 +21,7 @@ STUDY = os.path.join(job_spec.REPO, "tune.yaml")
 METRIC_GOALS = {
     "accuracy": "MAXIMIZE",
     "auc": "MAXIMIZE",
+    "auc_pr": "MAXIMIZE",
     "loss": "MINIMIZE",
     "mse": "MINIMIZE",
     "mae": "MINIMIZE",

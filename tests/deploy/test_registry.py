@@ -250,6 +250,11 @@ def test_the_evaluation_import_validates_against_the_api_schema(cloud_sdk):
     "head, metrics, expected",
     [
         ("binary", {"loss": 0.3, "accuracy": 0.9, "auc": 0.95}, {"logLoss": 0.3, "auRoc": 0.95}),
+        (
+            "binary",
+            {"loss": 0.3, "accuracy": 0.9, "auc": 0.95, "auc_pr": 0.8},
+            {"logLoss": 0.3, "auRoc": 0.95, "auPrc": 0.8},
+        ),
         ("multiclass", {"loss": 0.7, "accuracy": 0.6}, {"logLoss": 0.7}),
         (
             "regression",
@@ -360,6 +365,17 @@ def _imported(head: str, newer: bool = False, **trainer_metrics) -> dict:
             None,
         ),
         ([], "auc", "binary", None),
+        (  # another tool's auPrc
+            [
+                {
+                    "metricsSchemaUri": evaluation_lib.CLASSIFICATION_METRICS,
+                    "metrics": {"auPrc": 0.7},
+                }
+            ],
+            "auc_pr",
+            "binary",
+            0.7,
+        ),
     ],
 )
 def test_the_holders_metric_is_read_from_its_evaluations(evaluations, metric, head, expected):

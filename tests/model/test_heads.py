@@ -87,7 +87,7 @@ def test_regression_predictions_undo_standardisation():
 @pytest.mark.parametrize(
     "label, keys",
     [
-        (BINARY, {"loss", "accuracy", "auc"}),
+        (BINARY, {"loss", "accuracy", "auc", "auc_pr"}),
         (MULTICLASS, {"loss", "accuracy"}),
         (REGRESSION, {"loss", "mse", "mae"}),
     ],
@@ -177,6 +177,35 @@ def test_binned_auc_is_within_its_stated_bound_of_the_exact_one():
     exact = brute_force_auc(labels, logits)
     assert 0 < metrics.auc_error_bound < 1e-3
     assert abs(metrics.result()["auc"] - exact) <= metrics.auc_error_bound + 1e-12
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_auc_pr_is_scikit_learns_average_precision(seed):
+    """Tied scores (each in its own bin) enter together, as in scikit-learn; with weights each
+    row counts its weight."""
+    from sklearn.metrics import average_precision_score
+
+    rng = np.random.default_rng(seed)
+    labels = rng.integers(0, 2, size=200)
+    logits = rng.integers(-3, 4, size=200).astype(float) + labels
+    weights = rng.uniform(0.5, 2.0, size=200)
+    p = 1 / (1 + np.exp(-logits))
+    got = Head(BINARY).metrics(labels, logits[:, None])["auc_pr"]
+    assert got == pytest.approx(average_precision_score(labels, p), abs=1e-12)
+    got = Head(BINARY).metrics(labels, logits[:, None], weights)["auc_pr"]
+    assert got == pytest.approx(
+        average_precision_score(labels, p, sample_weight=weights), abs=1e-12
+    )
+
+
+def test_auc_pr_of_the_constant_prediction_is_the_positive_share():
+    labels = np.array([1, 0, 0, 0])
+    metrics = Metrics(Head(BINARY))
+    metrics.update(labels, np.zeros((4, 1)))
+    constant = metrics.constant()
+    assert constant is not None
+    assert metrics.result()["auc_pr"] == constant["auc_pr"] == 0.25
+    assert np.isnan(Head(BINARY).metrics(np.zeros(3, int), np.zeros((3, 1)))["auc_pr"])
 
 
 @pytest.mark.parametrize("label", [BINARY, MULTICLASS, REGRESSION])

@@ -116,7 +116,7 @@ class Head:
     def metric_names(self) -> tuple[str, ...]:
         """The keys of `metrics` for finite logits."""
         return {
-            HeadType.BINARY: ("loss", "accuracy", "auc"),
+            HeadType.BINARY: ("loss", "accuracy", "auc", "auc_pr"),
             HeadType.MULTICLASS: ("loss", "accuracy"),
             HeadType.REGRESSION: ("loss", "mse", "mae"),
         }[self.type]
@@ -221,6 +221,7 @@ class Metrics:
         out["accuracy"] = self.correct / n
         if self.head.type is HeadType.BINARY:
             out["auc"] = self._auc()
+            out["auc_pr"] = self._auc_pr()
         return out
 
     def constant(self) -> dict[str, float] | None:
@@ -240,7 +241,8 @@ class Metrics:
         present = shares[shares > 0]
         out = {"loss": float(-(present * np.log(present)).sum()), "accuracy": float(shares.max())}
         if self.head.type is HeadType.BINARY:
-            out["auc"] = 0.5
+            # One score for every row: one threshold, precision the positives' share.
+            out.update(auc=0.5, auc_pr=float(shares[1]))
         return out
 
     def _auc(self) -> float:
@@ -250,6 +252,21 @@ class Metrics:
         below = np.cumsum(self.negatives) - self.negatives  # negatives in lower bins
         pairs = (self.positives * below).sum() + 0.5 * (self.positives * self.negatives).sum()
         return float(pairs / (positives * negatives))
+
+    def _auc_pr(self) -> float:
+        """The area under the precision-recall curve as average precision (scikit-learn's
+        `average_precision_score`: precision at each threshold weighted by the recall it
+        adds), the thresholds being the bins' edges from the top: a bin's rows enter
+        together, as tied scores do."""
+        positives = self.positives.sum()
+        if not positives:
+            return float("nan")
+        true = np.cumsum(self.positives[::-1])
+        predicted = true + np.cumsum(self.negatives[::-1])
+        added = self.positives[::-1] > 0
+        return float(
+            (self.positives[::-1][added] * true[added] / predicted[added]).sum() / positives
+        )
 
     @property
     def auc_error_bound(self) -> float:
