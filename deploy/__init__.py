@@ -1,28 +1,32 @@
 """Making the trained model useful on Vertex AI, and locally.
 
-- `deploy.submit`: create a CustomJob from `config.yaml` (the trainer's container image,
-  `deploy/container/`; or a python package, its sdist built and uploaded) and the job options
-  (TensorBoard, service account, Spot, GPUs, environment); `deploy.vertex.images` warns of prebuilt
-  images past or near their end of availability.
-- `deploy.tune`: the same trial job under a HyperparameterTuningJob of the study in `tune.yaml`.
-- `deploy.publish`: Model Registry upload, endpoint, deploy; undeploy and delete;
-  `deploy.vertex.registry`: versions of a model, the job's evaluation, a champion alias.
-- `deploy.pipeline`: train, evaluate, register and batch predict as one Vertex AI Pipelines run.
-- `deploy.local_run`: `gcloud ai custom-jobs local-run`'s install and run, without Docker.
-- `deploy.predict`: online prediction from an endpoint or from the local server.
-- `deploy.serve`: a local server with Vertex's custom-container contract (aiohttp), which
-  predicts requests that arrive together in one model call (`deploy.serving.batching`).
-- `deploy.batch`: a Vertex BatchPredictionJob, or its local twin with the same output layout.
-- `deploy.monitor`: a model monitoring job on an endpoint, the model's training data as the
-  skew baseline.
-- `deploy.sdk`: the Python API for notebooks (train here or on Vertex AI and wait with the
-  logs streamed, `deploy.vertex.waiting`; the report as an object; predict, batch-predict and
-  explain DataFrames, `deploy.batch_prediction.frames`).
+The top level holds the commands, one module each, `python -m deploy.<name>` with `--help` and
+(where a request is sent) `--dry_run`, which prints the exact REST requests and sends nothing:
 
-Each module has a Python API and a `python -m deploy.<name>` entry point with `--help` and
-`--dry_run` (prints the exact REST requests without sending them). `deploy.cloud.api` holds the
-request and command-line code they share, `deploy.serving.instances` the instance format, and
-`deploy.cloud.storage` file access (local paths and `gs://`).
+- `deploy.submit`: a CustomJob from `config.yaml` and the job options.
+- `deploy.tune`: the same trial job under a HyperparameterTuningJob of the study in `tune.yaml`.
+- `deploy.pipeline`: train, evaluate, register and batch predict as one Vertex AI Pipelines run.
+- `deploy.publish`: Model Registry upload (a new version, the job's evaluation, a champion
+  alias), endpoint, deploy; undeploy and delete.
+- `deploy.predict`: online prediction from an endpoint or from the local server.
+- `deploy.serve`: a local server with Vertex's custom-container contract.
+- `deploy.batch`: a Vertex BatchPredictionJob, or its local twin with the same output layout.
+- `deploy.monitor`: a model monitoring job on an endpoint, the training data as its baseline.
+- `deploy.local_run`: `gcloud ai custom-jobs local-run`'s install and run, without Docker.
+- `deploy.launch`: the job as a real multi-process cluster on this machine.
+
+and `deploy.sdk`, the Python API for notebooks over all of them. Below the commands, the rooms
+(layers, each importing only those below it: pyproject.toml's import-linter contract):
+
+- `deploy/vertex/`: Vertex AI's resources: the CustomJob (`job_spec`, `job_options`, `checks`,
+  `custom_job`, `sdist`, `estimate`), tuning studies, pipelines, publishing, the Model
+  Registry (`registry`, `evaluation`, `aliases`), prebuilt images, waiting for a job.
+- `deploy/batch_prediction/` and `deploy/local/`: batch prediction read, predicted and written
+  as Vertex lays it out; the local cluster's processes and network.
+- `deploy/serving/`: the model answering requests: signature, instances, explanations,
+  micro-batching, the server.
+- `deploy/cloud/`: what every command shares: the project and region, REST bodies, errors
+  (`api`) and files, local or `gs://` (`storage`).
 """
 
 import warnings

@@ -1,6 +1,7 @@
-"""Vertex AI and Cloud Storage as the deploy commands talk to them: `api` (the project and
-region, the REST bodies `--dry_run` prints, the errors every command reports the same way),
-`storage` (local paths and `gs://`), `images` (the prebuilt images and their end of
-availability), `job_spec` (`config.yaml`'s worker pools, read once for Vertex and the local
-cluster), `registry` (Model Registry versions, the job's evaluation, a champion alias),
-`waiting` (a job polled to its end with its logs streamed)."""
+"""Vertex AI's resources as the deploy commands create them: a CustomJob (`job_spec`:
+config.yaml's worker pools, read once for Vertex and the local cluster; `job_options`: each
+option's flag, field and place in the spec; `checks`; `custom_job`: resolved, staged, shown or
+created; `sdist`; `estimate`: the dry run's training speed), a tuning study (`study`), a
+pipeline (`pipelines`), a published model (`publishing`), Model Registry versions
+(`registry`, `evaluation`: the job's ModelEvaluation, `aliases`: the champion), the prebuilt
+images (`images`) and a job waited for with its logs streamed (`waiting`)."""

@@ -393,7 +393,7 @@ def test_tensorflow_servers_listen_in_the_private_namespace_alone(tmp_path, priv
 def _assert_servers_listen_in_the_private_namespace_alone(job: Job) -> None:
     """TensorFlow's servers bind every interface (its address in TF_CONFIG notwithstanding);
     a local cluster's are in a network namespace with only loopback, not on this machine's."""
-    from tests.distribute.test_local_cluster import interfaces, listening
+    from tests.deploy.test_local_cluster import interfaces, listening
 
     for role in ("worker", "ps"):
         job.wait_for_line(role, "serving at", timeout=120)

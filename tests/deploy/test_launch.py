@@ -13,7 +13,7 @@ import threading
 import pytest
 
 from deploy import launch
-from tests.distribute.test_job_spec import write
+from tests.deploy.test_job_spec import write
 from tests.support import DUMMY_TASK as DUMMY
 from tests.support import REPO, is_alive, kill_quietly, wait_for
 from trainer.distribute.cluster import ClusterShape
@@ -194,7 +194,7 @@ def test_cli_stops_everything_on_a_signal(launcher, sig, to_a_thread):
 def test_cli_runs_the_cluster_where_only_it_reaches_its_servers(launcher, private_network):
     """The tasks listen on every interface, as TensorFlow's servers do, but of a private network
     namespace: nothing on this machine's network answers on their ports."""
-    from tests.distribute.test_local_cluster import listening
+    from tests.deploy.test_local_cluster import listening
 
     run = launcher("--workers=1", "--ps=1", f"--module={DUMMY}", "--", "--listen", "--sleep=-1")
     wait_for(lambda: sum(line.endswith("] ready") for line in run.lines) == 3, what="all tasks")
