@@ -9,18 +9,7 @@ import json
 import re
 
 from deploy.cloud import api
-from deploy.vertex.evaluation import FROM_SCHEMA, JobEvaluation, finite
-
-# Whether more is better, for each metric the trainer reports (deploy/tune.py's METRIC_GOALS
-# say the same: a test checks).
-HIGHER_IS_BETTER = {
-    "accuracy": True,
-    "auc": True,
-    "auc_pr": True,
-    "loss": False,
-    "mse": False,
-    "mae": False,
-}
+from deploy.vertex.evaluation import FROM_SCHEMA, HIGHER_IS_BETTER, JobEvaluation, finite
 
 # The alias one version of every model holds: the version used where a request names none.
 DEFAULT_ALIAS = "default"

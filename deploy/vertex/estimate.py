@@ -13,18 +13,20 @@ from deploy.cloud import api
 from deploy.vertex import job_spec
 from trainer.distribute.cluster import ClusterShape
 from trainer.errors import InputError
+from trainer.flags import BY_NAME
 from trainer.placement import Placement, cost
 
-# The trainer's defaults of the flags the estimate reads (trainer/task.py, trainer/config.py),
-# kept here so that a dry run does not load TensorFlow; a test checks that they agree.
-TRAINER_DEFAULTS: dict[str, Any] = {
-    "placement": "replication",
-    "batch_size": 256,
-    "steps_per_loop": 100,
-    "chunk_secs": 1.0,
-    "max_iteration_steps": 750,
-    "optimizer": "adam",
-}
+# The trainer's flags the estimate reads; their defaults are the trainer's own
+# (trainer/flags.py imports no TensorFlow: a dry run stays light).
+ESTIMATED_FLAGS = (
+    "placement",
+    "batch_size",
+    "steps_per_loop",
+    "chunk_secs",
+    "max_iteration_steps",
+    "optimizer",
+)
+TRAINER_DEFAULTS: dict[str, Any] = {name: BY_NAME[name].default for name in ESTIMATED_FLAGS}
 
 
 def machine_vcpus(machine_type: str | None) -> int | None:

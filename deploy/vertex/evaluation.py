@@ -28,6 +28,18 @@ REGRESSION_METRICS = (
 HEADS = ("binary", "multiclass", "regression")  # report.json `head`
 
 
+# Whether more is better, for each metric the trainer reports (trainer/model/heads.py:
+# Head.metric_names): how a champion is chosen (aliases.py) and a study's goal (study.py).
+HIGHER_IS_BETTER = {
+    "accuracy": True,
+    "auc": True,
+    "auc_pr": True,
+    "loss": False,
+    "mse": False,
+    "mae": False,
+}
+
+
 @dataclasses.dataclass(frozen=True)
 class JobEvaluation:
     """A training job's eval metrics (report.json `final`: the exported model itself on the eval

@@ -34,15 +34,8 @@ import re
 import sys
 
 from deploy.cloud import api
-from deploy.vertex.aliases import (
-    DEFAULT_ALIAS,
-    HIGHER_IS_BETTER,
-    Champion,
-    check_alias,
-    crown,
-    parse_aliases,
-)
-from deploy.vertex.evaluation import JobEvaluation
+from deploy.vertex.aliases import DEFAULT_ALIAS, Champion, check_alias, crown, parse_aliases
+from deploy.vertex.evaluation import HIGHER_IS_BETTER, JobEvaluation
 
 # What a dry run of a new version cannot know yet: the answers of earlier requests.
 PENDING_PARENT = "{model found by display name}"

@@ -12,20 +12,14 @@ from typing import NoReturn
 
 from deploy.cloud import api
 from deploy.vertex import job_spec
+from deploy.vertex.evaluation import HIGHER_IS_BETTER
 from trainer.flags import FLAGS, Flag
 
 STUDY = os.path.join(job_spec.REPO, "tune.yaml")
 
 
-# The metrics the trainer reports (trainer/model/heads.py: Head.metric_names) and their direction.
-METRIC_GOALS = {
-    "accuracy": "MAXIMIZE",
-    "auc": "MAXIMIZE",
-    "auc_pr": "MAXIMIZE",
-    "loss": "MINIMIZE",
-    "mse": "MINIMIZE",
-    "mae": "MINIMIZE",
-}
+# The metrics the trainer reports and the goal of a study of each.
+METRIC_GOALS = {m: "MAXIMIZE" if up else "MINIMIZE" for m, up in HIGHER_IS_BETTER.items()}
 
 
 ALGORITHMS = ("ALGORITHM_UNSPECIFIED", "GRID_SEARCH", "RANDOM_SEARCH")  # unspecified: Bayesian

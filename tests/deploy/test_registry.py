@@ -11,7 +11,7 @@ import json
 import pytest
 
 from deploy.cloud import api
-from deploy.vertex import aliases, publishing, registry, study
+from deploy.vertex import aliases, publishing, registry
 from deploy.vertex import evaluation as evaluation_lib
 from tests.deploy import discovery
 from tests.deploy.fake_vertex import ApiFailure, FakeVertex
@@ -382,13 +382,6 @@ def test_the_holders_metric_is_read_from_its_evaluations(evaluations, metric, he
     assert aliases.measured("1", evaluations, metric, head).value == expected
 
 
-def test_metric_directions_agree_with_tuning():
-
-    assert {m: "MAXIMIZE" if up else "MINIMIZE" for m, up in aliases.HIGHER_IS_BETTER.items()} == (
-        study.METRIC_GOALS
-    )
-
-
 UPLOAD_VERSION = "/v1/projects/my-project/locations/us-central1/models:upload"
 
 
@@ -549,3 +542,11 @@ def test_a_job_with_test_data_imports_its_test_metrics():
     assert evaluation.eval_data == "gs://test-bucket/dataset/test-*"
     assert evaluation.examples == 5000
     assert evaluation.body()["metrics"] == {"logLoss": 0.35, "auRoc": 0.88}
+
+
+def test_every_metric_the_trainer_reports_has_a_direction():
+    from tests.model.test_heads import BINARY, MULTICLASS, REGRESSION
+    from trainer.model.heads import Head
+
+    reported = {m for label in (BINARY, MULTICLASS, REGRESSION) for m in Head(label).metric_names}
+    assert set(evaluation_lib.HIGHER_IS_BETTER) == reported

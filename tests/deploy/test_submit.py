@@ -880,10 +880,10 @@ def test_dry_run_estimate_verdicts(shape, args, verdict):
     assert verdict in estimate.estimate(shape, args)[-1]
 
 
-def test_the_estimates_trainer_defaults_are_the_trainers():
+def test_the_estimates_trainer_defaults_are_those_absl_parses():
     from trainer import task
 
-    trainers = {name: task.FLAGS[name].default for name in estimate.TRAINER_DEFAULTS}
+    trainers = {name: task.FLAGS[name].default for name in estimate.ESTIMATED_FLAGS}
     assert trainers == estimate.TRAINER_DEFAULTS
 
 
