@@ -27,15 +27,13 @@ run too); `--dry_run` prints the sdist upload (if any) and the PipelineJob reque
 spec.
 """
 
-# No `from __future__ import annotations` here: kfp reads the components' annotations as
-# objects (dsl.Output[dsl.Metrics], str), and a string annotation is not one.
+from __future__ import annotations
 
 import argparse
 import os
 import sys
 import tempfile
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 from deploy.cloud import api
 from deploy.vertex import custom_job, job_options, job_spec, publishing
@@ -43,14 +41,10 @@ from deploy.vertex.pipelines import (
     PipelineOptions,
     Requirement,
     TrainingPipeline,
-    _check_jsonl,
+    check_jsonl,
     create_job,
     pipeline_name,
 )
-
-# At run time only with a batch step: it loads TensorFlow (deploy.batch_prediction.local).
-if TYPE_CHECKING:
-    pass
 
 
 def run(
@@ -118,7 +112,7 @@ def pipeline_options(args: argparse.Namespace) -> PipelineOptions:
                 "--batch_source and --batch_output_prefix go together: the batch step reads "
                 "one and writes to the other (leave both out for no batch step)."
             )
-        _check_jsonl(args.batch_instances_format)  # before TensorFlow loads
+        check_jsonl(args.batch_instances_format)  # before TensorFlow loads
         from deploy.batch_prediction import vertex as batch_vertex
 
         batch = batch_vertex.VertexBatchJob(

@@ -275,12 +275,12 @@ class PipelineOptions:
         if not self.serving_image:
             raise api.DeployError("--serving_image must not be empty.")
         if self.batch is not None:
-            _check_jsonl(self.batch.instances_format)
+            check_jsonl(self.batch.instances_format)
         if not self.poll_seconds > 0:
             raise api.DeployError(f"poll_seconds ({self.poll_seconds}) must be positive.")
 
 
-def _check_jsonl(instances_format: str) -> None:
+def check_jsonl(instances_format: str) -> None:
     if instances_format != "jsonl":
         raise api.DeployError(
             f"--batch_instances_format ({instances_format!r}): the pipeline predicts JSON "
