@@ -167,12 +167,12 @@ def _batches(
         for path, header in headers.items():
             check_header(path, header, predictor.fields, config)
         if write.explainer is None:
-            return csv_batches(predictor, headers, config, batch_size, write)
-        return lines_batches(headers, config, batch_size, write, csv_format=True)
+            return csv_batches(headers, batch_size, write)
+        return lines_batches(headers, batch_size, write, csv_format=True)
     if instances_format == "bigquery":
         rows = table_instances(files[0], predictor.fields, config)
         return batched(((*r, json.dumps(r[1])) for r in rows), batch_size, write)
-    return lines_batches({path: [] for path in files}, config, batch_size, write, csv_format=False)
+    return lines_batches({path: [] for path in files}, batch_size, write, csv_format=False)
 
 
 def check_model_name(model_name: str) -> None:

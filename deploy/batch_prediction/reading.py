@@ -169,11 +169,7 @@ def csv_row(path: str, line: int, text: str, header: list[str]):
 
 # -- CSV: parsed and formatted by TensorFlow ----------------------------------------------------
 def csv_batches(
-    predictor: Predictor,
-    headers: dict[str, list[str]],
-    config: InstanceConfig,
-    batch_size: int,
-    write: Writer,
+    headers: dict[str, list[str]], batch_size: int, write: Writer
 ) -> Iterator[tuple[bytes, int, list[str]]]:
     """(result lines, how many, error records) for each batch of every file, the files with
     one header read by one dataset. Parsing, the model and the JSON lines all run in the
@@ -183,6 +179,7 @@ def csv_batches(
     from trainer.input.formats import base
     from trainer.input.formats import csv as csv_format
 
+    predictor, config = write.predictor, write.config
     fields = predictor.fields
     key = config.key_field
     columns = rows_lib.Columns(
@@ -350,18 +347,13 @@ def _prediction_json(instances: tf.Tensor, outputs: dict, name: str = "instance"
 
 # -- JSON Lines: parsed by Python, a batch at a time ---------------------------------------------
 def lines_batches(
-    headers: dict[str, list[str]],
-    config: InstanceConfig,
-    batch_size: int,
-    write: Writer,
-    *,
-    csv_format: bool,
+    headers: dict[str, list[str]], batch_size: int, write: Writer, *, csv_format: bool
 ) -> Iterator[tuple[bytes, int, list[str]]]:
     """(result lines, how many, error records) for each batch of instances read by Python:
     JSON Lines, or (`csv_format`) CSV rows under each file's header (`headers`)."""
     from trainer.input import blocks as blocks_lib
 
-    fields = write.predictor.fields
+    fields, config = write.predictor.fields, write.config
 
     def instances():
         for path, header in headers.items():
