@@ -148,7 +148,8 @@ def build_config(f=FLAGS, environment: Environment | None = None) -> config_lib.
     environment = environment or Environment()
     values = {name: f[name].value for name in flags.BY_NAME}
     flags.check(values)
-    sources = _sources(f, environment)
+    outputs = _output_dirs(f, environment)
+    sources = _sources(f, environment, job_dir=outputs["job_dir"])
     generator = model.make_generator(
         f.generator, model.GeneratorOptions(**flags.fields_of(model.GeneratorOptions, values))
     )
@@ -183,7 +184,7 @@ def build_config(f=FLAGS, environment: Environment | None = None) -> config_lib.
             strategies=strategies,
         ),
         train=TrainOptions(**flags.fields_of(TrainOptions, values)),
-        **_output_dirs(f, environment),
+        **outputs,
         importance=ImportanceOptions(**flags.fields_of(ImportanceOptions, values)),
         calibration=config_lib.CalibrationOptions(
             **flags.fields_of(config_lib.CalibrationOptions, values)
@@ -207,7 +208,7 @@ class _Sources:
     jsonl: bool  # every file read as JSON Lines, whatever its name (a JSONL managed dataset)
 
 
-def _sources(f, environment: Environment) -> _Sources:
+def _sources(f, environment: Environment, *, job_dir: str) -> _Sources:
     """The data flags, a Vertex managed dataset (AIP_*_DATA_URI) or the embedded census data;
     with a split, the split files the job writes into its job dir."""
     train_data, eval_data, label = f.train_data, f.eval_data, f.label_column
@@ -241,7 +242,7 @@ def _sources(f, environment: Environment) -> _Sources:
     split = _split(f, train_data)
     if split.enabled:  # the job reads the split files it writes into its job dir
         fmt = splits.input_format(train_data, jsonl=jsonl)
-        at = splits.paths(_output_dirs(f, environment)["job_dir"], fmt)
+        at = splits.paths(job_dir, fmt)
         train_data, eval_data, test_data = at["train"], at["validate"], at["test"]
     return _Sources(train_data, eval_data, test_data, label, split, jsonl)
 
