@@ -258,15 +258,14 @@ class Metrics:
         `average_precision_score`: precision at each threshold weighted by the recall it
         adds), the thresholds being the bins' edges from the top: a bin's rows enter
         together, as tied scores do."""
-        positives = self.positives.sum()
-        if not positives:
+        total = self.positives.sum()
+        if not total:
             return float("nan")
-        true = np.cumsum(self.positives[::-1])
-        predicted = true + np.cumsum(self.negatives[::-1])
-        added = self.positives[::-1] > 0
-        return float(
-            (self.positives[::-1][added] * true[added] / predicted[added]).sum() / positives
-        )
+        positives, negatives = self.positives[::-1], self.negatives[::-1]  # from the top bin
+        true = np.cumsum(positives)
+        predicted = true + np.cumsum(negatives)
+        added = positives > 0
+        return float((positives[added] * true[added] / predicted[added]).sum() / total)
 
     @property
     def auc_error_bound(self) -> float:
