@@ -1,7 +1,7 @@
 """`config.yaml`: the Vertex AI CustomJobSpec that `gcloud ai custom-jobs create --config`
-takes, read once for both the local launcher (`deploy/launch.py`: pool
-sizes, the chief's args and module) and `deploy/submit.py` (the spec it sends). Every shape
-error names the file and the pool."""
+takes, read once for both the local launcher (`deploy/launch.py`: pool sizes, the chief's args
+and module, `read_job_config`) and the Vertex jobs (`custom_job.py`: the spec it sends,
+`load_config`). Every shape error names the file and the pool."""
 
 from __future__ import annotations
 
@@ -152,8 +152,8 @@ CONFIG = os.path.join(REPO, "config.yaml")
 
 
 def load_config(path: str = CONFIG) -> dict:
-    """config.yaml as plain JSON values, read as the local launcher reads it
-    (`deploy.vertex.job_spec`).
+    """config.yaml as plain JSON values (`load_job_spec`, as the local launcher reads it), its
+    errors the deploy commands' DeployError.
 
     Raises:
         DeployError: the file is missing, not YAML or not a CustomJobSpec.
