@@ -30,7 +30,7 @@ table, `bq://PROJECT.DATASET.TABLE`, each row an object). The modules, one per j
 - `deploy/batch_prediction/convert.py`: a Vertex job's sources, converted first to JSON Lines
   objects with every field and a missing value as TensorFlow Serving takes it (`--send_as_is` skips
   this for JSON Lines already in that form).
-This module is the command line, and `read_results` reads either's output.
+This module is the command line; `output.read_results` reads either's output.
 """
 
 from __future__ import annotations
